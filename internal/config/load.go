@@ -1,0 +1,208 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/khw-dev/khw/internal/fsutil"
+)
+
+// FileName is the name of the desired-state file inside a cluster's state dir.
+const FileName = "cluster.yaml"
+
+// Parse decodes one cluster.yaml document strictly (unknown fields and extra
+// documents are errors), fills unset fields with defaults and validates it.
+// source names the file in error messages. The returned error is a
+// *ValidationError for semantic problems, or a plain error naming the line for
+// YAML syntax and schema problems.
+func Parse(data []byte, source string) (*Cluster, []Warning, error) {
+	if source == "" {
+		source = FileName
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, nil, fmt.Errorf("%s is empty (fix: run `khw init` to write a complete one)", source)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var c Cluster
+	if err := dec.Decode(&c); err != nil {
+		return nil, nil, explainYAML(source, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, nil, fmt.Errorf("%s holds more than one YAML document (fix: keep a single document, remove the extra `---`)", source)
+	} else if !errors.Is(err, io.EOF) {
+		return nil, nil, explainYAML(source, err)
+	}
+	c.SetDefaults()
+	warns, err := c.Validate()
+	if err != nil {
+		var ve *ValidationError
+		if errors.As(err, &ve) {
+			ve.Source = source
+		}
+		return nil, warns, err
+	}
+	return &c, warns, nil
+}
+
+// Load reads and parses path; see Parse.
+func Load(path string) (*Cluster, []Warning, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil, fmt.Errorf("%s does not exist (fix: run `khw init` first, or point --state-dir/--cluster at an existing cluster)", path)
+		}
+		return nil, nil, err
+	}
+	return Parse(data, path)
+}
+
+var (
+	unknownFieldRE  = regexp.MustCompile(`line (\d+): field (\S+) not found in type config\.(\w+)`)
+	cannotUnmarshal = regexp.MustCompile(`line (\d+): cannot unmarshal !!(\w+) ` + "`" + `([^` + "`" + `]*)` + "`" + ` into (\S+)`)
+)
+
+var typeSection = map[string]string{
+	"Cluster": "the top level", "Network": "network", "Kubernetes": "kubernetes", "LoadBalancer": "loadBalancer",
+	"PKI": "pki", "Subject": "pki.subject", "Versions": "versions", "Node": "a nodes entry", "CertRef": "a kubeletCert",
+}
+
+// explainYAML turns yaml.v3's errors into ones that name the line, the field
+// and the fix.
+func explainYAML(source string, err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return fmt.Errorf("%s: %v (fix: check the YAML syntax at that line; indentation uses spaces)", source, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	var lines []string
+	for _, msg := range te.Errors {
+		switch {
+		case unknownFieldRE.MatchString(msg):
+			m := unknownFieldRE.FindStringSubmatch(msg)
+			where := typeSection[m[3]]
+			if where == "" {
+				where = m[3]
+			}
+			lines = append(lines, fmt.Sprintf("line %s: unknown field %q in %s (fix: remove it or correct its spelling; `khw init` writes every known field)", m[1], m[2], where))
+		case cannotUnmarshal.MatchString(msg):
+			m := cannotUnmarshal.FindStringSubmatch(msg)
+			lines = append(lines, fmt.Sprintf("line %s: %q is a %s but this field needs %s (fix: write a value of that type, e.g. durations as 720h, counts as plain integers)", m[1], m[3], m[2], goTypeWord(m[4])))
+		default:
+			lines = append(lines, msg)
+		}
+	}
+	return fmt.Errorf("%s does not match the cluster.yaml schema:\n  - %s", source, strings.Join(lines, "\n  - "))
+}
+
+func goTypeWord(t string) string {
+	switch {
+	case t == "time.Duration":
+		return "a duration (e.g. 720h, 2s)"
+	case t == "int":
+		return "an integer"
+	case t == "bool":
+		return "true or false"
+	case t == "string":
+		return "a string"
+	case strings.HasPrefix(t, "[]"):
+		return "a list"
+	default:
+		return "a mapping (" + strings.TrimPrefix(t, "config.") + ")"
+	}
+}
+
+// fieldComments are written above keys by Marshal so cluster.yaml teaches.
+var fieldComments = map[string]string{
+	"name":                     "Cluster name: state dir, network namespace khw-<name>, VM names khw-<name>-<node>.",
+	"arch":                     "CPU architecture of the nodes: arm64 or amd64.",
+	"provider":                 "What makes the machines: libvirt (VMs, needs KVM) or nspawn (systemd-nspawn containers).",
+	"network":                  "The node network. The host (jumpbox) is the gateway.",
+	"kubernetes.serviceCIDR":   "--service-cluster-ip-range; its first IP is the `kubernetes` Service and a SAN of the apiserver cert.",
+	"kubernetes.clusterCIDR":   "Pod address space; each worker's podCIDR is a /24 inside it.",
+	"kubernetes.clusterDNS":    "ClusterIP of the kube-dns Service (CoreDNS); kubelet's clusterDNS.",
+	"kubernetes.cni":           "Pod network plugin: bridge (standard plugins) or mybridge (the seed's bash teaching plugin).",
+	"loadBalancer":             "HAProxy health checks of the apiservers: a dead backend is dropped after fall x interval.",
+	"loadBalancer.healthCheck": "https = GET /readyz (catches a hung apiserver); tcp = connect only.",
+	"pki":                      "Certificates (cfssl). ecdsa 256 = P-256; rsa 2048 also works.",
+	"pki.renewBefore":          "`khw pki` reissues a cert that expires within this window.",
+	"pki.subject":              "Informational subject fields; Kubernetes reads only CN (user) and O (groups).",
+	"versions":                 "Component versions; the artifact catalog maps them to downloads.",
+	"nodes":                    "The machines: exactly one loadbalancer, an odd number of controlplanes, workers with a podCIDR.\ntlsBootstrap: true = the worker joins with a bootstrap token and gets its kubelet cert through a CSR.",
+}
+
+// Marshal encodes c as YAML with a short comment above the main keys.
+func (c *Cluster) Marshal() ([]byte, error) {
+	var root yaml.Node
+	if err := root.Encode(c); err != nil {
+		return nil, err
+	}
+	annotate(&root, "")
+	var buf bytes.Buffer
+	buf.WriteString("# khw cluster: the desired state. Edit, then run `khw up` (or a single `khw lab NN`).\n")
+	buf.WriteString("# Every field is documented in `khw init --help`; unknown fields are errors.\n")
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(&root); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func annotate(n *yaml.Node, path string) {
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, val := n.Content[i], n.Content[i+1]
+			p := k.Value
+			if path != "" {
+				p = path + "." + k.Value
+			}
+			if cm, ok := fieldComments[p]; ok {
+				k.HeadComment = cm
+			}
+			annotate(val, p)
+		}
+	case yaml.SequenceNode:
+		for _, item := range n.Content {
+			annotate(item, path+"[]")
+		}
+	case yaml.ScalarNode:
+		// time.Duration encodes as 8760h0m0s; write 8760h, which parses back
+		// to the same value.
+		if strings.HasSuffix(n.Value, "h0m0s") {
+			n.Value = strings.TrimSuffix(n.Value, "0m0s")
+		}
+	case yaml.DocumentNode:
+		for _, item := range n.Content {
+			annotate(item, path)
+		}
+	}
+	if strings.HasPrefix(path, "nodes[]") && n.Kind == yaml.MappingNode {
+		n.Style = yaml.FlowStyle
+	}
+}
+
+// Save validates c and writes it atomically to path (mode 0600). Nothing is
+// written when validation fails.
+func (c *Cluster) Save(path string) ([]Warning, error) {
+	warns, err := c.Validate()
+	if err != nil {
+		return warns, err
+	}
+	data, err := c.Marshal()
+	if err != nil {
+		return warns, err
+	}
+	return warns, fsutil.WriteFileAtomic(path, data, fsutil.SecretMode)
+}

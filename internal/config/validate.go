@@ -1,0 +1,494 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// FieldError is one problem with one field of cluster.yaml.
+type FieldError struct {
+	// Field is the YAML path, e.g. "nodes[4].podCIDR" or "kubernetes.serviceCIDR".
+	Field string
+	// Value is the offending value as written (may be empty).
+	Value string
+	// Problem says what is wrong.
+	Problem string
+	// Fix says what to write instead.
+	Fix string
+}
+
+func (e *FieldError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Field)
+	b.WriteString(": ")
+	if e.Value != "" {
+		fmt.Fprintf(&b, "%q: ", e.Value)
+	}
+	b.WriteString(e.Problem)
+	if e.Fix != "" {
+		b.WriteString(" (fix: ")
+		b.WriteString(e.Fix)
+		b.WriteString(")")
+	}
+	return b.String()
+}
+
+// ValidationError collects every FieldError found in one document, so a user
+// fixes them all in one pass.
+type ValidationError struct {
+	// Source is the file the cluster came from, if any.
+	Source string
+	Errors []*FieldError
+}
+
+func (e *ValidationError) Error() string {
+	var b strings.Builder
+	src := e.Source
+	if src == "" {
+		src = "cluster.yaml"
+	}
+	fmt.Fprintf(&b, "%s is not valid (%d problem", src, len(e.Errors))
+	if len(e.Errors) != 1 {
+		b.WriteString("s")
+	}
+	b.WriteString("):")
+	for _, fe := range e.Errors {
+		b.WriteString("\n  - ")
+		b.WriteString(fe.Error())
+	}
+	return b.String()
+}
+
+// Warning is a valid but questionable setting.
+type Warning struct {
+	Field   string
+	Message string
+}
+
+func (w Warning) String() string { return w.Field + ": " + w.Message }
+
+var (
+	// A DNS-1123 label (RFC 1123), as Kubernetes requires for node names
+	// (k8s.io/apimachinery/pkg/util/validation IsDNS1123Label).
+	dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	// A DNS-1123 subdomain, dot-separated labels.
+	dnsSubdomainRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	// Cluster names: a short DNS label starting with a letter, because it
+	// becomes part of VM, network-namespace and interface names.
+	clusterNameRE = regexp.MustCompile(`^[a-z]([-a-z0-9]{0,18}[a-z0-9])?$`)
+	// vMAJOR.MINOR.PATCH with an optional pre-release (v1.37.0-rc.1).
+	semverRE = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$`)
+	// Image tags of the pause image: 3.10 or 3.10.1, no leading v.
+	pauseTagRE = regexp.MustCompile(`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*))?$`)
+)
+
+type validator struct {
+	errs  []*FieldError
+	warns []Warning
+}
+
+func (v *validator) add(field, value, problem, fix string) {
+	v.errs = append(v.errs, &FieldError{Field: field, Value: value, Problem: problem, Fix: fix})
+}
+
+func (v *validator) warn(field, msg string) {
+	v.warns = append(v.warns, Warning{Field: field, Message: msg})
+}
+
+// oneOf reports an error unless value is one of allowed.
+func (v *validator) oneOf(field, value string, allowed ...string) bool {
+	for _, a := range allowed {
+		if value == a {
+			return true
+		}
+	}
+	v.add(field, value, "unknown value", "use one of: "+strings.Join(allowed, ", "))
+	return false
+}
+
+// prefix parses an IPv4 CIDR whose host bits are zero.
+func (v *validator) prefix(field, value string) (netip.Prefix, bool) {
+	if value == "" {
+		v.add(field, value, "is empty", "give an IPv4 CIDR such as 10.32.0.0/24")
+		return netip.Prefix{}, false
+	}
+	p, err := netip.ParsePrefix(value)
+	if err != nil {
+		v.add(field, value, "is not a CIDR", "write it as ADDRESS/BITS, e.g. 10.32.0.0/24")
+		return netip.Prefix{}, false
+	}
+	if !p.Addr().Is4() {
+		v.add(field, value, "is not IPv4", "khw builds IPv4 clusters; use an IPv4 CIDR")
+		return netip.Prefix{}, false
+	}
+	if p.Masked() != p {
+		v.add(field, value, "has host bits set", "write the network address: "+p.Masked().String())
+		return netip.Prefix{}, false
+	}
+	return p, true
+}
+
+func (v *validator) addr(field, value string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(value)
+	if err != nil || !a.Is4() {
+		v.add(field, value, "is not an IPv4 address", "write a dotted IPv4 address such as 192.168.122.11")
+		return netip.Addr{}, false
+	}
+	return a, true
+}
+
+// lastAddr is the broadcast address of an IPv4 prefix.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().As4()
+	host := 32 - p.Bits()
+	u := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	if host == 32 {
+		u = 0xffffffff
+	} else {
+		u |= (1 << host) - 1
+	}
+	return netip.AddrFrom4([4]byte{byte(u >> 24), byte(u >> 16), byte(u >> 8), byte(u)})
+}
+
+// hostAddr reports whether a is a usable host address of p: inside it and
+// neither its network nor its broadcast address.
+func hostAddr(p netip.Prefix, a netip.Addr) bool {
+	return p.Contains(a) && a != p.Masked().Addr() && a != lastAddr(p)
+}
+
+// Validate checks the whole cluster and returns every problem at once as a
+// *ValidationError, plus warnings for settings that are valid but risky (an
+// even number of control planes). It does not change c. Call SetDefaults
+// first if the document may omit fields.
+func (c *Cluster) Validate() ([]Warning, error) {
+	v := &validator{}
+	c.validate(v)
+	if len(v.errs) > 0 {
+		return v.warns, &ValidationError{Errors: v.errs}
+	}
+	return v.warns, nil
+}
+
+func (c *Cluster) validate(v *validator) {
+	if c.APIVersion != APIVersion {
+		v.add("apiVersion", c.APIVersion, "unsupported apiVersion", "set apiVersion: "+APIVersion)
+	}
+	if c.Kind != Kind {
+		v.add("kind", c.Kind, "unsupported kind", "set kind: "+Kind)
+	}
+	if !clusterNameRE.MatchString(c.Name) {
+		v.add("name", c.Name, "is not a valid cluster name",
+			"use 1-20 lowercase letters, digits and '-', starting with a letter (it becomes part of VM and network names)")
+	}
+	v.oneOf("arch", c.Arch, ArchARM64, ArchAMD64)
+	v.oneOf("provider", c.Provider, ProviderLibvirt, ProviderNspawn)
+
+	// Networks.
+	nodeNet, nodeNetOK := v.prefix("network.cidr", c.Network.CIDR)
+	if nodeNetOK && nodeNet.Bits() > 29 {
+		v.add("network.cidr", c.Network.CIDR, "is too small for a cluster", "use a /24 (or any prefix of /29 or larger)")
+		nodeNetOK = false
+	}
+	gw, gwOK := v.addr("network.gateway", c.Network.Gateway)
+	if gwOK && nodeNetOK && !hostAddr(nodeNet, gw) {
+		v.add("network.gateway", c.Network.Gateway, "is not a host address of network.cidr "+c.Network.CIDR,
+			"use the jumpbox's address inside "+c.Network.CIDR+", usually the first one ("+nodeNet.Addr().Next().String()+")")
+		gwOK = false
+	}
+	if c.Network.Domain != "" && !dnsSubdomainRE.MatchString(c.Network.Domain) {
+		v.add("network.domain", c.Network.Domain, "is not a DNS domain", "use lowercase labels separated by dots, e.g. kubernetes.local")
+	}
+
+	k := c.Kubernetes
+	svc, svcOK := v.prefix("kubernetes.serviceCIDR", k.ServiceCIDR)
+	if svcOK && svc.Bits() > 28 {
+		// kube-apiserver needs room for the kubernetes Service (first IP), the
+		// DNS Service and workloads; a /29 or smaller leaves almost nothing.
+		v.add("kubernetes.serviceCIDR", k.ServiceCIDR,
+			"is too small: its first IP "+svc.Addr().Next().String()+" is needed for the kubernetes Service and the range has almost no room left",
+			"use a /24 such as 10.32.0.0/24 (at least /28)")
+		svcOK = false
+	}
+	if svcOK && (svc.Addr().IsLoopback() || svc.Addr().IsMulticast() || svc.Addr().IsUnspecified() || svc.Addr().IsLinkLocalUnicast()) {
+		v.add("kubernetes.serviceCIDR", k.ServiceCIDR,
+			"its first IP "+svc.Addr().Next().String()+" is not usable as a Service IP (loopback, link-local, multicast or unspecified range)",
+			"use a private range such as 10.32.0.0/24")
+		svcOK = false
+	}
+	pods, podsOK := v.prefix("kubernetes.clusterCIDR", k.ClusterCIDR)
+	if podsOK && pods.Bits() > 24 {
+		v.add("kubernetes.clusterCIDR", k.ClusterCIDR, "is too small to hold one /24 per worker", "use a /16 such as 10.200.0.0/16")
+		podsOK = false
+	}
+	type named struct {
+		field string
+		p     netip.Prefix
+		ok    bool
+	}
+	nets := []named{{"network.cidr", nodeNet, nodeNetOK}, {"kubernetes.serviceCIDR", svc, svcOK}, {"kubernetes.clusterCIDR", pods, podsOK}}
+	for i := 0; i < len(nets); i++ {
+		for j := i + 1; j < len(nets); j++ {
+			a, b := nets[i], nets[j]
+			if a.ok && b.ok && a.p.Overlaps(b.p) {
+				v.add(b.field, b.p.String(), "overlaps "+a.field+" "+a.p.String(),
+					"node, service and pod networks must be disjoint; pick another range for "+b.field)
+			}
+		}
+	}
+	if dns, ok := v.addr("kubernetes.clusterDNS", k.ClusterDNS); ok && svcOK {
+		switch {
+		case !hostAddr(svc, dns):
+			v.add("kubernetes.clusterDNS", k.ClusterDNS, "is not a usable address of kubernetes.serviceCIDR "+k.ServiceCIDR,
+				"pick an address inside "+k.ServiceCIDR+", e.g. the tenth ("+nthAddr(svc, 10).String()+")")
+		case dns == c.APIServerServiceIP():
+			v.add("kubernetes.clusterDNS", k.ClusterDNS, "is the first address of the service CIDR, which belongs to the kubernetes Service",
+				"use another address, e.g. "+nthAddr(svc, 10).String())
+		}
+	}
+	if !dnsSubdomainRE.MatchString(k.ClusterDomain) {
+		v.add("kubernetes.clusterDomain", k.ClusterDomain, "is not a DNS domain", "use e.g. cluster.local")
+	}
+	if k.ClusterName == "" || strings.ContainsAny(k.ClusterName, " \t\n/") {
+		v.add("kubernetes.clusterName", k.ClusterName, "must be non-empty without spaces or '/'", "use e.g. kubernetes-the-hard-way")
+	}
+	if k.APIServerPort < 1 || k.APIServerPort > 65535 {
+		v.add("kubernetes.apiServerPort", strconv.Itoa(k.APIServerPort), "is not a TCP port", "use 6443")
+	}
+	if lo, hi, err := ParsePortRange(k.NodePortRange); err != nil {
+		v.add("kubernetes.nodePortRange", k.NodePortRange, err.Error(), "write FIRST-LAST, e.g. 30000-32767")
+	} else if k.APIServerPort >= lo && k.APIServerPort <= hi {
+		v.add("kubernetes.nodePortRange", k.NodePortRange, "contains the apiserver port "+strconv.Itoa(k.APIServerPort),
+			"keep NodePorts away from the apiserver port, e.g. 30000-32767")
+	}
+	v.oneOf("kubernetes.cni", k.CNI, CNIBridge, CNIMyBridge)
+
+	lb := c.LoadBalancer
+	v.oneOf("loadBalancer.healthCheck", lb.HealthCheck, HealthCheckHTTPS, HealthCheckTCP)
+	if lb.Interval < 100*time.Millisecond || lb.Interval > time.Minute {
+		v.add("loadBalancer.interval", lb.Interval.String(), "is out of range", "use a duration between 100ms and 1m, e.g. 2s")
+	}
+	if lb.Fall < 1 || lb.Fall > 100 {
+		v.add("loadBalancer.fall", strconv.Itoa(lb.Fall), "is out of range", "use 1-100, e.g. 3")
+	}
+	if lb.Rise < 1 || lb.Rise > 100 {
+		v.add("loadBalancer.rise", strconv.Itoa(lb.Rise), "is out of range", "use 1-100, e.g. 2")
+	}
+
+	c.validatePKI(v)
+	c.validateVersions(v)
+	c.validateNodes(v, nodeNet, nodeNetOK, gw, gwOK, pods, podsOK)
+}
+
+// nthAddr returns the n-th address after the network address of p.
+func nthAddr(p netip.Prefix, n int) netip.Addr {
+	a := p.Masked().Addr()
+	for i := 0; i < n; i++ {
+		a = a.Next()
+	}
+	return a
+}
+
+// ParsePortRange parses "FIRST-LAST" with 1 <= FIRST <= LAST <= 65535.
+func ParsePortRange(s string) (first, last int, err error) {
+	a, b, ok := strings.Cut(s, "-")
+	if !ok {
+		return 0, 0, errors.New("is not a port range")
+	}
+	first, err1 := strconv.Atoi(strings.TrimSpace(a))
+	last, err2 := strconv.Atoi(strings.TrimSpace(b))
+	if err1 != nil || err2 != nil {
+		return 0, 0, errors.New("is not a port range")
+	}
+	if first < 1 || last > 65535 || first > last {
+		return 0, 0, errors.New("must satisfy 1 <= FIRST <= LAST <= 65535")
+	}
+	return first, last, nil
+}
+
+func (c *Cluster) validatePKI(v *validator) {
+	p := c.PKI
+	switch p.KeyAlgorithm {
+	case "ecdsa":
+		if p.KeySize != 256 && p.KeySize != 384 && p.KeySize != 521 {
+			v.add("pki.keySize", strconv.Itoa(p.KeySize), "is not an ECDSA curve size", "use 256 (P-256), 384 or 521")
+		}
+	case "rsa":
+		if p.KeySize != 2048 && p.KeySize != 3072 && p.KeySize != 4096 {
+			v.add("pki.keySize", strconv.Itoa(p.KeySize), "is not a supported RSA key size", "use 2048, 3072 or 4096")
+		}
+	default:
+		v.add("pki.keyAlgorithm", p.KeyAlgorithm, "unknown value", "use one of: ecdsa, rsa")
+	}
+	if p.CAValidity < time.Hour {
+		v.add("pki.caValidity", p.CAValidity.String(), "is too short", "use at least 1h, e.g. 87600h (10 years)")
+	}
+	if p.CertValidity < time.Hour {
+		v.add("pki.certValidity", p.CertValidity.String(), "is too short", "use at least 1h, e.g. 8760h (1 year)")
+	} else if p.CertValidity > p.CAValidity && p.CAValidity >= time.Hour {
+		v.add("pki.certValidity", p.CertValidity.String(), "is longer than pki.caValidity "+p.CAValidity.String()+" (a cert cannot outlive its CA)",
+			"make certValidity at most caValidity")
+	}
+	if p.RenewBefore < 0 || (p.CertValidity >= time.Hour && p.RenewBefore >= p.CertValidity) {
+		v.add("pki.renewBefore", p.RenewBefore.String(), "must be >= 0 and shorter than pki.certValidity "+p.CertValidity.String()+", or every run would reissue every cert",
+			"use e.g. 720h (30 days)")
+	}
+}
+
+func (c *Cluster) validateVersions(v *validator) {
+	check := func(field, val string) {
+		if !semverRE.MatchString(val) {
+			v.add(field, val, "is not a version", "write vMAJOR.MINOR.PATCH, e.g. "+semverExample(field))
+		}
+	}
+	vs := c.Versions
+	check("versions.kubernetes", vs.Kubernetes)
+	check("versions.etcd", vs.Etcd)
+	check("versions.containerd", vs.Containerd)
+	check("versions.runc", vs.Runc)
+	check("versions.cniPlugins", vs.CNIPlugins)
+	check("versions.crictl", vs.Crictl)
+	check("versions.coredns", vs.CoreDNS)
+	if !pauseTagRE.MatchString(vs.Pause) {
+		v.add("versions.pause", vs.Pause, "is not a pause image tag", "write MAJOR.MINOR[.PATCH] without a v, e.g. "+DefaultVersions.Pause)
+	}
+	if semverRE.MatchString(vs.Kubernetes) && !strings.HasPrefix(vs.Kubernetes, "v1.") {
+		v.add("versions.kubernetes", vs.Kubernetes, "is not a Kubernetes 1.x release", "use e.g. "+DefaultVersions.Kubernetes)
+	}
+	if semverRE.MatchString(vs.Containerd) && !strings.HasPrefix(vs.Containerd, "v2.") {
+		v.add("versions.containerd", vs.Containerd, "khw configures containerd 2.x (config version 3)", "use e.g. "+DefaultVersions.Containerd)
+	}
+}
+
+func semverExample(field string) string {
+	switch field {
+	case "versions.etcd":
+		return DefaultVersions.Etcd
+	case "versions.containerd":
+		return DefaultVersions.Containerd
+	case "versions.runc":
+		return DefaultVersions.Runc
+	case "versions.cniPlugins":
+		return DefaultVersions.CNIPlugins
+	case "versions.crictl":
+		return DefaultVersions.Crictl
+	case "versions.coredns":
+		return DefaultVersions.CoreDNS
+	}
+	return DefaultVersions.Kubernetes
+}
+
+func (c *Cluster) validateNodes(v *validator, nodeNet netip.Prefix, nodeNetOK bool, gw netip.Addr, gwOK bool, pods netip.Prefix, podsOK bool) {
+	if len(c.Nodes) == 0 {
+		v.add("nodes", "", "is empty", "list the machines: one loadbalancer, an odd number of controlplanes, and workers (see `khw init`)")
+		return
+	}
+	names := map[string]int{}
+	ips := map[netip.Addr]int{}
+	type podNet struct {
+		idx int
+		p   netip.Prefix
+	}
+	var podNets []podNet
+	counts := map[string]int{}
+	for i, n := range c.Nodes {
+		f := func(s string) string {
+			if n.Name != "" {
+				return fmt.Sprintf("nodes[%d] (%s).%s", i, n.Name, s)
+			}
+			return fmt.Sprintf("nodes[%d].%s", i, s)
+		}
+		if !dnsLabelRE.MatchString(n.Name) || len(n.Name) > 63 {
+			v.add(f("name"), n.Name, "is not a valid host name", "use a DNS label: lowercase letters, digits and '-', e.g. w4")
+		} else if j, dup := names[n.Name]; dup {
+			v.add(f("name"), n.Name, fmt.Sprintf("duplicates nodes[%d]", j), "give every node its own name")
+		} else {
+			names[n.Name] = i
+		}
+		if v.oneOf(f("role"), n.Role, RoleLoadBalancer, RoleControlPlane, RoleWorker) {
+			counts[n.Role]++
+		}
+		if a, ok := v.addr(f("ip"), n.IP); ok {
+			switch {
+			case nodeNetOK && !hostAddr(nodeNet, a):
+				v.add(f("ip"), n.IP, "is outside network.cidr "+nodeNet.String()+" (or is its network/broadcast address)",
+					"use a host address inside "+nodeNet.String()+", or change network.cidr")
+			case gwOK && a == gw:
+				v.add(f("ip"), n.IP, "is network.gateway, the jumpbox's own address", "give the node another address")
+			default:
+				if j, dup := ips[a]; dup {
+					v.add(f("ip"), n.IP, fmt.Sprintf("duplicates nodes[%d] (%s)", j, c.Nodes[j].Name), "give every node its own IP")
+				} else {
+					ips[a] = i
+				}
+			}
+		}
+		if n.Role == RoleWorker {
+			if n.PodCIDR == "" {
+				v.add(f("podCIDR"), "", "is missing: every worker needs its own pod subnet",
+					"add podCIDR: a free /24 inside kubernetes.clusterCIDR "+c.Kubernetes.ClusterCIDR)
+			} else if p, ok := v.prefix(f("podCIDR"), n.PodCIDR); ok {
+				switch {
+				case podsOK && !(pods.Contains(p.Addr()) && p.Bits() >= pods.Bits()):
+					v.add(f("podCIDR"), n.PodCIDR, "is not inside kubernetes.clusterCIDR "+pods.String(),
+						"use a /24 inside "+pods.String())
+				case p.Bits() > 28:
+					v.add(f("podCIDR"), n.PodCIDR, "is too small for the pods of a node", "use a /24")
+				default:
+					for _, o := range podNets {
+						if o.p.Overlaps(p) {
+							v.add(f("podCIDR"), n.PodCIDR, fmt.Sprintf("overlaps the podCIDR %s of nodes[%d] (%s)", o.p, o.idx, c.Nodes[o.idx].Name),
+								"give every worker its own, non-overlapping podCIDR")
+							break
+						}
+					}
+					podNets = append(podNets, podNet{i, p})
+				}
+			}
+		} else {
+			if n.PodCIDR != "" {
+				v.add(f("podCIDR"), n.PodCIDR, "is set on a "+n.Role+" node, which runs no pods", "remove it (only workers have a podCIDR)")
+			}
+			if n.TLSBootstrap {
+				v.add(f("tlsBootstrap"), "true", "is set on a "+n.Role+" node; only a worker's kubelet joins by TLS bootstrap", "remove it")
+			}
+			if n.KubeletCert != nil {
+				v.add(f("kubeletCert"), "", "is set on a "+n.Role+" node, which runs no kubelet", "remove it")
+			}
+		}
+		if n.TLSBootstrap && n.KubeletCert != nil {
+			v.add(f("kubeletCert"), n.KubeletCert.Cert,
+				"a TLS-bootstrap worker gets its kubelet cert from the cluster through a CSR, so it cannot also have a pre-issued cert",
+				"remove kubeletCert, or set tlsBootstrap: false to install the pre-issued cert")
+		}
+		if n.KubeletCert != nil && (n.KubeletCert.Cert == "" || n.KubeletCert.Key == "") {
+			v.add(f("kubeletCert"), "", "needs both cert and key", "give the paths of the PEM cert and its private key")
+		}
+		if n.CPUs < 1 || n.CPUs > 64 {
+			v.add(f("cpus"), strconv.Itoa(n.CPUs), "is out of range", "use 1-64")
+		}
+		if n.MemoryMiB < 256 {
+			v.add(f("memoryMiB"), strconv.Itoa(n.MemoryMiB), "is too small", "use at least 512 (MiB); 2048 for control planes and workers")
+		}
+		if n.DiskGiB < 4 {
+			v.add(f("diskGiB"), strconv.Itoa(n.DiskGiB), "is too small", "use at least 4 (GiB); 20 is comfortable")
+		}
+	}
+	if got := counts[RoleLoadBalancer]; got != 1 {
+		v.add("nodes", strconv.Itoa(got)+" loadbalancer nodes", "the cluster needs exactly one node with role loadbalancer (HAProxy in front of the apiservers)",
+			"keep exactly one `role: loadbalancer` node")
+	}
+	switch cps := counts[RoleControlPlane]; {
+	case cps == 0:
+		v.add("nodes", "0 controlplane nodes", "the cluster needs at least one control plane", "add `role: controlplane` nodes (3 for HA)")
+	case cps%2 == 0:
+		v.warn("nodes", fmt.Sprintf("%d control planes: etcd quorum is %d of %d, so an even count tolerates no more failures than %d; use an odd number", cps, cps/2+1, cps, cps-1))
+	}
+	if counts[RoleWorker] == 0 {
+		v.add("nodes", "0 worker nodes", "the cluster needs at least one worker", "add `role: worker` nodes with a podCIDR each")
+	}
+}
