@@ -1,0 +1,143 @@
+package pki
+
+import (
+	"fmt"
+	"math/big"
+	"strings"
+	"time"
+)
+
+// Action is what Reconcile did with one cert.
+type Action string
+
+const (
+	// Kept: the cert and key on disk match their Spec and were left untouched.
+	Kept Action = "kept"
+	// Created: there was no cert; a key and cert were generated.
+	Created Action = "created"
+	// Reissued: a cert existed but no longer matched (see the reasons); a new
+	// key and cert replaced it.
+	Reissued Action = "reissued"
+	// Imported: a pre-issued kubelet cert (nodes[].kubeletCert) was verified
+	// and copied into the pki directory.
+	Imported Action = "imported"
+	// Stale: a cert in the pki directory that no Spec asks for any more (a
+	// removed worker, or one that switched to TLS bootstrap). It is reported,
+	// never deleted.
+	Stale Action = "stale"
+)
+
+// ReasonCode classifies why a cert was (re)issued or flagged.
+type ReasonCode string
+
+const (
+	ReasonMissing      ReasonCode = "missing"          // cert or key file does not exist
+	ReasonUnreadable   ReasonCode = "unreadable"       // cert or key file does not parse
+	ReasonKeyMismatch  ReasonCode = "key-mismatch"     // the key is not the cert's key (e.g. a crash between the two writes)
+	ReasonSubject      ReasonCode = "subject"          // CN or O differs from the Spec
+	ReasonSANs         ReasonCode = "sans"             // SAN set differs (e.g. a control plane was added)
+	ReasonKeyAlgorithm ReasonCode = "key-algorithm"    // key algorithm or size differs from pki.keyAlgorithm/keySize
+	ReasonUsage        ReasonCode = "usage"            // key usage, EKU or CA flag differs from the profile
+	ReasonRenew        ReasonCode = "renew"            // expires within pki.renewBefore
+	ReasonExpired      ReasonCode = "expired"          // NotAfter has passed
+	ReasonNotYetValid  ReasonCode = "not-yet-valid"    // NotBefore lies in the future (clock skew)
+	ReasonNotSignedBy  ReasonCode = "not-signed-by-ca" // not signed by the current CA (e.g. the CA was regenerated)
+	ReasonNotCA        ReasonCode = "not-ca"           // ca.pem is not a usable CA cert
+	ReasonNotInConfig  ReasonCode = "not-in-config"    // stale: no Spec for this cert
+)
+
+// Reason is one cause of an action, e.g. {sans, "missing cp4, 192.168.122.14"}.
+type Reason struct {
+	Code   ReasonCode `json:"code"`
+	Detail string     `json:"detail"`
+}
+
+func (r Reason) String() string {
+	if r.Detail == "" {
+		return string(r.Code)
+	}
+	return string(r.Code) + ": " + r.Detail
+}
+
+// CertStatus is the outcome for one cert.
+type CertStatus struct {
+	// Name is the Spec name (file base name).
+	Name   string `json:"name"`
+	Action Action `json:"action"`
+	// Reasons say why it was created, reissued or flagged; empty when kept.
+	// An imported cert may carry a renew reason as a warning.
+	Reasons []Reason `json:"reasons,omitempty"`
+	// Serial is the serial number of the cert now on disk, as colon-separated
+	// hex (the form `openssl x509 -text` prints).
+	Serial string `json:"serial,omitempty"`
+	// NotAfter is the expiry of the cert now on disk.
+	NotAfter time.Time `json:"notAfter,omitzero"`
+	// Source is the pre-issued cert file for Imported.
+	Source string `json:"source,omitempty"`
+}
+
+// Report is what one Reconcile did (or, with DryRun, would do).
+type Report struct {
+	Dir    string `json:"dir"`
+	DryRun bool   `json:"dryRun,omitempty"`
+	// Certs lists every Spec in Specs order, then stale certs. A cert that
+	// failed (see the error Reconcile returned) is left out.
+	Certs []CertStatus `json:"certs"`
+	// Written lists the files written (or, with DryRun, to be written),
+	// relative to Dir, in write order. Empty when nothing changed.
+	Written []string `json:"written"`
+}
+
+// Cert returns the status of the cert called name.
+func (r *Report) Cert(name string) (CertStatus, bool) {
+	for _, s := range r.Certs {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return CertStatus{}, false
+}
+
+// Changed reports whether any file was (or would be) written.
+func (r *Report) Changed() bool { return len(r.Written) > 0 }
+
+// String renders one line per cert: "reissued  kubernetes  sans: missing cp4".
+func (r *Report) String() string {
+	var b strings.Builder
+	for _, s := range r.Certs {
+		b.WriteString(s.line())
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func (s CertStatus) line() string {
+	l := fmt.Sprintf("%-8s %-24s", s.Action, s.Name)
+	var rs []string
+	for _, r := range s.Reasons {
+		rs = append(rs, r.String())
+	}
+	if s.Source != "" {
+		rs = append(rs, "from "+s.Source)
+	}
+	if len(rs) > 0 {
+		l += " " + strings.Join(rs, "; ")
+	}
+	return strings.TrimRight(l, " ")
+}
+
+// formatSerial prints a serial as colon-separated lowercase hex bytes.
+func formatSerial(n *big.Int) string {
+	if n == nil {
+		return ""
+	}
+	b := n.Bytes()
+	if len(b) == 0 {
+		b = []byte{0}
+	}
+	parts := make([]string, len(b))
+	for i, x := range b {
+		parts[i] = fmt.Sprintf("%02x", x)
+	}
+	return strings.Join(parts, ":")
+}

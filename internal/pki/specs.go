@@ -1,0 +1,191 @@
+// Package pki is the cluster's certificate authority: it turns cluster.yaml
+// into the cert table of "Kubernetes the Hard Way" (Specs), issues and
+// re-issues the certs with cfssl used as a library (Reconcile), and explains
+// any cert in words, including the identity the apiserver derives from it
+// (Inspect).
+//
+// Files live in one directory (the state dir's pki/, mode 0700), named as the
+// guide names them so a student recognises them and can run cfssl by hand
+// against the same inputs:
+//
+//	ca-config.json             cfssl signing config (profiles kubernetes, client, signing)
+//	<name>-csr.json            cfssl CSR JSON (CN, key, names, hosts) for every cert
+//	<name>.pem                 the cert (0644)
+//	<name>-key.pem             its private key (0600)
+//
+// e.g. `cfssl gencert -ca=ca.pem -ca-key=ca-key.pem -config=ca-config.json
+// -profile=client admin-csr.json | cfssljson -bare admin`.
+package pki
+
+import (
+	"strings"
+
+	"github.com/khw-dev/khw/internal/config"
+)
+
+// Profile names a cfssl signing profile of ca-config.json. The profile fixes
+// the key usages and extended key usages (EKUs) of every cert signed with it.
+type Profile string
+
+const (
+	// ProfileCA is the self-signed root (`cfssl gencert -initca`): CA:true,
+	// key usages cert sign + CRL sign, path length 0 (it signs only leaf
+	// certs). It is not a profile of ca-config.json.
+	ProfileCA Profile = "ca"
+	// ProfileKubernetes is for certs that serve TLS and are also clients:
+	// EKU server auth + client auth. The apiserver/etcd cert and the kubelet
+	// certs use it.
+	ProfileKubernetes Profile = "kubernetes"
+	// ProfileClient is for pure clients of the apiserver: EKU client auth only,
+	// so the cert cannot be used to impersonate a server.
+	ProfileClient Profile = "client"
+	// ProfileSigning is for a key that only signs data (ServiceAccount JWTs):
+	// key usage digital signature, no EKU for TLS.
+	ProfileSigning Profile = "signing"
+)
+
+// Well-known names, from k8s.io/apiserver/pkg/authentication/user (user.go)
+// and plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go.
+const (
+	groupMasters     = "system:masters"
+	groupNodes       = "system:nodes"
+	nodeUserPrefix   = "system:node:"
+	userKCM          = "system:kube-controller-manager"
+	userScheduler    = "system:kube-scheduler"
+	userKubeProxy    = "system:kube-proxy"
+	groupNodeProxier = "system:node-proxier"
+	userAPIServer    = "kubernetes"
+	userSigner       = "service-accounts"
+	orgKubernetes    = "Kubernetes"
+)
+
+// CAName is the file base name of the cluster CA (ca.pem, ca-key.pem).
+const CAName = "ca"
+
+// Spec is one certificate of the cluster: its identity, its SANs and how it
+// is used. Specs returns them; Reconcile makes the files match them.
+type Spec struct {
+	// Name is the file base name: <Name>.pem, <Name>-key.pem, <Name>-csr.json.
+	// A worker's kubelet cert is named after the node (w1).
+	Name string `json:"name"`
+	// CN is the subject common name, which the apiserver reads as the user
+	// name of a client cert.
+	CN string `json:"cn"`
+	// O is the subject organization, which the apiserver reads as the group.
+	O string `json:"o,omitempty"`
+	// OU is the informational organizational unit (pki.subject, or "CA").
+	OU string `json:"ou,omitempty"`
+	// Hosts are the SANs in the order they are written to the CSR JSON: IP
+	// addresses and DNS names as strings. Empty for pure client certs.
+	Hosts []string `json:"hosts"`
+	// Profile fixes the key usages and EKUs (see the Profile constants).
+	Profile Profile `json:"profile"`
+	// Node is the worker node of a kubelet cert, "" for other certs.
+	Node string `json:"node,omitempty"`
+	// Import is set when cluster.yaml gives a pre-issued kubelet cert for the
+	// node (nodes[].kubeletCert): Reconcile verifies and copies it instead of
+	// issuing one.
+	Import *config.CertRef `json:"import,omitempty"`
+	// Purpose says who uses the cert and how.
+	Purpose string `json:"purpose"`
+	// Access says what the identity may do in the cluster (Node authorizer,
+	// built-in RBAC bindings), or why it is no client identity at all.
+	Access []string `json:"access"`
+}
+
+// Specs returns the cert table of c, in this order: ca, admin, one kubelet
+// cert per worker without tlsBootstrap (file order), kube-controller-manager,
+// kube-scheduler, kube-proxy, kubernetes, service-account. A worker with
+// tlsBootstrap: true gets no cert: its kubelet asks the cluster for one
+// through a CertificateSigningRequest.
+//
+// Subjects follow upstream (cluster-facts.md): the controller-manager and
+// scheduler use O=system:kube-controller-manager and O=system:kube-scheduler,
+// not the seed blog's O=system:nodes / O=system:node-proxier. c must be
+// validated (config.Validate).
+func Specs(c *config.Cluster) []Spec {
+	ou := c.PKI.Subject.OrganizationalUnit
+	mk := func(name, cn, o string, p Profile, hosts []string) Spec {
+		s := Spec{Name: name, CN: cn, O: o, OU: ou, Hosts: hosts, Profile: p}
+		if s.Hosts == nil {
+			s.Hosts = []string{}
+		}
+		s.Purpose, s.Access = describe(cn, nonEmpty(o), p == ProfileCA, p == ProfileKubernetes, p == ProfileKubernetes || p == ProfileClient)
+		return s
+	}
+	ca := mk(CAName, "Kubernetes", orgKubernetes, ProfileCA, nil)
+	ca.OU = "CA"
+	specs := []Spec{ca, mk("admin", "admin", groupMasters, ProfileClient, nil)}
+	for _, n := range c.Workers() {
+		if n.TLSBootstrap {
+			continue
+		}
+		s := mk(n.Name, nodeUserPrefix+n.Name, groupNodes, ProfileKubernetes, uniq(n.Name, c.FQDN(n), n.IP))
+		s.Node = n.Name
+		if n.KubeletCert != nil {
+			ref := *n.KubeletCert
+			s.Import = &ref
+		}
+		specs = append(specs, s)
+	}
+	specs = append(specs,
+		mk("kube-controller-manager", userKCM, userKCM, ProfileClient, nil),
+		mk("kube-scheduler", userScheduler, userScheduler, ProfileClient, nil),
+		mk("kube-proxy", userKubeProxy, groupNodeProxier, ProfileClient, nil),
+		mk("kubernetes", userAPIServer, orgKubernetes, ProfileKubernetes, APIServerSANs(c)),
+		mk("service-account", userSigner, orgKubernetes, ProfileSigning, nil),
+	)
+	return specs
+}
+
+// APIServerSANs returns the SANs of the `kubernetes` cert (apiserver serving
+// cert and etcd server/peer cert), in this order: the first IP of the service
+// CIDR (the `kubernetes` Service ClusterIP), 127.0.0.1, every control-plane
+// IP, the LB IP, every control-plane name, the LB name, their FQDNs
+// (<name>.<network.domain>), then kubernetes, kubernetes.default,
+// kubernetes.default.svc and kubernetes.default.svc.<clusterDomain>. A client
+// checks that the name or IP it dialled is among them ("x509: certificate is
+// valid for X, not Y" otherwise). The default cluster has 18.
+func APIServerSANs(c *config.Cluster) []string {
+	var ips, names, fqdns []string
+	if a := c.APIServerServiceIP(); a.IsValid() {
+		ips = append(ips, a.String())
+	}
+	ips = append(ips, "127.0.0.1")
+	nodes := c.ControlPlanes()
+	if lb, ok := c.LB(); ok {
+		nodes = append(nodes, lb)
+	}
+	for _, n := range nodes {
+		ips = append(ips, n.IP)
+		names = append(names, n.Name)
+		fqdns = append(fqdns, c.FQDN(n))
+	}
+	svc := []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc"}
+	if d := strings.TrimSuffix(c.Kubernetes.ClusterDomain, "."); d != "" {
+		svc = append(svc, "kubernetes.default.svc."+d)
+	}
+	all := append(append(append(ips, names...), fqdns...), svc...)
+	return uniq(all...)
+}
+
+// uniq drops empty strings and later duplicates, keeping order.
+func uniq(in ...string) []string {
+	seen := map[string]bool{}
+	out := []string{}
+	for _, s := range in {
+		if s == "" || seen[s] {
+			continue
+		}
+		seen[s] = true
+		out = append(out, s)
+	}
+	return out
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
+}
