@@ -8,15 +8,23 @@ const DefaultName = "khw"
 // DefaultVersions is the component set khw installs unless cluster.yaml says
 // otherwise. The artifact catalog (internal/components) documents where each
 // version comes from and which Kubernetes release it is tested with.
+//
+// The set is the one Kubernetes v1.37 is released and tested with: etcd 3.7.0
+// (build/dependencies.yaml and kubeadm's DefaultEtcdVersion in
+// k8s.io/kubernetes v1.37.2), CoreDNS v1.14.6 and pause 3.10.2 (kubeadm's
+// CoreDNSVersion and PauseVersion, cmd/kubeadm/app/constants), CNI plugins
+// v1.9.1 (build/dependencies.yaml), crictl matching the Kubernetes minor
+// (cri-tools README), containerd 2.3 LTS (containerd RELEASES.md: Kubernetes
+// 1.37 needs 2.3.0+ or 2.4.0+) and the runc that containerd release tests.
 var DefaultVersions = Versions{
 	Kubernetes: "v1.37.2",
-	Etcd:       "v3.7.3",
-	Containerd: "v2.2.9",
-	Runc:       "v1.5.3",
+	Etcd:       "v3.7.0",
+	Containerd: "v2.3.7",
+	Runc:       "v1.5.2",
 	CNIPlugins: "v1.9.1",
 	Crictl:     "v1.37.0",
-	CoreDNS:    "v1.14.7",
-	Pause:      "3.10.1",
+	CoreDNS:    "v1.14.6",
+	Pause:      "3.10.2",
 }
 
 // Default returns the cluster of shared/design/cluster-facts.md: lb

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/khw-dev/khw/internal/encryption"
+)
+
+func newEncryptionCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "encryption",
+		Short: "Create or check the encryption-at-rest config for Secrets",
+		Long: `Create encryption-config.yaml (EncryptionConfiguration, apiserver.config.k8s.io/v1)
+for Secrets: the aescbc provider with key1 (32 random bytes) first, identity
+last. The apiserver writes with the first provider and reads with whichever
+provider's prefix matches, so once this is in place every new Secret is
+stored in etcd as k8s:enc:aescbc:v1:key1:... instead of plain text.
+
+An existing file is validated, never regenerated: a new key would make every
+Secret already encrypted with the old one unreadable. To change keys use
+` + "`khw encryption rotate`" + ` (new key first, old key kept to read old data), rewrite
+all Secrets, then ` + "`khw encryption prune`" + `.
+See https://kubernetes.io/docs/tasks/administer-cluster/encrypt-data/`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, _, err := a.load()
+			if err != nil {
+				return err
+			}
+			res, err := encryption.Reconcile(d.EncryptionConfigPath(), nil)
+			if err != nil {
+				return invalidIfValidation(err)
+			}
+			fmt.Fprintln(a.out, res.String())
+			return nil
+		},
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "rotate",
+		Short: "Add a new key first; keep the old ones to read existing Secrets",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, _, err := a.load()
+			if err != nil {
+				return err
+			}
+			res, err := encryption.Rotate(d.EncryptionConfigPath(), nil)
+			if err != nil {
+				return invalidIfValidation(err)
+			}
+			fmt.Fprintln(a.out, res.String())
+			return nil
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "prune",
+		Short: "Drop every key but the first (after all Secrets were rewritten)",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, _, err := a.load()
+			if err != nil {
+				return err
+			}
+			res, err := encryption.Prune(d.EncryptionConfigPath())
+			if err != nil {
+				return invalidIfValidation(err)
+			}
+			fmt.Fprintln(a.out, res.String())
+			return nil
+		},
+	})
+	return cmd
+}
+
+// invalidIfValidation maps an encryption-config validation failure to exit 3.
+func invalidIfValidation(err error) error {
+	var ve *encryption.ValidationError
+	if errors.As(err, &ve) {
+		return invalidInputError{err}
+	}
+	return err
+}

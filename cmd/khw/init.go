@@ -1,0 +1,89 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/fsutil"
+	"github.com/khw-dev/khw/internal/state"
+)
+
+const initLong = `Write cluster.yaml, the desired state of a new cluster, and create the
+cluster's state directory (mode 0700).
+
+The file describes the HA cluster of "Kubernetes the Hard Way": one load
+balancer, three control planes and three workers on 192.168.122.0/24, service
+CIDR 10.32.0.0/24 (the kubernetes Service is 10.32.0.1, cluster DNS 10.32.0.10),
+pod CIDR 10.200.0.0/16 with a /24 per worker, and w3 joining by TLS bootstrap.
+Every field is commented; edit it before ` + "`khw up`" + ` to change the topology.
+
+Providers:
+  libvirt  VMs from Ubuntu 24.04 cloud images (needs KVM; the main path on an
+           ARM or x86 Linux host)
+  nspawn   the same nodes as systemd-nspawn system containers inside the
+           network namespace khw-<name>: no KVM needed, boots in seconds
+
+An existing cluster.yaml is never overwritten unless --force is given.`
+
+func newInitCmd(a *app) *cobra.Command {
+	var name, arch, provider string
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "init",
+		Short: "Write cluster.yaml for a new cluster and create its state directory",
+		Long:  initLong,
+		Example: `  khw init                                  # cluster "khw", arm64, libvirt
+  khw init --name lab --arch amd64 --provider nspawn
+  khw init --force                          # start over from the defaults`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if a.cluster != "" && cmd.Flags().Changed("name") && a.cluster != name {
+				return usagef("--cluster %q and --name %q disagree: give only one of them", a.cluster, name)
+			}
+			if !cmd.Flags().Changed("name") && a.cluster != "" {
+				name = a.cluster
+			}
+			c := config.Default(name, arch, provider)
+			warns, err := c.Validate()
+			if err != nil {
+				return err
+			}
+			for _, w := range warns {
+				fmt.Fprintf(a.errOut, "Warning: %s\n", w)
+			}
+			d := state.New(a.stateBase, c.Name)
+			if fsutil.Exists(d.ConfigPath()) && !force {
+				return fmt.Errorf("%s already exists; khw will not overwrite a cluster's desired state (fix: edit it, pick another --name, or pass --force to start over from the defaults)", d.ConfigPath())
+			}
+			if err := fsutil.EnsureDir(a.stateBase); err != nil {
+				return err
+			}
+			if err := fsutil.EnsureDir(d.Root); err != nil {
+				return err
+			}
+			if _, err := c.Save(d.ConfigPath()); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.out, "Wrote %s (cluster %q, %s, provider %s)\n", d.ConfigPath(), c.Name, c.Arch, c.Provider)
+			fmt.Fprintf(a.out, "State directory: %s (mode 0700)\n\n", d.Root)
+			fmt.Fprintf(a.out, "Next:\n  khw pki          # the CA and every component certificate\n  khw kubeconfig   # kubeconfigs with embedded certs\n  khw encryption   # the encryption-at-rest config\n  khw render       # every node's files from templates\n")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&name, "name", defaultClusterName(), "cluster name (1-20 lowercase letters, digits, '-')")
+	f.StringVar(&arch, "arch", hostArch(), "node CPU architecture: arm64 or amd64")
+	f.StringVar(&provider, "provider", config.ProviderLibvirt, "machine provider: libvirt or nspawn")
+	f.BoolVar(&force, "force", false, "overwrite an existing cluster.yaml")
+	cmd.RegisterFlagCompletionFunc("arch", fixedCompletions(config.ArchARM64, config.ArchAMD64))
+	cmd.RegisterFlagCompletionFunc("provider", fixedCompletions(config.ProviderLibvirt, config.ProviderNspawn))
+	return cmd
+}
+
+func fixedCompletions(vals ...string) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return vals, cobra.ShellCompDirectiveNoFileComp
+	}
+}

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/khw-dev/khw/internal/pki"
+)
+
+const pkiLong = `Make the cluster's PKI with cfssl (used as a library): one CA and a cert per
+identity, each with the subject, SANs and usages Kubernetes expects.
+
+  cert                      CN                              O
+  ca                        the cluster CA (signs everything; the controller-
+                            manager also signs kubelet CSRs with it)
+  admin                     admin                           system:masters
+  w1, w2                    system:node:wN                  system:nodes
+  kube-controller-manager   system:kube-controller-manager  system:kube-controller-manager
+  kube-scheduler            system:kube-scheduler           system:kube-scheduler
+  kube-proxy                system:kube-proxy               system:node-proxier
+  kubernetes                kubernetes                      Kubernetes   (apiserver + etcd serving,
+                            18 SANs: service IP, 127.0.0.1, cps, lb and their names)
+  service-account           service-accounts                Kubernetes   (signs ServiceAccount tokens)
+
+The apiserver reads a client cert's CN as the user and O as the groups; that is
+all the identity a cert carries. w3 (tlsBootstrap: true) gets no cert here: its
+kubelet asks the cluster for one with a CSR.
+
+Beside each cert: <name>-csr.json (the cfssl request) and ca-config.json, so you
+can make the same cert by hand:
+  cfssl gencert -ca=ca.pem -ca-key=ca-key.pem -config=ca-config.json \
+    -profile=kubernetes admin-csr.json | cfssljson -bare admin
+
+Re-running keeps every valid cert (same serial) and reissues only what changed,
+with the reason: a SAN set that no longer matches (a control plane was added),
+a cert that expires within pki.renewBefore, a key that does not match its cert,
+a cert not signed by the current CA.`
+
+func newPKICmd(a *app) *cobra.Command {
+	var dryRun bool
+	var output string
+	cmd := &cobra.Command{
+		Use:   "pki",
+		Short: "Create or reconcile the CA and every component certificate",
+		Long:  pkiLong,
+		Example: `  khw pki                 # create what is missing, reissue what changed
+  khw pki --dry-run       # say what would change
+  khw pki inspect admin   # who is this cert, and what may it do?`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			d, c, err := a.load()
+			if err != nil {
+				return err
+			}
+			var opts []pki.Option
+			if dryRun {
+				opts = append(opts, pki.DryRun())
+			}
+			if a.verbosity >= 2 {
+				opts = append(opts, pki.WithLog(a.errOut))
+			}
+			start := time.Now()
+			rep, err := pki.Reconcile(c, d.PKIDir(), time.Time{}, opts...)
+			if rep != nil {
+				if output == "json" {
+					enc := json.NewEncoder(a.out)
+					enc.SetIndent("", "  ")
+					if jerr := enc.Encode(rep); jerr != nil {
+						return jerr
+					}
+				} else {
+					fmt.Fprint(a.out, rep.String())
+					verb := "changed"
+					if dryRun {
+						verb = "would change"
+					}
+					fmt.Fprintf(a.out, "PKI in %s: %d files %s (%s)\n", d.PKIDir(), len(rep.Written), verb, time.Since(start).Round(time.Millisecond))
+				}
+			}
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "report what would be created or reissued, write nothing")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.RegisterFlagCompletionFunc("output", fixedCompletions("text", "json"))
+	cmd.AddCommand(newPKIInspectCmd(a))
+	return cmd
+}
+
+func newPKIInspectCmd(a *app) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "inspect [NAME]",
+		Short: "Show a certificate: subject, SANs, usages, validity, and the identity it carries",
+		Long: `Show a certificate of the cluster (all of them without NAME): subject, issuer,
+serial, SANs, key usages and extended key usages, validity, and the identity the
+apiserver derives from it as a client cert (user = CN, groups = O, as in
+k8s.io/apiserver/pkg/authentication/request/x509) with what that identity may
+do, e.g. "system:masters → cluster-admin".`,
+		Example: `  khw pki inspect kubernetes
+  khw pki inspect w1 -o json`,
+		Args: maxArgs(1),
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+			d, err := a.dir()
+			if err != nil || len(args) > 0 {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			return certNames(d.PKIDir()), cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			d, _, err := a.load()
+			if err != nil {
+				return err
+			}
+			names := args
+			if len(names) == 0 {
+				names = certNames(d.PKIDir())
+				if len(names) == 0 {
+					return fmt.Errorf("no certificates in %s (fix: run `khw pki` first)", d.PKIDir())
+				}
+			}
+			var infos []*pki.CertInfo
+			for _, n := range names {
+				info, err := pki.Inspect(d.PKIDir(), n)
+				if err != nil {
+					return err
+				}
+				infos = append(infos, info)
+			}
+			if output == "json" {
+				enc := json.NewEncoder(a.out)
+				enc.SetIndent("", "  ")
+				if len(args) == 1 {
+					return enc.Encode(infos[0])
+				}
+				return enc.Encode(infos)
+			}
+			for i, info := range infos {
+				if i > 0 {
+					fmt.Fprintln(a.out)
+				}
+				fmt.Fprint(a.out, info.Text())
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return cmd
+}
+
+// certNames lists the certs (NAME for NAME.pem, keys and CSRs excluded) in dir.
+func certNames(dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		n := e.Name()
+		if strings.HasSuffix(n, ".pem") && !strings.HasSuffix(n, "-key.pem") {
+			out = append(out, strings.TrimSuffix(n, filepath.Ext(n)))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func checkOutput(o string) error {
+	if o != "text" && o != "json" {
+		return usagef("--output %q: use text or json", o)
+	}
+	return nil
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/fsutil"
+	"github.com/khw-dev/khw/internal/state"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// app carries the global flags and the output streams to every command.
+type app struct {
+	stateBase string
+	cluster   string
+	verbosity int
+	out       io.Writer
+	errOut    io.Writer
+}
+
+// logf prints a progress or detail line to stderr when -v is at least level.
+func (a *app) logf(level int, format string, args ...any) {
+	if a.verbosity >= level {
+		fmt.Fprintf(a.errOut, format+"\n", args...)
+	}
+}
+
+// dir resolves the cluster state directory from --state-dir and --cluster.
+func (a *app) dir() (state.Dir, error) {
+	return state.Resolve(a.stateBase, a.cluster)
+}
+
+// load resolves the cluster and reads its cluster.yaml, printing warnings.
+func (a *app) load() (state.Dir, *config.Cluster, error) {
+	d, err := a.dir()
+	if err != nil {
+		return d, nil, usageError{err}
+	}
+	if !fsutil.Exists(d.ConfigPath()) {
+		return d, nil, fmt.Errorf("no cluster %q: %s does not exist (fix: run `khw init --name %s`, or choose another with --cluster / --state-dir)", d.Name, d.ConfigPath(), d.Name)
+	}
+	c, warns, err := d.Load()
+	for _, w := range warns {
+		fmt.Fprintf(a.errOut, "Warning: %s\n", w)
+	}
+	if err != nil {
+		return d, nil, invalidInputError{err}
+	}
+	a.logf(1, "cluster %q from %s", c.Name, d.ConfigPath())
+	return d, c, nil
+}
+
+const rootLong = `khw builds a real, highly available Kubernetes cluster "the hard way":
+one CA and every certificate with cfssl, every kubeconfig, every systemd unit,
+etcd x3, three control planes behind HAProxy, workers, a pod network, CoreDNS,
+and a worker (w3) that joins by TLS bootstrap. Nothing is hidden: every file
+khw makes is in the cluster's state directory, and every step can be shown as
+the shell commands it stands for.
+
+The default cluster (khw init):
+  lb  192.168.122.10   HAProxy in front of the three apiservers (:6443)
+  cp1 192.168.122.11   etcd, kube-apiserver, controller-manager, scheduler
+  cp2 192.168.122.12   (same)
+  cp3 192.168.122.13   (same)
+  w1  192.168.122.21   containerd, kubelet, kube-proxy; podCIDR 10.200.0.0/24
+  w2  192.168.122.22   (same); podCIDR 10.200.1.0/24
+  w3  192.168.122.23   joins by TLS bootstrap; podCIDR 10.200.2.0/24
+
+Where things live:
+  state directory  --state-dir or $KHW_STATE_DIR (default $XDG_STATE_HOME/khw,
+                   else ~/.local/state/khw); one sub-directory per cluster,
+                   mode 0700, holding cluster.yaml, pki/, kubeconfigs/,
+                   encryption-config.yaml, nodes/ and manifests/.
+  cluster          --cluster or $KHW_CLUSTER; defaults to the only cluster
+                   in the state directory.
+
+Exit codes: 0 success, 1 the operation failed, 2 bad command line,
+3 an input file (cluster.yaml, a cert) is invalid and nothing was changed.`
+
+const rootExample = `  # Describe a cluster, then make its certificates, kubeconfigs and node files
+  khw init --provider nspawn
+  khw pki
+  khw pki inspect kubernetes
+  khw kubeconfig
+  khw encryption
+  khw render
+
+  # Shell completion (bash; also zsh, fish, powershell)
+  source <(khw completion bash)`
+
+func newRootCmd(out, errOut io.Writer) *cobra.Command {
+	a := &app{out: out, errOut: errOut}
+	root := &cobra.Command{
+		Use:           "khw",
+		Short:         "Kubernetes the Hard Way, automated and explained",
+		Long:          rootLong,
+		Example:       rootExample,
+		Version:       version,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.SetOut(out)
+	root.SetErr(errOut)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageError{fmt.Errorf("%w (see `%s --help`)", err, c.CommandPath())}
+	})
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.stateBase, "state-dir", state.DefaultBase(), "base directory of cluster state (env "+state.EnvStateDir+")")
+	pf.StringVarP(&a.cluster, "cluster", "c", "", "cluster to work on (env "+state.EnvCluster+"; default: the only one in --state-dir)")
+	pf.CountVarP(&a.verbosity, "verbose", "v", "more detail: -v shows each decision, -vv also each file written")
+
+	root.AddCommand(
+		newInitCmd(a),
+		newConfigCmd(a),
+		newPKICmd(a),
+		newKubeconfigCmd(a),
+		newEncryptionCmd(a),
+		newRenderCmd(a),
+		newVersionCmd(a),
+	)
+	return root
+}
+
+// exactArgs is cobra.ExactArgs with a usage error (exit 2).
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
+			return usageError{fmt.Errorf("%w (see `%s --help`)", err, cmd.CommandPath())}
+		}
+		return nil
+	}
+}
+
+func maxArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.MaximumNArgs(n)(cmd, args); err != nil {
+			return usageError{fmt.Errorf("%w (see `%s --help`)", err, cmd.CommandPath())}
+		}
+		return nil
+	}
+}
+
+func newVersionCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print khw's version and the default component versions",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			v := config.DefaultVersions
+			fmt.Fprintf(a.out, "khw %s\ndefault components: kubernetes %s, etcd %s, containerd %s, runc %s, cni-plugins %s, crictl %s, coredns %s, pause %s\n",
+				version, v.Kubernetes, v.Etcd, v.Containerd, v.Runc, v.CNIPlugins, v.Crictl, v.CoreDNS, v.Pause)
+			return nil
+		},
+	}
+}
