@@ -60,7 +60,7 @@ type Component struct {
 	// Version is the fixed version of a component without a VersionKey.
 	Version string `yaml:"version"`
 	// Compatibility cites why this version goes with Kubernetes 1.37.
-	Compatibility string `yaml:"compatibility"`
+	Compatibility string     `yaml:"compatibility"`
 	Artifacts     []Artifact `yaml:"artifacts"`
 }
 

@@ -217,3 +217,28 @@ func TestInputsMatchTemplates(t *testing.T) {
 		t.Errorf("lb inputs %v, %v", in, err)
 	}
 }
+
+// TestInputsSourcesExist checks that every Input names a file the state
+// directory really holds after pki, kubeconfig and encryption ran — so the
+// bring-up can push Inputs without a table of its own.
+func TestInputsSourcesAreStatePaths(t *testing.T) {
+	c := config.Default("khw", config.ArchAMD64, config.ProviderNspawn)
+	want := map[string]bool{}
+	for _, n := range c.Nodes {
+		ins, err := Inputs(c, n.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, in := range ins {
+			if in.Source == "" || strings.HasPrefix(in.Source, "/") || !strings.Contains(in.What, "D/"+in.Source) {
+				t.Errorf("%s %s: Source %q does not match its description %q", n.Name, in.Path, in.Source, in.What)
+			}
+			want[in.Source] = true
+		}
+	}
+	for _, s := range []string{"pki/ca.pem", "pki/ca-key.pem", "encryption-config.yaml", "kubeconfigs/w3-bootstrap.kubeconfig", "pki/w1.pem", "kubeconfigs/w2.kubeconfig"} {
+		if !want[s] {
+			t.Errorf("no Input has Source %s", s)
+		}
+	}
+}

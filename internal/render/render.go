@@ -94,6 +94,10 @@ type Input struct {
 	// What describes the content and where it comes from in the state
 	// directory, e.g. "cluster CA certificate (D/pki/ca.pem)".
 	What string
+	// Source is the file to install: a slash path relative to the state
+	// directory (pki/ca.pem), or an absolute path on the jumpbox for a
+	// pre-issued kubelet cert (nodes[].kubeletCert).
+	Source string
 }
 
 // Report lists what All did, as slash-separated paths relative to the state
@@ -411,32 +415,31 @@ func Inputs(c *config.Cluster, name string) ([]Input, error) {
 	switch n.Role {
 	case config.RoleControlPlane:
 		return []Input{
-			{"/etc/etcd/ca.pem", pub, "cluster CA certificate, etcd's trust anchor (D/pki/ca.pem)"},
-			{"/etc/etcd/kubernetes.pem", pub, "etcd server and peer certificate (D/pki/kubernetes.pem)"},
-			{"/etc/etcd/kubernetes-key.pem", sec, "its private key (D/pki/kubernetes-key.pem)"},
-			{"/var/lib/kubernetes/ca.pem", pub, "cluster CA certificate (D/pki/ca.pem)"},
-			{"/var/lib/kubernetes/ca-key.pem", sec, "cluster CA private key; the controller-manager signs approved CSRs with it (D/pki/ca-key.pem)"},
-			{"/var/lib/kubernetes/kubernetes.pem", pub, "apiserver serving cert, also its etcd and kubelet client cert (D/pki/kubernetes.pem)"},
-			{"/var/lib/kubernetes/kubernetes-key.pem", sec, "its private key (D/pki/kubernetes-key.pem)"},
-			{"/var/lib/kubernetes/service-account.pem", pub, "ServiceAccount token verification key (D/pki/service-account.pem)"},
-			{"/var/lib/kubernetes/service-account-key.pem", sec, "ServiceAccount token signing key (D/pki/service-account-key.pem)"},
-			{"/var/lib/kubernetes/encryption-config.yaml", sec, "EncryptionConfiguration for Secrets (D/encryption-config.yaml)"},
-			{"/var/lib/kubernetes/kube-controller-manager.kubeconfig", sec, "controller-manager kubeconfig, server https://127.0.0.1 (D/kubeconfigs/kube-controller-manager.kubeconfig)"},
-			{"/var/lib/kubernetes/kube-scheduler.kubeconfig", sec, "scheduler kubeconfig, server https://127.0.0.1 (D/kubeconfigs/kube-scheduler.kubeconfig)"},
+			{Path: "/etc/etcd/ca.pem", Mode: pub, What: "cluster CA certificate, etcd's trust anchor (D/pki/ca.pem)", Source: "pki/ca.pem"},
+			{Path: "/etc/etcd/kubernetes.pem", Mode: pub, What: "etcd server and peer certificate (D/pki/kubernetes.pem)", Source: "pki/kubernetes.pem"},
+			{Path: "/etc/etcd/kubernetes-key.pem", Mode: sec, What: "its private key (D/pki/kubernetes-key.pem)", Source: "pki/kubernetes-key.pem"},
+			{Path: "/var/lib/kubernetes/ca.pem", Mode: pub, What: "cluster CA certificate (D/pki/ca.pem)", Source: "pki/ca.pem"},
+			{Path: "/var/lib/kubernetes/ca-key.pem", Mode: sec, What: "cluster CA private key; the controller-manager signs approved CSRs with it (D/pki/ca-key.pem)", Source: "pki/ca-key.pem"},
+			{Path: "/var/lib/kubernetes/kubernetes.pem", Mode: pub, What: "apiserver serving cert, also its etcd and kubelet client cert (D/pki/kubernetes.pem)", Source: "pki/kubernetes.pem"},
+			{Path: "/var/lib/kubernetes/kubernetes-key.pem", Mode: sec, What: "its private key (D/pki/kubernetes-key.pem)", Source: "pki/kubernetes-key.pem"},
+			{Path: "/var/lib/kubernetes/service-account.pem", Mode: pub, What: "ServiceAccount token verification key (D/pki/service-account.pem)", Source: "pki/service-account.pem"},
+			{Path: "/var/lib/kubernetes/service-account-key.pem", Mode: sec, What: "ServiceAccount token signing key (D/pki/service-account-key.pem)", Source: "pki/service-account-key.pem"},
+			{Path: "/var/lib/kubernetes/encryption-config.yaml", Mode: sec, What: "EncryptionConfiguration for Secrets (D/encryption-config.yaml)", Source: "encryption-config.yaml"},
+			{Path: "/var/lib/kubernetes/kube-controller-manager.kubeconfig", Mode: sec, What: "controller-manager kubeconfig, server https://127.0.0.1 (D/kubeconfigs/kube-controller-manager.kubeconfig)", Source: "kubeconfigs/kube-controller-manager.kubeconfig"},
+			{Path: "/var/lib/kubernetes/kube-scheduler.kubeconfig", Mode: sec, What: "scheduler kubeconfig, server https://127.0.0.1 (D/kubeconfigs/kube-scheduler.kubeconfig)", Source: "kubeconfigs/kube-scheduler.kubeconfig"},
 		}, nil
 	case config.RoleWorker:
 		in := []Input{
-			{"/var/lib/kubernetes/ca.pem", pub, "cluster CA certificate: verifies clients of the kubelet (D/pki/ca.pem)"},
-			{"/var/lib/kube-proxy/kubeconfig", sec, "kube-proxy kubeconfig, server through the load balancer (D/kubeconfigs/kube-proxy.kubeconfig)"},
+			{Path: "/var/lib/kubernetes/ca.pem", Mode: pub, What: "cluster CA certificate: verifies clients of the kubelet (D/pki/ca.pem)", Source: "pki/ca.pem"},
+			{Path: "/var/lib/kube-proxy/kubeconfig", Mode: sec, What: "kube-proxy kubeconfig, server through the load balancer (D/kubeconfigs/kube-proxy.kubeconfig)", Source: "kubeconfigs/kube-proxy.kubeconfig"},
 		}
 		if n.TLSBootstrap {
-			return append(in, Input{"/var/lib/kubelet/bootstrap-kubeconfig", sec,
-				"bootstrap kubeconfig holding a bootstrap token (D/kubeconfigs/" + n.Name + "-bootstrap.kubeconfig); the kubelet writes /var/lib/kubelet/kubeconfig itself"}), nil
+			return append(in, Input{Path: "/var/lib/kubelet/bootstrap-kubeconfig", Mode: sec, What: "bootstrap kubeconfig holding a bootstrap token (D/kubeconfigs/" + n.Name + "-bootstrap.kubeconfig); the kubelet writes /var/lib/kubelet/kubeconfig itself", Source: "kubeconfigs/" + n.Name + "-bootstrap.kubeconfig"}), nil
 		}
 		return append(in,
-			Input{"/var/lib/kubelet/kubelet.pem", pub, "kubelet serving cert, CN=system:node:" + n.Name + " (D/pki/" + n.Name + ".pem, or nodes[].kubeletCert)"},
-			Input{"/var/lib/kubelet/kubelet-key.pem", sec, "its private key (D/pki/" + n.Name + "-key.pem)"},
-			Input{"/var/lib/kubelet/kubeconfig", sec, "kubelet kubeconfig with the node's client cert (D/kubeconfigs/" + n.Name + ".kubeconfig)"},
+			Input{Path: "/var/lib/kubelet/kubelet.pem", Mode: pub, What: "kubelet serving cert, CN=system:node:" + n.Name + " (D/pki/" + n.Name + ".pem, or nodes[].kubeletCert)", Source: "pki/" + n.Name + ".pem"},
+			Input{Path: "/var/lib/kubelet/kubelet-key.pem", Mode: sec, What: "its private key (D/pki/" + n.Name + "-key.pem)", Source: "pki/" + n.Name + "-key.pem"},
+			Input{Path: "/var/lib/kubelet/kubeconfig", Mode: sec, What: "kubelet kubeconfig with the node's client cert (D/kubeconfigs/" + n.Name + ".kubeconfig)", Source: "kubeconfigs/" + n.Name + ".kubeconfig"},
 		), nil
 	}
 	return nil, nil
