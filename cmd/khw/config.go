@@ -24,8 +24,8 @@ field, the bad value and the fix. Exit code 3 when the file is invalid.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(a.out, "%s is valid: %d nodes (%d control planes, %d workers), provider %s, arch %s\n",
-				d.ConfigPath(), len(c.Nodes), len(c.ControlPlanes()), len(c.Workers()), c.Provider, c.Arch)
+			fmt.Fprintf(a.out, "%s is valid: %s (%s, %s), provider %s, arch %s\n",
+				d.ConfigPath(), plural(len(c.Nodes), "node"), plural(len(c.ControlPlanes()), "control plane"), plural(len(c.Workers()), "worker"), c.Provider, c.Arch)
 			return nil
 		},
 	})
@@ -47,4 +47,12 @@ field, the bad value and the fix. Exit code 3 when the file is invalid.`,
 		},
 	})
 	return cmd
+}
+
+// plural writes "1 worker" or "3 workers".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return fmt.Sprintf("1 %s", noun)
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -26,10 +26,11 @@ all Secrets, then ` + "`khw encryption prune`" + `.
 See https://kubernetes.io/docs/tasks/administer-cluster/encrypt-data/`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, _, err := a.load()
+			d, _, unlock, err := a.loadForWrite()
 			if err != nil {
 				return err
 			}
+			defer unlock()
 			res, err := encryption.Reconcile(d.EncryptionConfigPath(), nil)
 			if err != nil {
 				return invalidIfValidation(err)
@@ -43,10 +44,11 @@ See https://kubernetes.io/docs/tasks/administer-cluster/encrypt-data/`,
 		Short: "Add a new key first; keep the old ones to read existing Secrets",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, _, err := a.load()
+			d, _, unlock, err := a.loadForWrite()
 			if err != nil {
 				return err
 			}
+			defer unlock()
 			res, err := encryption.Rotate(d.EncryptionConfigPath(), nil)
 			if err != nil {
 				return invalidIfValidation(err)
@@ -60,10 +62,11 @@ See https://kubernetes.io/docs/tasks/administer-cluster/encrypt-data/`,
 		Short: "Drop every key but the first (after all Secrets were rewritten)",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, _, err := a.load()
+			d, _, unlock, err := a.loadForWrite()
 			if err != nil {
 				return err
 			}
+			defer unlock()
 			res, err := encryption.Prune(d.EncryptionConfigPath())
 			if err != nil {
 				return invalidIfValidation(err)

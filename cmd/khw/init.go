@@ -34,7 +34,7 @@ func newInitCmd(a *app) *cobra.Command {
 		Use:   "init",
 		Short: "Write cluster.yaml for a new cluster and create its state directory",
 		Long:  initLong,
-		Example: `  khw init                                  # cluster "khw", arm64, libvirt
+		Example: `  khw init                                  # cluster "khw", this host's arch, libvirt
   khw init --name lab --arch amd64 --provider nspawn
   khw init --force                          # start over from the defaults`,
 		Args: exactArgs(0),
@@ -42,8 +42,22 @@ func newInitCmd(a *app) *cobra.Command {
 			if a.cluster != "" && cmd.Flags().Changed("name") && a.cluster != name {
 				return usagef("--cluster %q and --name %q disagree: give only one of them", a.cluster, name)
 			}
-			if !cmd.Flags().Changed("name") && a.cluster != "" {
-				name = a.cluster
+			if a.cluster != "" {
+				if err := config.ValidName(a.cluster); err != nil {
+					return usagef("--cluster %v", err)
+				}
+				if !cmd.Flags().Changed("name") {
+					name = a.cluster
+				}
+			}
+			if err := config.ValidName(name); err != nil {
+				return usagef("--name: %v", err)
+			}
+			if arch != config.ArchARM64 && arch != config.ArchAMD64 {
+				return usagef("--arch %q: use arm64 or amd64", arch)
+			}
+			if provider != config.ProviderLibvirt && provider != config.ProviderNspawn {
+				return usagef("--provider %q: use libvirt (VMs) or nspawn (system containers)", provider)
 			}
 			c := config.Default(name, arch, provider)
 			warns, err := c.Validate()
@@ -54,14 +68,16 @@ func newInitCmd(a *app) *cobra.Command {
 				fmt.Fprintf(a.errOut, "Warning: %s\n", w)
 			}
 			d := state.New(a.stateBase, c.Name)
-			if fsutil.Exists(d.ConfigPath()) && !force {
-				return fmt.Errorf("%s already exists; khw will not overwrite a cluster's desired state (fix: edit it, pick another --name, or pass --force to start over from the defaults)", d.ConfigPath())
-			}
 			if err := fsutil.EnsureDir(a.stateBase); err != nil {
 				return err
 			}
-			if err := fsutil.EnsureDir(d.Root); err != nil {
+			unlock, err := d.Lock()
+			if err != nil {
 				return err
+			}
+			defer unlock()
+			if fsutil.Exists(d.ConfigPath()) && !force {
+				return fmt.Errorf("%s already exists; khw will not overwrite a cluster's desired state (fix: edit it, pick another --name, or pass --force to start over from the defaults)", d.ConfigPath())
 			}
 			if _, err := c.Save(d.ConfigPath()); err != nil {
 				return err
@@ -74,7 +90,7 @@ func newInitCmd(a *app) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&name, "name", defaultClusterName(), "cluster name (1-20 lowercase letters, digits, '-')")
-	f.StringVar(&arch, "arch", hostArch(), "node CPU architecture: arm64 or amd64")
+	f.StringVar(&arch, "arch", hostArch(), "node CPU architecture: arm64 or amd64 (default: this host's)")
 	f.StringVar(&provider, "provider", config.ProviderLibvirt, "machine provider: libvirt or nspawn")
 	f.BoolVar(&force, "force", false, "overwrite an existing cluster.yaml")
 	cmd.RegisterFlagCompletionFunc("arch", fixedCompletions(config.ArchARM64, config.ArchAMD64))

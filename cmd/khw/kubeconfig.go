@@ -30,10 +30,11 @@ bootstrap token. Re-running rewrites only files whose certificate, server or
 CA changed. Needs ` + "`khw pki`" + ` first.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, c, err := a.load()
+			d, c, unlock, err := a.loadForWrite()
 			if err != nil {
 				return err
 			}
+			defer unlock()
 			rep, err := kubeconfig.Reconcile(c, d.PKIDir(), d.KubeconfigDir())
 			if err != nil {
 				return err

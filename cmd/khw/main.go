@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/khw-dev/khw/internal/config"
 )
@@ -38,7 +39,7 @@ func exitCode(err error) int {
 	var ie invalidInputError
 	var ve *config.ValidationError
 	switch {
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), strings.HasPrefix(err.Error(), "unknown command "):
 		return exitUsage
 	case errors.As(err, &ie), errors.As(err, &ve):
 		return exitInvalid

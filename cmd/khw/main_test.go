@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/khw-dev/khw/internal/state"
 )
 
 // run executes khw with args against a state dir and returns stdout, stderr
@@ -73,9 +75,12 @@ func TestInitRejectsBadFlagsAndWritesNothing(t *testing.T) {
 		code  int
 		words string
 	}{
-		{[]string{"init", "--arch", "x86"}, exitInvalid, `arch: "x86": unknown value (fix: use one of: arm64, amd64)`},
-		{[]string{"init", "--provider", "vbox"}, exitInvalid, "provider"},
-		{[]string{"init", "--name", "Bad_Name"}, exitInvalid, "not a valid cluster name"},
+		{[]string{"init", "--arch", "x86"}, exitUsage, `--arch "x86": use arm64 or amd64`},
+		{[]string{"init", "--provider", "vbox"}, exitUsage, `--provider "vbox"`},
+		{[]string{"init", "--name", "Bad_Name"}, exitUsage, "--name: \"Bad_Name\" is not a valid cluster name"},
+		{[]string{"init", "--name", ""}, exitUsage, "--name: \"\" is not a valid cluster name"},
+		{[]string{"--cluster", "../etc", "init"}, exitUsage, "--cluster \"../etc\" is not a valid cluster name"},
+		{[]string{"bogus"}, exitUsage, "unknown command"},
 		{[]string{"init", "--no-such-flag"}, exitUsage, "unknown flag"},
 		{[]string{"init", "extra-arg"}, exitUsage, "accepts 0 arg"},
 		{[]string{"--cluster", "a", "init", "--name", "b"}, exitUsage, "disagree"},
@@ -184,9 +189,24 @@ func TestMainJobEndToEnd(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `user "admin"`) || !strings.Contains(out, "system:masters") || !strings.Contains(out, "cluster-admin") {
 		t.Errorf("inspect admin:\n%s", out)
 	}
-	if _, e, code := run(t, base, "pki", "inspect", "nosuch"); code == 0 || !strings.Contains(e, "nosuch") {
-		t.Errorf("inspect of a missing cert: %d %s", code, e)
+	if _, e, code := run(t, base, "pki", "inspect", "nosuch"); code != exitUsage || !strings.Contains(e, "nosuch") || !strings.Contains(e, "kube-proxy") {
+		t.Errorf("inspect of a missing cert should list the certs: %d %s", code, e)
 	}
+	if _, e, code := run(t, base, "pki", "inspect", "../kubeconfigs/admin"); code != exitUsage {
+		t.Errorf("inspect of a path: %d %s", code, e)
+	}
+	if _, e, code := run(t, base, "pki", "inspect", "w3"); code != exitUsage || !strings.Contains(e, "TLS bootstrap") {
+		t.Errorf("inspect w3 should explain TLS bootstrap: %d %s", code, e)
+	}
+	// A second khw working on the same cluster is refused, not interleaved.
+	unlock, err := state.New(base, "khw").Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, e, code := run(t, base, "pki"); code != exitFailed || !strings.Contains(e, "another khw") {
+		t.Errorf("pki while locked: %d %s", code, e)
+	}
+	unlock()
 	// A key printed anywhere would be a leak.
 	key, _ := os.ReadFile(filepath.Join(root, "pki", "ca-key.pem"))
 	for _, s := range steps[1:] {
@@ -194,5 +214,19 @@ func TestMainJobEndToEnd(t *testing.T) {
 		if strings.Contains(out+e, string(key[40:80])) {
 			t.Fatalf("%v printed the CA key", s)
 		}
+	}
+}
+
+func TestEncryptionInvalidFileExit3(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "state")
+	run(t, base, "init", "--provider", "nspawn")
+	p := filepath.Join(base, "khw", "encryption-config.yaml")
+	os.WriteFile(p, []byte("kind: [unclosed\n"), 0o600)
+	_, e, code := run(t, base, "encryption")
+	if code != exitInvalid || !strings.Contains(e, "not valid YAML") {
+		t.Fatalf("exit %d: %s", code, e)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "kind: [unclosed\n" {
+		t.Fatal("an invalid encryption config was rewritten")
 	}
 }

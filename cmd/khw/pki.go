@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -34,9 +35,11 @@ all the identity a cert carries. w3 (tlsBootstrap: true) gets no cert here: its
 kubelet asks the cluster for one with a CSR.
 
 Beside each cert: <name>-csr.json (the cfssl request) and ca-config.json, so you
-can make the same cert by hand:
+can make the same cert by hand (` + "`khw pki inspect NAME`" + ` prints the exact command;
+the profile decides the usages: client for client-only identities such as
+admin, kubernetes for certs that also serve):
   cfssl gencert -ca=ca.pem -ca-key=ca-key.pem -config=ca-config.json \
-    -profile=kubernetes admin-csr.json | cfssljson -bare admin
+    -profile=client admin-csr.json | cfssljson -bare admin
 
 Re-running keeps every valid cert (same serial) and reissues only what changed,
 with the reason: a SAN set that no longer matches (a control plane was added),
@@ -58,10 +61,11 @@ func newPKICmd(a *app) *cobra.Command {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			d, c, err := a.load()
+			d, c, unlock, err := a.loadForWrite()
 			if err != nil {
 				return err
 			}
+			defer unlock()
 			var opts []pki.Option
 			if dryRun {
 				opts = append(opts, pki.DryRun())
@@ -80,6 +84,9 @@ func newPKICmd(a *app) *cobra.Command {
 					}
 				} else {
 					fmt.Fprint(a.out, rep.String())
+					for _, w := range rep.Written {
+						a.logf(2, "  wrote %s", w)
+					}
 					verb := "changed"
 					if dryRun {
 						verb = "would change"
@@ -121,9 +128,17 @@ do, e.g. "system:masters → cluster-admin".`,
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			d, _, err := a.load()
+			d, c, err := a.load()
 			if err != nil {
 				return err
+			}
+			if len(args) == 1 {
+				if n, ok := c.Node(args[0]); ok && n.TLSBootstrap {
+					return usagef("%s joins by TLS bootstrap: khw issues no cert for it; its kubelet asks the cluster for one with a CSR (see its /var/lib/kubelet/pki/ once it joined)", n.Name)
+				}
+				if known := certNames(d.PKIDir()); len(known) > 0 && !slices.Contains(known, args[0]) {
+					return usagef("no certificate %q in %s; the certificates are: %s", args[0], d.PKIDir(), strings.Join(known, ", "))
+				}
 			}
 			names := args
 			if len(names) == 0 {

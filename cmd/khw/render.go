@@ -31,10 +31,11 @@ Files that are no longer rendered (e.g. after switching CNI) are removed from
 <state>/nodes and listed.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, c, err := a.load()
+			d, c, unlock, err := a.loadForWrite()
 			if err != nil {
 				return err
 			}
+			defer unlock()
 			rep, err := render.All(c, nil, d.Root)
 			if err != nil {
 				return err

@@ -35,6 +35,21 @@ func (a *app) dir() (state.Dir, error) {
 	return state.Resolve(a.stateBase, a.cluster)
 }
 
+// loadForWrite is load for commands that change the state directory: it
+// also takes the cluster's lock (so two khw never write one cluster at once)
+// and tightens the cluster directory to 0700. Call unlock when done.
+func (a *app) loadForWrite() (state.Dir, *config.Cluster, func(), error) {
+	d, c, err := a.load()
+	if err != nil {
+		return d, nil, nil, err
+	}
+	unlock, err := d.Lock()
+	if err != nil {
+		return d, nil, nil, err
+	}
+	return d, c, unlock, nil
+}
+
 // load resolves the cluster and reads its cluster.yaml, printing warnings.
 func (a *app) load() (state.Dir, *config.Cluster, error) {
 	d, err := a.dir()
@@ -59,8 +74,8 @@ const rootLong = `khw builds a real, highly available Kubernetes cluster "the ha
 one CA and every certificate with cfssl, every kubeconfig, every systemd unit,
 etcd x3, three control planes behind HAProxy, workers, a pod network, CoreDNS,
 and a worker (w3) that joins by TLS bootstrap. Nothing is hidden: every file
-khw makes is in the cluster's state directory, and every step can be shown as
-the shell commands it stands for.
+khw makes is in the cluster's state directory, with the cfssl request beside
+each certificate and a comment on each flag of each unit.
 
 The default cluster (khw init):
   lb  192.168.122.10   HAProxy in front of the three apiservers (:6443)

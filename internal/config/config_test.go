@@ -178,7 +178,17 @@ func TestValidationErrors(t *testing.T) {
 		{"network too small", mutate(func(c *Cluster) { c.Network.CIDR = "192.168.122.0/30" }), "network.cidr", "too small"},
 		{"ipv6 network", mutate(func(c *Cluster) { c.Network.CIDR = "fd00::/64" }), "network.cidr", "not IPv4"},
 		{"wrong apiVersion", mutate(func(c *Cluster) { c.APIVersion = "v1" }), "apiVersion", "khw.dev/v1alpha1"},
-		{"tiny memory", mutate(func(c *Cluster) { c.Nodes[0].MemoryMiB = 64 }), "nodes[0] (lb).memoryMiB", "too small"},
+		{"tiny memory", mutate(func(c *Cluster) { c.Nodes[0].MemoryMiB = 64 }), "nodes[0] (lb).memoryMiB", "out of range"},
+		{"huge memory", mutate(func(c *Cluster) { c.Nodes[0].MemoryMiB = 1 << 40 }), "nodes[0] (lb).memoryMiB", "out of range"},
+		{"node named like a cert", mutate(func(c *Cluster) { c.Nodes[nodeIdx(c, "w1")].Name = "admin" }), "nodes[4] (admin).name", "collides"},
+		{"node named like a bootstrap kubeconfig", mutate(func(c *Cluster) { c.Nodes[nodeIdx(c, "w1")].Name = "w3-bootstrap" }), "nodes[4] (w3-bootstrap).name", "collides"},
+		{"apiserver on the etcd port", mutate(func(c *Cluster) { c.Kubernetes.APIServerPort = 2379 }), "kubernetes.apiServerPort", "etcd client port"},
+		{"kubernetes too old", mutate(func(c *Cluster) { c.Versions.Kubernetes = "v1.20.0" }), "versions.kubernetes", "older than v1.31"},
+		{"country not two letters", mutate(func(c *Cluster) { c.PKI.Subject.Country = "USA" }), "pki.subject.country", "two-letter"},
+		{"newline in OU", mutate(func(c *Cluster) { c.PKI.Subject.OrganizationalUnit = "x\nO=system:masters" }), "pki.subject.organizationalUnit", "control characters"},
+		{"kubeletCert file missing", mutate(func(c *Cluster) {
+			c.Nodes[nodeIdx(c, "w1")].KubeletCert = &CertRef{Cert: "/nonexistent/w1.pem", Key: "/nonexistent/w1-key.pem"}
+		}), "nodes[4] (w1).kubeletCert.cert", "not a readable file"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -209,7 +219,8 @@ func TestEvenControlPlanesWarns(t *testing.T) {
 	if err != nil {
 		t.Fatalf("2 control planes must be valid (only warned): %v", err)
 	}
-	if len(warns) != 1 || warns[0].Field != "nodes" || !strings.Contains(warns[0].Message, "odd number") {
+	if len(warns) != 1 || warns[0].Field != "nodes" || !strings.Contains(warns[0].Message, "odd number") ||
+		!strings.Contains(warns[0].Message, "quorum is 2 of 2, so the cluster survives 0 failure(s)") {
 		t.Fatalf("want one warning about an odd number of control planes, got %v", warns)
 	}
 }
@@ -239,10 +250,12 @@ func TestParseErrorsNameTheLine(t *testing.T) {
 		name, doc, words string
 	}{
 		{"empty", "", "is empty"},
+		{"only a comment", "# nothing here\n", "is empty"},
+		{"a list", "- a\n- b\n", "must be a mapping"},
 		{"unknown top-level field", string(base) + "colour: blue\n", `unknown field "colour" in the top level`},
 		{"unknown node field", strings.Replace(string(base), "{name: w1,", "{name: w1, gpu: 1,", 1), `unknown field "gpu" in a nodes entry`},
 		{"unknown nested field", strings.Replace(string(base), "  fall: 3\n", "  fall: 3\n  falls: 4\n", 1), `unknown field "falls" in loadBalancer`},
-		{"wrong type", strings.Replace(string(base), "  fall: 3\n", "  fall: three\n", 1), `"three" is a str but this field needs an integer`},
+		{"wrong type", strings.Replace(string(base), "  fall: 3\n", "  fall: three\n", 1), `"three" is a YAML str but this field needs an integer`},
 		{"bad duration", strings.Replace(string(base), "interval: 2s", "interval: soon", 1), "line"},
 		{"syntax", "name: [unclosed\n", "check the YAML syntax"},
 		{"two documents", string(base) + "---\nname: other\n", "more than one YAML document"},

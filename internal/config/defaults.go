@@ -52,7 +52,8 @@ func Default(name, arch, provider string) *Cluster {
 	return c
 }
 
-// SetDefaults fills every unset (zero) field with its default, so a short
+// SetDefaults fills every unset field with its default (a number written as 0
+// counts as unset and takes the default too), so a short
 // cluster.yaml that names only the nodes is complete. It never adds, removes
 // or renames nodes and never overrides a value that is set.
 func (c *Cluster) SetDefaults() {

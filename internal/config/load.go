@@ -33,6 +33,9 @@ func Parse(data []byte, source string) (*Cluster, []Warning, error) {
 	dec.KnownFields(true)
 	var c Cluster
 	if err := dec.Decode(&c); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil, fmt.Errorf("%s is empty (fix: run `khw init` to write a complete one)", source)
+		}
 		return nil, nil, explainYAML(source, err)
 	}
 	var extra yaml.Node
@@ -92,9 +95,11 @@ func explainYAML(source string, err error) error {
 				where = m[3]
 			}
 			lines = append(lines, fmt.Sprintf("line %s: unknown field %q in %s (fix: remove it or correct its spelling; `khw init` writes every known field)", m[1], m[2], where))
+		case strings.Contains(msg, "into config.Cluster"):
+			lines = append(lines, "the document must be a mapping of fields (apiVersion, kind, name, nodes …), not "+strings.TrimSpace(msg[strings.Index(msg, "!!"):strings.Index(msg, " into")])+" (fix: start from `khw init`)")
 		case cannotUnmarshal.MatchString(msg):
 			m := cannotUnmarshal.FindStringSubmatch(msg)
-			lines = append(lines, fmt.Sprintf("line %s: %q is a %s but this field needs %s (fix: write a value of that type, e.g. durations as 720h, counts as plain integers)", m[1], m[3], m[2], goTypeWord(m[4])))
+			lines = append(lines, fmt.Sprintf("line %s: %q is a YAML %s but this field needs %s (fix: write a value of that type, e.g. durations as 720h, counts as plain integers)", m[1], m[3], m[2], goTypeWord(m[4])))
 		default:
 			lines = append(lines, msg)
 		}
@@ -146,8 +151,8 @@ func (c *Cluster) Marshal() ([]byte, error) {
 	}
 	annotate(&root, "")
 	var buf bytes.Buffer
-	buf.WriteString("# khw cluster: the desired state. Edit, then run `khw up` (or a single `khw lab NN`).\n")
-	buf.WriteString("# Every field is documented in `khw init --help`; unknown fields are errors.\n")
+	buf.WriteString("# khw cluster: the desired state. Edit it, then `khw config validate` checks it.\n")
+	buf.WriteString("# The comments say what the main fields do; unknown fields are errors; a field left out (or 0) takes its default.\n")
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
 	if err := enc.Encode(&root); err != nil {

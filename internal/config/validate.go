@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -84,8 +85,47 @@ var (
 	// vMAJOR.MINOR.PATCH with an optional pre-release (v1.37.0-rc.1).
 	semverRE = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$`)
 	// Image tags of the pause image: 3.10 or 3.10.1, no leading v.
+	countryRE  = regexp.MustCompile(`^[A-Z]{2}$`)
 	pauseTagRE = regexp.MustCompile(`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*))?$`)
 )
+
+// reservedNodeNames are file names of the PKI and kubeconfigs that a node's
+// files would collide with (pki/<node>.pem, kubeconfigs/<node>.kubeconfig).
+var reservedNodeNames = map[string]bool{
+	"ca": true, "admin": true, "admin-cp": true, "kubernetes": true, "service-account": true,
+	"kube-proxy": true, "kube-controller-manager": true, "kube-scheduler": true,
+}
+
+// reservedPorts are the ports the apiserver must not share on a control plane.
+var reservedPorts = map[int]string{
+	22: "SSH", 2379: "etcd client", 2380: "etcd peer", 8404: "HAProxy stats", 10250: "kubelet",
+	10256: "kube-proxy health", 10257: "kube-controller-manager", 10259: "kube-scheduler",
+}
+
+// MinKubernetesMinor is the oldest Kubernetes 1.x minor khw's templates
+// support: the kubelet config sets failCgroupV1, which v1.31 introduced
+// (KubeletConfiguration v1beta1).
+const MinKubernetesMinor = 31
+
+// ValidName reports whether name is a valid cluster name (see Cluster.Name).
+func ValidName(name string) error {
+	if !clusterNameRE.MatchString(name) {
+		return fmt.Errorf("%q is not a valid cluster name: use 1-20 lowercase letters, digits and '-', starting with a letter", name)
+	}
+	return nil
+}
+
+// fmtDur prints a duration the way cluster.yaml writes it (8760h, 2s).
+func fmtDur(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "h0m0s") {
+		return strings.TrimSuffix(s, "0m0s")
+	}
+	if strings.HasSuffix(s, "m0s") {
+		return strings.TrimSuffix(s, "0s")
+	}
+	return s
+}
 
 type validator struct {
 	errs  []*FieldError
@@ -181,7 +221,7 @@ func (c *Cluster) validate(v *validator) {
 	if c.Kind != Kind {
 		v.add("kind", c.Kind, "unsupported kind", "set kind: "+Kind)
 	}
-	if !clusterNameRE.MatchString(c.Name) {
+	if ValidName(c.Name) != nil {
 		v.add("name", c.Name, "is not a valid cluster name",
 			"use 1-20 lowercase letters, digits and '-', starting with a letter (it becomes part of VM and network names)")
 	}
@@ -258,6 +298,8 @@ func (c *Cluster) validate(v *validator) {
 	}
 	if k.APIServerPort < 1 || k.APIServerPort > 65535 {
 		v.add("kubernetes.apiServerPort", strconv.Itoa(k.APIServerPort), "is not a TCP port", "use 6443")
+	} else if what, taken := reservedPorts[k.APIServerPort]; taken {
+		v.add("kubernetes.apiServerPort", strconv.Itoa(k.APIServerPort), "is the "+what+" port on the nodes", "use 6443")
 	}
 	if lo, hi, err := ParsePortRange(k.NodePortRange); err != nil {
 		v.add("kubernetes.nodePortRange", k.NodePortRange, err.Error(), "write FIRST-LAST, e.g. 30000-32767")
@@ -270,7 +312,7 @@ func (c *Cluster) validate(v *validator) {
 	lb := c.LoadBalancer
 	v.oneOf("loadBalancer.healthCheck", lb.HealthCheck, HealthCheckHTTPS, HealthCheckTCP)
 	if lb.Interval < 100*time.Millisecond || lb.Interval > time.Minute {
-		v.add("loadBalancer.interval", lb.Interval.String(), "is out of range", "use a duration between 100ms and 1m, e.g. 2s")
+		v.add("loadBalancer.interval", fmtDur(lb.Interval), "is out of range", "use a duration between 100ms and 1m, e.g. 2s")
 	}
 	if lb.Fall < 1 || lb.Fall > 100 {
 		v.add("loadBalancer.fall", strconv.Itoa(lb.Fall), "is out of range", "use 1-100, e.g. 3")
@@ -325,17 +367,29 @@ func (c *Cluster) validatePKI(v *validator) {
 		v.add("pki.keyAlgorithm", p.KeyAlgorithm, "unknown value", "use one of: ecdsa, rsa")
 	}
 	if p.CAValidity < time.Hour {
-		v.add("pki.caValidity", p.CAValidity.String(), "is too short", "use at least 1h, e.g. 87600h (10 years)")
+		v.add("pki.caValidity", fmtDur(p.CAValidity), "is too short", "use at least 1h, e.g. 87600h (10 years)")
 	}
 	if p.CertValidity < time.Hour {
-		v.add("pki.certValidity", p.CertValidity.String(), "is too short", "use at least 1h, e.g. 8760h (1 year)")
+		v.add("pki.certValidity", fmtDur(p.CertValidity), "is too short", "use at least 1h, e.g. 8760h (1 year)")
 	} else if p.CertValidity > p.CAValidity && p.CAValidity >= time.Hour {
-		v.add("pki.certValidity", p.CertValidity.String(), "is longer than pki.caValidity "+p.CAValidity.String()+" (a cert cannot outlive its CA)",
+		v.add("pki.certValidity", fmtDur(p.CertValidity), "is longer than pki.caValidity "+fmtDur(p.CAValidity)+" (a cert cannot outlive its CA)",
 			"make certValidity at most caValidity")
 	}
 	if p.RenewBefore < 0 || (p.CertValidity >= time.Hour && p.RenewBefore >= p.CertValidity) {
-		v.add("pki.renewBefore", p.RenewBefore.String(), "must be >= 0 and shorter than pki.certValidity "+p.CertValidity.String()+", or every run would reissue every cert",
-			"use e.g. 720h (30 days)")
+		v.add("pki.renewBefore", fmtDur(p.RenewBefore), "must be >= 0 and shorter than pki.certValidity "+fmtDur(p.CertValidity)+", or every run would reissue every cert",
+			"use about a tenth of certValidity, e.g. "+fmtDur((p.CertValidity/10).Truncate(time.Hour)))
+	}
+	subj := []struct{ field, val string }{
+		{"pki.subject.country", p.Subject.Country}, {"pki.subject.state", p.Subject.State},
+		{"pki.subject.locality", p.Subject.Locality}, {"pki.subject.organizationalUnit", p.Subject.OrganizationalUnit},
+	}
+	for _, f := range subj {
+		if strings.IndexFunc(f.val, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 || len(f.val) > 64 {
+			v.add(f.field, f.val, "has control characters or is longer than 64 characters (X.509 upper bound)", "use plain text on one line")
+		}
+	}
+	if c := p.Subject.Country; c != "" && !countryRE.MatchString(c) {
+		v.add("pki.subject.country", c, "is not a two-letter country code (X.509 C is ISO 3166 alpha-2)", "use e.g. US or KR")
 	}
 }
 
@@ -356,8 +410,14 @@ func (c *Cluster) validateVersions(v *validator) {
 	if !pauseTagRE.MatchString(vs.Pause) {
 		v.add("versions.pause", vs.Pause, "is not a pause image tag", "write MAJOR.MINOR[.PATCH] without a v, e.g. "+DefaultVersions.Pause)
 	}
-	if semverRE.MatchString(vs.Kubernetes) && !strings.HasPrefix(vs.Kubernetes, "v1.") {
-		v.add("versions.kubernetes", vs.Kubernetes, "is not a Kubernetes 1.x release", "use e.g. "+DefaultVersions.Kubernetes)
+	if m := semverRE.FindStringSubmatch(vs.Kubernetes); m != nil {
+		minor, _ := strconv.Atoi(m[2])
+		switch {
+		case m[1] != "1":
+			v.add("versions.kubernetes", vs.Kubernetes, "is not a Kubernetes 1.x release", "use e.g. "+DefaultVersions.Kubernetes)
+		case minor < MinKubernetesMinor:
+			v.add("versions.kubernetes", vs.Kubernetes, fmt.Sprintf("is older than v1.%d, the oldest release khw's node files support", MinKubernetesMinor), "use e.g. "+DefaultVersions.Kubernetes)
+		}
 	}
 	if semverRE.MatchString(vs.Containerd) && !strings.HasPrefix(vs.Containerd, "v2.") {
 		v.add("versions.containerd", vs.Containerd, "khw configures containerd 2.x (config version 3)", "use e.g. "+DefaultVersions.Containerd)
@@ -404,6 +464,9 @@ func (c *Cluster) validateNodes(v *validator, nodeNet netip.Prefix, nodeNetOK bo
 		}
 		if !dnsLabelRE.MatchString(n.Name) || len(n.Name) > 63 {
 			v.add(f("name"), n.Name, "is not a valid host name", "use a DNS label: lowercase letters, digits and '-', e.g. w4")
+		} else if reservedNodeNames[n.Name] || strings.HasSuffix(n.Name, "-bootstrap") {
+			v.add(f("name"), n.Name, "collides with the name of a cluster certificate or kubeconfig (pki/"+n.Name+".pem, kubeconfigs/"+n.Name+".kubeconfig)",
+				"pick another name, e.g. "+n.Role[:1]+"1")
 		} else if j, dup := names[n.Name]; dup {
 			v.add(f("name"), n.Name, fmt.Sprintf("duplicates nodes[%d]", j), "give every node its own name")
 		} else {
@@ -467,15 +530,21 @@ func (c *Cluster) validateNodes(v *validator, nodeNet netip.Prefix, nodeNetOK bo
 		}
 		if n.KubeletCert != nil && (n.KubeletCert.Cert == "" || n.KubeletCert.Key == "") {
 			v.add(f("kubeletCert"), "", "needs both cert and key", "give the paths of the PEM cert and its private key")
+		} else if n.KubeletCert != nil {
+			for _, x := range []struct{ field, path string }{{"kubeletCert.cert", n.KubeletCert.Cert}, {"kubeletCert.key", n.KubeletCert.Key}} {
+				if st, err := os.Stat(x.path); err != nil || !st.Mode().IsRegular() {
+					v.add(f(x.field), x.path, "is not a readable file", "give the path of the PEM file on this machine (absolute, or relative to where you run khw)")
+				}
+			}
 		}
 		if n.CPUs < 1 || n.CPUs > 64 {
 			v.add(f("cpus"), strconv.Itoa(n.CPUs), "is out of range", "use 1-64")
 		}
-		if n.MemoryMiB < 256 {
-			v.add(f("memoryMiB"), strconv.Itoa(n.MemoryMiB), "is too small", "use at least 512 (MiB); 2048 for control planes and workers")
+		if n.MemoryMiB < 256 || n.MemoryMiB > 1<<20 {
+			v.add(f("memoryMiB"), strconv.Itoa(n.MemoryMiB), "is out of range", "use 512-1048576 (MiB); 2048 for control planes and workers")
 		}
-		if n.DiskGiB < 4 {
-			v.add(f("diskGiB"), strconv.Itoa(n.DiskGiB), "is too small", "use at least 4 (GiB); 20 is comfortable")
+		if n.DiskGiB < 4 || n.DiskGiB > 1<<16 {
+			v.add(f("diskGiB"), strconv.Itoa(n.DiskGiB), "is out of range", "use 4-65536 (GiB); 20 is comfortable")
 		}
 	}
 	if got := counts[RoleLoadBalancer]; got != 1 {
@@ -486,7 +555,9 @@ func (c *Cluster) validateNodes(v *validator, nodeNet netip.Prefix, nodeNetOK bo
 	case cps == 0:
 		v.add("nodes", "0 controlplane nodes", "the cluster needs at least one control plane", "add `role: controlplane` nodes (3 for HA)")
 	case cps%2 == 0:
-		v.warn("nodes", fmt.Sprintf("%d control planes: etcd quorum is %d of %d, so an even count tolerates no more failures than %d; use an odd number", cps, cps/2+1, cps, cps-1))
+		q := cps/2 + 1
+		v.warn("nodes", fmt.Sprintf("%d control planes: etcd quorum is %d of %d, so the cluster survives %d failure(s), no more than %d control planes would; use an odd number",
+			cps, q, cps, cps-q, cps-1))
 	}
 	if counts[RoleWorker] == 0 {
 		v.add("nodes", "0 worker nodes", "the cluster needs at least one worker", "add `role: worker` nodes with a podCIDR each")

@@ -264,7 +264,7 @@ func Reconcile(path string, rnd io.Reader) (*Result, error) {
 func Check(path string) (*Result, error) {
 	st, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("encryption config %s does not exist (fix: run `khw` to create it; it needs no input)", path)
+		return nil, fmt.Errorf("encryption config %s does not exist (fix: run `khw encryption` to create it; it needs no input)", path)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("encryption config %s: %w", path, err)
@@ -548,7 +548,7 @@ func nextKeyName(keys []apiserverv1.Key) string {
 
 func loadExisting(path string) (*file, error) {
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("encryption config %s does not exist (fix: create it first with Reconcile / `khw`)", path)
+		return nil, fmt.Errorf("encryption config %s does not exist (fix: create it first with `khw encryption`)", path)
 	}
 	return load(path)
 }
@@ -580,18 +580,21 @@ func load(path string) (*file, error) {
 // apiVersion. Decoder errors name fields and types, never values.
 func parse(path string, data []byte) (*apiserverv1.EncryptionConfiguration, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, fmt.Errorf("encryption config %s is empty (fix: restore it from your backup; only if no apiserver ever used it, delete it and let khw create a new one)", path)
+		return nil, &ValidationError{Path: path, Errors: []*FieldError{{Field: "(file)", Problem: "is empty",
+			Fix: "restore it from your backup; only if no apiserver ever used it, delete it and let khw create a new one"}}}
 	}
 	var tm metav1.TypeMeta
 	if err := yaml.Unmarshal(data, &tm); err != nil {
-		return nil, fmt.Errorf("encryption config %s is not valid YAML: %v (fix: correct the syntax; do not regenerate the keys)", path, err)
+		return nil, &ValidationError{Path: path, Errors: []*FieldError{{Field: "(file)", Problem: "is not valid YAML: " + err.Error(),
+			Fix: "correct the syntax; do not regenerate the keys"}}}
 	}
 	if fe := checkTypeMeta(tm); fe != nil {
 		return nil, &ValidationError{Path: path, Errors: []*FieldError{fe}}
 	}
 	obj, _, err := codecs.UniversalDeserializer().Decode(data, nil, nil)
 	if err != nil {
-		return nil, fmt.Errorf("encryption config %s does not decode as %s %s: %v (fix: remove or rename the fields named; see %s)", path, APIVersion, Kind, err, DocURL)
+		return nil, &ValidationError{Path: path, Errors: []*FieldError{{Field: "(file)", Problem: fmt.Sprintf("does not decode as %s %s: %v", APIVersion, Kind, err),
+			Fix: "remove or rename the fields named"}}}
 	}
 	cfg, ok := obj.(*apiserverv1.EncryptionConfiguration)
 	if !ok {

@@ -170,7 +170,7 @@ func Reconcile(c *config.Cluster, pkiDir, outDir string) (*Report, error) {
 			tok := existingToken(path)
 			if tok == "" {
 				tok = BootstrapTokenPlaceholder
-				note = "placeholder token until WriteBootstrap"
+				note = "placeholder token until the bring-up creates a bootstrap token"
 			} else {
 				note = "holds a bootstrap token"
 			}

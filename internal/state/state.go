@@ -30,12 +30,14 @@ const (
 )
 
 // DefaultBase returns the base state directory: $KHW_STATE_DIR, else
-// $XDG_STATE_HOME/khw, else ~/.local/state/khw (XDG Base Directory spec).
+// $XDG_STATE_HOME/khw, else ~/.local/state/khw (XDG Base Directory spec; a
+// relative $XDG_STATE_HOME is ignored, as the spec requires), else
+// $TMPDIR/khw-state when there is no home directory.
 func DefaultBase() string {
 	if d := os.Getenv(EnvStateDir); d != "" {
 		return d
 	}
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" && filepath.IsAbs(d) {
 		return filepath.Join(d, "khw")
 	}
 	if home, err := os.UserHomeDir(); err == nil {
@@ -86,9 +88,15 @@ func Clusters(base string) ([]string, error) {
 // With several clusters and no choice it returns an error listing them.
 func Resolve(base, explicit string) (Dir, error) {
 	if explicit != "" {
+		if err := config.ValidName(explicit); err != nil {
+			return Dir{}, fmt.Errorf("--cluster %w", err)
+		}
 		return New(base, explicit), nil
 	}
 	if env := os.Getenv(EnvCluster); env != "" {
+		if err := config.ValidName(env); err != nil {
+			return Dir{}, fmt.Errorf("$%s %w", EnvCluster, err)
+		}
 		return New(base, env), nil
 	}
 	names, err := Clusters(base)

@@ -42,3 +42,25 @@ func TestResolveAndLoad(t *testing.T) {
 		t.Fatalf("mismatch: %v", err)
 	}
 }
+
+func TestLockIsExclusive(t *testing.T) {
+	d := New(t.TempDir(), "lab")
+	unlock, err := d.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// flock locks belong to the open file description, so a second Lock in
+	// the same process conflicts just like another process would.
+	if _, err := d.Lock(); err == nil || !strings.Contains(err.Error(), "another khw") {
+		t.Fatalf("second lock: %v", err)
+	}
+	unlock()
+	u2, err := d.Lock()
+	if err != nil {
+		t.Fatalf("lock after unlock: %v", err)
+	}
+	u2()
+	if st, _ := os.Stat(d.Root); st.Mode().Perm() != 0o700 {
+		t.Fatalf("cluster dir mode %v", st.Mode().Perm())
+	}
+}
