@@ -136,6 +136,8 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 		newKubeconfigCmd(a),
 		newEncryptionCmd(a),
 		newRenderCmd(a),
+		newFetchCmd(a),
+		newMirrorCmd(a),
 		newVersionCmd(a),
 	)
 	return root

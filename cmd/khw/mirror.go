@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/khw-dev/khw/internal/components"
+	"github.com/khw-dev/khw/internal/config"
+)
+
+const mirrorLong = `A mirror holds every file khw downloads, at its official path, so that
+machines without internet access (or 30 laptops in a classroom) fetch from it
+instead: https://HOST/PATH is read from MIRROR/HOST/PATH.
+
+Layout (docs/catalog.md "Mirror layout"):
+  dl.k8s.io/release/v1.37.2/bin/linux/arm64/kubelet            (+ .sha256)
+  github.com/etcd-io/etcd/releases/download/v3.7.0/etcd-v3.7.0-linux-arm64.tar.gz
+  github.com/etcd-io/etcd/releases/download/v3.7.0/SHA256SUMS
+  ...
+  registry.k8s.io/pause/3.10.2/image-linux-arm64.tar            (+ .sha256)
+  khw-mirror.json                                               (what it holds)
+
+Images have no official file path; khw stores each as
+<registry>/<repository>/<tag>/image-linux-<arch>.tar, an image tarball that
+` + "`ctr -n k8s.io images import`" + ` accepts, with its SHA-256 next to it.`
+
+func newMirrorCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "mirror",
+		Short: "Make and serve a mirror of every artifact, for offline and classroom use",
+		Long:  mirrorLong,
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cmd.Help()
+		},
+	}
+	cmd.AddCommand(newMirrorExportCmd(a), newMirrorServeCmd(a))
+	return cmd
+}
+
+func newMirrorExportCmd(a *app) *cobra.Command {
+	var fl artifactFlags
+	var arches []string
+	cmd := &cobra.Command{
+		Use:   "export DIR",
+		Short: "Write everything the cluster needs into DIR with the mirror layout",
+		Long: `Fetch (or take from the cache) every artifact the cluster needs, verified as
+` + "`khw fetch`" + ` does, and write it into DIR under its official path, with
+checksum files in the format the project publishes them, recreated for what
+khw verified (a shared file such as etcd's SHA256SUMS lists the exported
+files only). Images go to <registry>/<repository>/<tag>/image-linux-<arch>.tar.
+Exporting again adds to DIR and rewrites only what changed.
+
+Another machine then uses it with --mirror DIR (e.g. from a USB stick), or
+over HTTP after ` + "`khw mirror serve DIR`" + `.`,
+		Example: `  khw mirror export /media/usb/khw-mirror
+  khw mirror export ./mirror --arch amd64,arm64   # a classroom with both kinds of laptop`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, c, err := a.load()
+			if err != nil {
+				return err
+			}
+			if len(arches) == 0 {
+				arches = []string{c.Arch}
+			}
+			var rs []components.Resolved
+			for _, arch := range arches {
+				sel, err := selectArtifacts(c, strings.TrimSpace(arch), fl.only)
+				if err != nil {
+					return err
+				}
+				rs = append(rs, sel...)
+			}
+			f, err := fl.fetcher(a)
+			if err != nil {
+				return err
+			}
+			dir, err := filepath.Abs(args[0])
+			if err != nil {
+				return usagef("mirror directory %q: %v", args[0], err)
+			}
+			if f.Mirror != "" && filepath.Clean(f.Mirror) == dir {
+				return usagef("--mirror and DIR are both %s: export into another directory", dir)
+			}
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			res, err := f.Fetch(ctx, rs)
+			if err != nil {
+				printFetched(a, res)
+				return fmt.Errorf("mirror export: nothing was exported because fetching failed: %w", err)
+			}
+			rep, err := components.Export(res, dir)
+			if err != nil {
+				return err
+			}
+			for _, p := range rep.Written {
+				a.logf(2, "  wrote %s", p)
+			}
+			var total int64
+			for _, r := range res {
+				total += r.Size
+			}
+			fmt.Fprintf(a.out, "Exported %d artifacts (%s, linux/%s) to %s: %d files written, %d unchanged\n",
+				len(res), components.HumanBytes(total), strings.Join(arches, ", linux/"), dir, len(rep.Written), len(rep.Unchanged))
+			fmt.Fprintf(a.out, "Use it on another machine:\n  khw fetch --mirror %s\nor serve it:\n  khw mirror serve %s --listen 0.0.0.0:8080\n", dir, dir)
+			return nil
+		},
+	}
+	fl.register(cmd, "")
+	cmd.Flags().StringSliceVar(&arches, "arch", nil, "CPU architectures to export, comma-separated: amd64, arm64 (default: the cluster's arch)")
+	cmd.RegisterFlagCompletionFunc("arch", fixedCompletions(config.ArchARM64, config.ArchAMD64))
+	return cmd
+}
+
+func newMirrorServeCmd(a *app) *cobra.Command {
+	var listen string
+	cmd := &cobra.Command{
+		Use:   "serve DIR",
+		Short: "Serve a mirror directory over HTTP (read-only)",
+		Long: `Serve DIR, a mirror made by ` + "`khw mirror export`" + ` (or by hand with the same
+layout), over plain HTTP, read-only: GET and HEAD only, Range requests
+supported so clients resume, dot-files hidden, no symlink out of DIR
+followed. Each request is logged on stderr. SIGINT (Ctrl-C) or SIGTERM stops
+the server after the requests in flight finish.
+
+Every file is verified by the client against its checksum file, so plain
+HTTP is enough on a classroom network; a directory that does not look like a
+mirror is refused, so a typo cannot publish your home directory.`,
+		Example: `  khw mirror serve ./mirror                          # http://127.0.0.1:8080/
+  khw mirror serve ./mirror --listen 0.0.0.0:8080    # for the classroom
+  khw fetch --mirror http://<this host>:8080         # on each laptop`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir, err := filepath.Abs(args[0])
+			if err != nil {
+				return usagef("mirror directory %q: %v", args[0], err)
+			}
+			h, err := components.MirrorHandler(dir, a.errOut)
+			if err != nil {
+				return invalidInputError{err}
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("listen on %s: %w (fix: choose another --listen address or port)", listen, err)
+			}
+			srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+			url := "http://" + ln.Addr().String()
+			fmt.Fprintf(a.out, "Serving mirror %s at %s/ (read-only; Ctrl-C to stop)\n", dir, url)
+			if host, _, _ := net.SplitHostPort(ln.Addr().String()); net.ParseIP(host).IsLoopback() {
+				fmt.Fprintf(a.out, "Only this machine can reach it; for others use --listen 0.0.0.0:%s\n", portOf(ln.Addr()))
+			}
+			fmt.Fprintf(a.out, "Clients: khw fetch --mirror %s\n", url)
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			errc := make(chan error, 1)
+			go func() { errc <- srv.Serve(ln) }()
+			select {
+			case err := <-errc:
+				return fmt.Errorf("mirror serve: %w", err)
+			case <-ctx.Done():
+			}
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err = srv.Shutdown(sctx)
+			if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+				err = serr
+			}
+			if err != nil {
+				return fmt.Errorf("mirror serve: shutdown: %w", err)
+			}
+			fmt.Fprintln(a.out, "Stopped.")
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "address:port to listen on")
+	return cmd
+}
+
+func portOf(addr net.Addr) string {
+	_, p, _ := net.SplitHostPort(addr.String())
+	return p
+}

@@ -1,0 +1,784 @@
+package components
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/khw-dev/khw/internal/fsutil"
+)
+
+// Defaults of Fetcher's zero-valued fields.
+const (
+	DefaultParallel     = 4
+	DefaultRetries      = 4
+	DefaultRetryWait    = time.Second
+	DefaultStallTimeout = time.Minute
+	maxRetryWait        = 30 * time.Second
+	maxChecksumFileSize = 4 << 20
+	userAgent           = "khw (+https://github.com/khw-dev/khw)"
+)
+
+// Fetcher downloads, verifies and caches the artifacts of the catalog.
+//
+// Every artifact ends up as a verified blob in the content-addressed cache
+// (CacheDir/sha256/<hex>); an index maps the official URL (or image reference
+// and arch) to the digest, so a second Fetch of the same artifacts makes no
+// network request at all. A cached blob is re-hashed (and its size checked)
+// every time it is used; a damaged one is deleted and fetched again.
+//
+// Verification of downloads (never skipped):
+//   - a SHA-256 pinned in the catalog (Resolved.SHA256) wins; otherwise
+//   - the published checksum file (Resolved.ChecksumURL, format "hex" or
+//     "sha256sum", see ParseChecksum) is read from the same place as the
+//     artifact (the mirror when one is set) and its line for
+//     Resolved.FileName gives the digest;
+//   - images pulled from a registry are verified by the registry's content
+//     addressing (every layer and the config are checked against the digests
+//     in the manifest); an image tarball from a mirror is checked against the
+//     .sha256 file next to it (see ImageMirrorPath).
+//
+// A mismatch is a *DigestMismatchError; the bad file is deleted and nothing is
+// cached. Cancelling the context stops every transfer; a cancelled download
+// stays in CacheDir/partial/ only, to be resumed (with an HTTP Range request)
+// by the next Fetch, and is never used without verification.
+//
+// The zero value works: official URLs, DefaultCacheDir(), DefaultParallel
+// transfers, no progress output.
+type Fetcher struct {
+	// CacheDir is the cache directory ("" = DefaultCacheDir()).
+	CacheDir string
+	// Mirror is "" (official URLs), a directory, a file:// URL or an http(s)
+	// base URL; https://HOST/PATH is read from MIRROR/HOST/PATH (see
+	// MirrorLocation), images from MIRROR/ImageMirrorPath(...).
+	Mirror string
+	// Parallel bounds the number of concurrent transfers (<= 0: DefaultParallel).
+	Parallel int
+	// Progress receives progress output (nil: none). On a terminal it shows
+	// live per-item and total bytes, rate and ETA; otherwise one line per
+	// finished item.
+	Progress io.Writer
+	// HTTPClient does every HTTP request (nil: a client with proxy settings
+	// from the environment, redirects followed, 60 s response-header timeout).
+	HTTPClient *http.Client
+	// Retries is how many times a transient failure (connection error, cut
+	// transfer, HTTP 408/429/5xx) is retried, resuming where it stopped:
+	// 0 means DefaultRetries, a negative value means none.
+	Retries int
+	// RetryWait is the wait before the first retry, doubled on each further
+	// retry up to 30 s (0: DefaultRetryWait).
+	RetryWait time.Duration
+	// StallTimeout aborts (and retries) a transfer that received no byte for
+	// this long (0: DefaultStallTimeout).
+	StallTimeout time.Duration
+}
+
+// Fetched is the result of fetching one artifact.
+type Fetched struct {
+	// Resolved is the catalog entry that was fetched.
+	Resolved Resolved
+	// Path is the verified blob in the cache (CacheDir/sha256/<SHA256>): the
+	// binary, the tar.gz archive, the disk image, or for an image a tarball
+	// as written by go-containerregistry's tarball.Write (docker-save layout,
+	// importable with `ctr -n k8s.io images import`). Do not modify it.
+	Path string
+	// SHA256 is the lower-case hex SHA-256 of the file at Path.
+	SHA256 string
+	// Size of the file at Path in bytes.
+	Size int64
+	// ImageDigest is the registry's manifest digest of the image for
+	// linux/<arch> ("sha256:<hex>"); set for images pulled from a registry,
+	// empty for images taken from a mirror tarball (the tarball does not keep
+	// the registry's manifest).
+	ImageDigest string
+	// ImageID is the image's config digest ("sha256:<hex>"), the IMAGE ID
+	// that `crictl images` and `ctr images ls` show; images only.
+	ImageID string
+	// Cached is true when nothing was downloaded.
+	Cached bool
+	// Source is the URL or file the blob came from (for a cached blob: where
+	// it came from when it was first fetched).
+	Source string
+	// VerifiedBy says how the digest was established (see IndexEntry).
+	VerifiedBy string
+	// Err is this artifact's error; the other fields except Resolved are then
+	// zero.
+	Err error
+}
+
+// DigestMismatchError is returned when a download does not have the digest
+// its checksum file (or the catalog pin) gives. The download was deleted.
+type DigestMismatchError struct {
+	// URL is the official URL (or image reference) of the artifact.
+	URL string
+	// Source is where the bad bytes came from (mirror URL or path).
+	Source string
+	// Expected and Actual are hex SHA-256 digests.
+	Expected, Actual string
+	// ExpectedFrom names the checksum file or "pinned in catalog".
+	ExpectedFrom string
+}
+
+func (e *DigestMismatchError) Error() string {
+	from := ""
+	if e.Source != e.URL {
+		from = " (fetched from " + e.Source + ")"
+	}
+	return fmt.Sprintf("sha256 mismatch for %s%s: expected %s (%s), actual %s; the download was deleted and nothing was cached "+
+		"(fix: if a mirror is in use it is stale or damaged, export it again with `khw mirror export`; otherwise retry, and if it persists the published file changed: check the release)",
+		e.URL, from, e.Expected, e.ExpectedFrom, e.Actual)
+}
+
+// permanentError marks an error that retrying cannot fix (HTTP 404, a full
+// disk, a missing mirror file).
+type permanentError struct{ error }
+
+func (e permanentError) Unwrap() error { return e.error }
+
+// fetchRun is the state shared by the transfers of one Fetch call.
+type fetchRun struct {
+	cache  *cache
+	prog   *progress
+	client *http.Client
+	mu     sync.Mutex
+	sums   map[string]*sumCall
+}
+
+type sumCall struct {
+	done chan struct{}
+	data []byte
+	err  error
+}
+
+// Fetch fetches every artifact of rs (as returned by Catalog.Resolve, any
+// mix of downloads and images) into the cache, DefaultParallel (or Parallel)
+// at a time. The result has one Fetched per element of rs, in the same order;
+// artifacts with the same cache key are fetched once. The error is nil when
+// every artifact was fetched and verified, else the errors.Join of each
+// failed artifact's error (also in Fetched.Err); the successful ones are
+// cached and returned either way. When ctx is cancelled, transfers stop
+// and their Err wraps ctx's error.
+func (f *Fetcher) Fetch(ctx context.Context, rs []Resolved) ([]Fetched, error) {
+	dir := f.CacheDir
+	if dir == "" {
+		dir = DefaultCacheDir()
+	}
+	c, err := openCache(dir)
+	if err != nil {
+		return nil, err
+	}
+	if f.Mirror != "" && !isURLMirror(f.Mirror) {
+		st, err := os.Stat(mirrorDir(f.Mirror))
+		if err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("mirror %s: not a directory or an http(s) URL (fix: point --mirror / %s at a directory made by `khw mirror export`, or at the URL `khw mirror serve` prints)", f.Mirror, EnvMirror)
+		}
+	}
+	run := &fetchRun{cache: c, client: f.client(), sums: map[string]*sumCall{}}
+
+	// owner[i] is the index whose result i shares (artifacts with the same
+	// cache key are fetched once).
+	out := make([]Fetched, len(rs))
+	owner := make([]int, len(rs))
+	first := map[string]int{}
+	var jobs []int
+	for i, r := range rs {
+		owner[i] = i
+		if k := CacheKey(r); k != "" {
+			if j, ok := first[k]; ok {
+				owner[i] = j
+				continue
+			}
+			first[k] = i
+		}
+		jobs = append(jobs, i)
+	}
+	run.prog = newProgress(f.Progress, len(jobs))
+	defer run.prog.close()
+	par := f.Parallel
+	if par <= 0 {
+		par = DefaultParallel
+	}
+	queue := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < min(par, len(jobs)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range queue {
+				out[i] = f.fetchOne(ctx, run, rs[i])
+			}
+		}()
+	}
+	for _, i := range jobs {
+		queue <- i
+	}
+	close(queue)
+	wg.Wait()
+
+	var errs []error
+	for i, r := range rs {
+		if owner[i] != i {
+			out[i] = out[owner[i]]
+			out[i].Resolved = r
+			continue
+		}
+		if out[i].Err != nil {
+			errs = append(errs, out[i].Err)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func (f *Fetcher) fetchOne(ctx context.Context, run *fetchRun, r Resolved) Fetched {
+	label := r.Artifact.Name + " " + r.Version
+	if err := ctx.Err(); err != nil {
+		return Fetched{Resolved: r, Err: fmt.Errorf("%s: %w", label, ctxErr(ctx))}
+	}
+	it := run.prog.start(label)
+	var res Fetched
+	var err error
+	switch {
+	case r.Artifact.Format == FormatImage || (r.URL == "" && r.Image != ""):
+		res, err = f.fetchImage(ctx, run, r, it)
+	case r.URL != "":
+		res, err = f.fetchURL(ctx, run, r, it)
+	default:
+		err = fmt.Errorf("catalog artifact %s has neither url nor image", r.Artifact.Name)
+	}
+	res.Resolved = r
+	if err != nil {
+		res = Fetched{Resolved: r, Err: fmt.Errorf("%s: %w", label, err)}
+		run.prog.finish(it, fmt.Sprintf("failed  %s: %v", label, err))
+		return res
+	}
+	verb := "fetched"
+	if res.Cached {
+		verb = "cached "
+	}
+	run.prog.finishOK(it, verb, label, res.Size, res.Source)
+	return res
+}
+
+// lock takes the cache's per-key fetch lock, noting when it has to wait.
+func (run *fetchRun) lock(ctx context.Context, key string) (func(), error) {
+	return run.cache.lockKey(ctx, key, func() {
+		run.prog.note("waiting for another khw process that is fetching " + key)
+	})
+}
+
+// cachedResult turns an index entry into a Fetched.
+func (run *fetchRun) cachedResult(r Resolved, e IndexEntry) Fetched {
+	return Fetched{Resolved: r, Path: run.cache.blobPath(e.SHA256), SHA256: e.SHA256, Size: e.Size,
+		ImageDigest: e.ImageDigest, ImageID: e.ImageID, Cached: true, Source: e.Source, VerifiedBy: e.VerifiedBy}
+}
+
+// fromCache returns the cached blob for key if the index has it, its digest
+// equals want (when want is set) and it re-hashes correctly. A damaged blob
+// is removed together with its index entry.
+func (run *fetchRun) fromCache(r Resolved, key, want string) (Fetched, bool) {
+	e, ok := run.cache.lookup(key)
+	if !ok || (want != "" && e.SHA256 != want) {
+		return Fetched{}, false
+	}
+	if err := run.cache.verifyBlob(e.SHA256, e.Size); err != nil {
+		run.prog.note(fmt.Sprintf("cache: %s: %v; fetching it again", key, err))
+		if !errors.Is(err, os.ErrNotExist) {
+			os.Remove(run.cache.blobPath(e.SHA256))
+		}
+		run.cache.update(key, nil)
+		return Fetched{}, false
+	}
+	return run.cachedResult(r, e), true
+}
+
+func (f *Fetcher) fetchURL(ctx context.Context, run *fetchRun, r Resolved, it *pitem) (Fetched, error) {
+	key := CacheKey(r)
+	pinned := ""
+	if r.SHA256 != "" {
+		p, err := normalizeHex(r.SHA256)
+		if err != nil {
+			return Fetched{}, fmt.Errorf("catalog pins sha256 %w", err)
+		}
+		pinned = p
+	}
+	if res, ok := run.fromCache(r, key, pinned); ok {
+		return res, nil
+	}
+	unlock, err := run.lock(ctx, key)
+	if err != nil {
+		return Fetched{}, err
+	}
+	defer unlock()
+	if res, ok := run.fromCache(r, key, pinned); ok { // fetched meanwhile by another process
+		return res, nil
+	}
+	loc, isFile, err := MirrorLocation(f.Mirror, r.URL)
+	if err != nil {
+		return Fetched{}, err
+	}
+	want, verifiedBy := pinned, "pinned in catalog"
+	if want == "" {
+		if r.ChecksumURL == "" {
+			return Fetched{}, fmt.Errorf("%s has no checksum URL and no pinned sha256 in the catalog; khw never uses an unverified download (fix: add checksum.url or checksum.sha256 to catalog.yaml)", r.URL)
+		}
+		sumLoc, sumIsFile, err := MirrorLocation(f.Mirror, r.ChecksumURL)
+		if err != nil {
+			return Fetched{}, err
+		}
+		data, err := f.checksumFile(ctx, run, sumLoc, sumIsFile)
+		if err != nil {
+			return Fetched{}, fmt.Errorf("verify %s: %w", r.URL, err)
+		}
+		want, err = ParseChecksum(data, r.ChecksumFormat, r.FileName)
+		if err != nil {
+			return Fetched{}, fmt.Errorf("verify %s: %s: %w", r.URL, sumLoc, err)
+		}
+		verifiedBy = "checksum file " + sumLoc
+	}
+	return f.downloadVerified(ctx, run, r, key, r.URL, loc, isFile, want, verifiedBy, nil, it)
+}
+
+// downloadVerified gets loc into the partial file of key, checks its SHA-256
+// against want, runs inspect (images: open the tarball, check the platform)
+// and moves it into the cache. A partial file left by an earlier run is
+// resumed; if the resumed result does not verify, the download starts once
+// more from byte 0 before a mismatch is reported.
+func (f *Fetcher) downloadVerified(ctx context.Context, run *fetchRun, r Resolved, key, official, loc string, isFile bool,
+	want, verifiedBy string, inspect func(string) (imageInfo, error), it *pitem) (Fetched, error) {
+	record := func(p string, size int64, cached bool) (Fetched, error) {
+		var info imageInfo
+		if inspect != nil {
+			var err error
+			if info, err = inspect(p); err != nil {
+				if !cached {
+					os.Remove(p)
+				}
+				return Fetched{}, err
+			}
+		}
+		if !cached {
+			var err error
+			if p, err = run.cache.store(p, want); err != nil {
+				return Fetched{}, err
+			}
+		}
+		e := IndexEntry{SHA256: want, Size: size, Source: loc, VerifiedBy: verifiedBy, ImageDigest: info.digest, ImageID: info.id, Fetched: time.Now().UTC()}
+		if err := run.cache.update(key, &e); err != nil {
+			return Fetched{}, err
+		}
+		res := run.cachedResult(r, e)
+		res.Cached = cached
+		return res, nil
+	}
+	// The same content may already be cached under another key, or the index
+	// may have been lost: a verified blob is as good as a download.
+	if st, err := os.Stat(run.cache.blobPath(want)); err == nil {
+		if run.cache.verifyBlob(want, st.Size()) == nil {
+			return record(run.cache.blobPath(want), st.Size(), true)
+		}
+		os.Remove(run.cache.blobPath(want))
+	}
+	part := run.cache.partialPath(key)
+	for try := 0; ; try++ {
+		resumed := false
+		if st, err := os.Stat(part); err == nil && st.Size() > 0 && !isFile {
+			resumed = true
+			if got, n, err := hashFile(part); err == nil && got == want {
+				return record(part, n, false)
+			}
+		}
+		if err := f.download(ctx, run, loc, isFile, part, it); err != nil {
+			var pe permanentError
+			if errors.As(err, &pe) {
+				os.Remove(part)
+			}
+			return Fetched{}, err
+		}
+		got, n, err := hashFile(part)
+		if err != nil {
+			os.Remove(part)
+			return Fetched{}, err
+		}
+		if got == want {
+			return record(part, n, false)
+		}
+		os.Remove(part)
+		if resumed && try == 0 {
+			run.prog.note(fmt.Sprintf("resumed download of %s did not verify; downloading it again from the start", official))
+			continue
+		}
+		return Fetched{}, &DigestMismatchError{URL: official, Source: loc, Expected: want, Actual: got, ExpectedFrom: verifiedBy}
+	}
+}
+
+// checksumFile reads a checksum file once per Fetch call (several artifacts
+// share etcd's SHA256SUMS or runc.sha256sum).
+func (f *Fetcher) checksumFile(ctx context.Context, run *fetchRun, loc string, isFile bool) ([]byte, error) {
+	run.mu.Lock()
+	call, ok := run.sums[loc]
+	if !ok {
+		call = &sumCall{done: make(chan struct{})}
+		run.sums[loc] = call
+	}
+	run.mu.Unlock()
+	if ok {
+		select {
+		case <-call.done:
+			return call.data, call.err
+		case <-ctx.Done():
+			return nil, ctxErr(ctx)
+		}
+	}
+	call.data, call.err = f.getSmall(ctx, run, loc, isFile)
+	close(call.done)
+	return call.data, call.err
+}
+
+// getSmall reads a small file (a checksum file, at most 4 MiB) from a URL,
+// with retries, or from a directory mirror.
+func (f *Fetcher) getSmall(ctx context.Context, run *fetchRun, loc string, isFile bool) ([]byte, error) {
+	if isFile {
+		st, err := os.Stat(loc)
+		if err != nil {
+			return nil, fmt.Errorf("mirror has no checksum file %s (fix: export the mirror again with `khw mirror export`): %w", loc, err)
+		}
+		if st.Size() > maxChecksumFileSize {
+			return nil, fmt.Errorf("checksum file %s is %d bytes; that is not a checksum file", loc, st.Size())
+		}
+		return os.ReadFile(loc)
+	}
+	var data []byte
+	err := f.retry(ctx, func() error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, loc, nil)
+		if err != nil {
+			return permanentError{err}
+		}
+		req.Header.Set("User-Agent", userAgent)
+		resp, err := run.client.Do(req)
+		if err != nil {
+			return fmt.Errorf("GET %s: %w", loc, err)
+		}
+		defer resp.Body.Close()
+		if err := statusError(loc, resp); err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return permanentError{fmt.Errorf("GET %s: unexpected HTTP %s", loc, resp.Status)}
+		}
+		data, err = io.ReadAll(io.LimitReader(resp.Body, maxChecksumFileSize+1))
+		if err != nil {
+			return fmt.Errorf("GET %s: %w", loc, err)
+		}
+		if len(data) > maxChecksumFileSize {
+			return permanentError{fmt.Errorf("GET %s: more than %d bytes; that is not a checksum file", loc, maxChecksumFileSize)}
+		}
+		return nil
+	})
+	return data, err
+}
+
+// statusError classifies a non-success HTTP status: nil for 200 and 206,
+// a retryable error for 408, 429 and 5xx, a permanentError otherwise.
+func statusError(loc string, resp *http.Response) error {
+	switch c := resp.StatusCode; {
+	case c == http.StatusOK || c == http.StatusPartialContent:
+		return nil
+	case c == http.StatusRequestTimeout || c == http.StatusTooManyRequests || c >= 500:
+		return fmt.Errorf("GET %s: HTTP %s", loc, resp.Status)
+	case c == http.StatusNotFound:
+		return permanentError{fmt.Errorf("GET %s: HTTP %s (fix: check the version in cluster.yaml; with a mirror, check that it holds this file at the official path, e.g. re-run `khw mirror export`)", loc, resp.Status)}
+	default:
+		return permanentError{fmt.Errorf("GET %s: HTTP %s", loc, resp.Status)}
+	}
+}
+
+// retry runs op until it succeeds, fails permanently, ctx ends, or the
+// retries are used up, waiting RetryWait, 2×RetryWait … (at most 30 s)
+// between attempts.
+func (f *Fetcher) retry(ctx context.Context, op func() error) error {
+	retries := f.Retries
+	if retries == 0 {
+		retries = DefaultRetries
+	}
+	wait := f.RetryWait
+	if wait <= 0 {
+		wait = DefaultRetryWait
+	}
+	for attempt := 0; ; attempt++ {
+		err := op()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return stopped(ctx, err)
+		}
+		var pe permanentError
+		if errors.As(err, &pe) {
+			return err
+		}
+		if attempt >= retries {
+			if attempt > 0 {
+				return fmt.Errorf("%w (gave up after %d attempts)", err, attempt+1)
+			}
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return stopped(ctx, err)
+		}
+		wait = min(2*wait, maxRetryWait)
+	}
+}
+
+// ctxErr is ctx's error, with its cause (e.g. "interrupt signal received")
+// when there is one; errors.Is(ctxErr(ctx), context.Canceled) holds.
+func ctxErr(ctx context.Context) error {
+	err := ctx.Err()
+	if c := context.Cause(ctx); c != nil && c != err {
+		return fmt.Errorf("%w (%w)", err, c)
+	}
+	return err
+}
+
+// stopped is the error of an operation interrupted by ctx: ctx's error, plus
+// op's own error when that says more than the cancellation.
+func stopped(ctx context.Context, op error) error {
+	if errors.Is(op, ctx.Err()) || errors.Is(op, context.Cause(ctx)) {
+		return op
+	}
+	return fmt.Errorf("%w (%v)", ctxErr(ctx), op)
+}
+
+// download copies loc into part: from a directory mirror a plain copy; over
+// HTTP with retries, each retry resuming from the bytes already in part.
+func (f *Fetcher) download(ctx context.Context, run *fetchRun, loc string, isFile bool, part string, it *pitem) error {
+	if isFile {
+		return copyLocal(ctx, loc, part, it)
+	}
+	return f.retry(ctx, func() error { return f.attempt(ctx, run, loc, part, it) })
+}
+
+// attempt is one HTTP GET of loc, appending to part with a Range request
+// when part already holds bytes.
+func (f *Fetcher) attempt(ctx context.Context, run *fetchRun, loc, part string, it *pitem) error {
+	var off int64
+	if st, err := os.Stat(part); err == nil {
+		off = st.Size()
+	}
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodGet, loc, nil)
+	if err != nil {
+		return permanentError{err}
+	}
+	req.Header.Set("User-Agent", userAgent)
+	if off > 0 {
+		req.Header.Set("Range", fmt.Sprintf("bytes=%d-", off))
+	}
+	resp, err := run.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", loc, err)
+	}
+	defer resp.Body.Close()
+	flags := os.O_WRONLY | os.O_CREATE
+	switch resp.StatusCode {
+	case http.StatusOK:
+		flags |= os.O_TRUNC
+		off = 0
+	case http.StatusPartialContent:
+		start, ok := contentRangeStart(resp.Header.Get("Content-Range"))
+		if !ok || start != off {
+			os.Remove(part)
+			return fmt.Errorf("GET %s: asked to resume at byte %d, the server sent Content-Range %q; starting over", loc, off, resp.Header.Get("Content-Range"))
+		}
+		flags |= os.O_APPEND
+	case http.StatusRequestedRangeNotSatisfiable:
+		os.Remove(part)
+		return fmt.Errorf("GET %s: the server cannot resume at byte %d (HTTP %s); starting over", loc, off, resp.Status)
+	default:
+		if err := statusError(loc, resp); err != nil {
+			return err
+		}
+		return permanentError{fmt.Errorf("GET %s: unexpected HTTP %s", loc, resp.Status)}
+	}
+	total := int64(-1)
+	if resp.ContentLength >= 0 {
+		total = off + resp.ContentLength
+	}
+	it.set(off, total)
+	out, err := os.OpenFile(part, flags, fsutil.PublicMode)
+	if err != nil {
+		return permanentError{fmt.Errorf("artifact cache: %w", err)}
+	}
+	stall := f.StallTimeout
+	if stall <= 0 {
+		stall = DefaultStallTimeout
+	}
+	var stalled atomic.Bool
+	timer := time.AfterFunc(stall, func() { stalled.Store(true); cancel() })
+	defer timer.Stop()
+	buf := make([]byte, 256<<10)
+	var n int64
+	for {
+		m, rerr := resp.Body.Read(buf)
+		if m > 0 {
+			timer.Reset(stall)
+			if _, werr := out.Write(buf[:m]); werr != nil {
+				out.Close()
+				return permanentError{fmt.Errorf("artifact cache: write %s: %w (fix: free disk space or choose another --cache-dir)", part, werr)}
+			}
+			n += int64(m)
+			it.add(int64(m))
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			out.Close()
+			if ctx.Err() != nil {
+				return ctxErr(ctx)
+			}
+			if stalled.Load() {
+				return fmt.Errorf("GET %s: no data for %s after %d bytes", loc, stall, off+n)
+			}
+			return fmt.Errorf("GET %s: transfer cut after %d bytes: %w", loc, off+n, rerr)
+		}
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return permanentError{fmt.Errorf("artifact cache: write %s: %w", part, err)}
+	}
+	if err := out.Close(); err != nil {
+		return permanentError{fmt.Errorf("artifact cache: write %s: %w", part, err)}
+	}
+	if resp.ContentLength >= 0 && n != resp.ContentLength {
+		return fmt.Errorf("GET %s: got %d of %d bytes", loc, n, resp.ContentLength)
+	}
+	return nil
+}
+
+// contentRangeStart parses the first byte of "bytes START-END/TOTAL".
+func contentRangeStart(h string) (int64, bool) {
+	rest, ok := strings.CutPrefix(h, "bytes ")
+	if !ok {
+		return 0, false
+	}
+	i := strings.IndexByte(rest, '-')
+	if i < 0 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(rest[:i], 10, 64)
+	return n, err == nil
+}
+
+// copyLocal copies a file of a directory mirror into part.
+func copyLocal(ctx context.Context, src, part string, it *pitem) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return permanentError{fmt.Errorf("mirror has no file %s (fix: export the mirror again with `khw mirror export`, or check --mirror): %w", src, err)}
+	}
+	defer in.Close()
+	st, err := in.Stat()
+	if err != nil {
+		return permanentError{err}
+	}
+	if !st.Mode().IsRegular() {
+		return permanentError{fmt.Errorf("mirror path %s is not a regular file", src)}
+	}
+	it.set(0, st.Size())
+	out, err := os.OpenFile(part, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fsutil.PublicMode)
+	if err != nil {
+		return permanentError{fmt.Errorf("artifact cache: %w", err)}
+	}
+	buf := make([]byte, 1<<20)
+	for {
+		if err := ctx.Err(); err != nil {
+			out.Close()
+			os.Remove(part)
+			return ctxErr(ctx)
+		}
+		m, rerr := in.Read(buf)
+		if m > 0 {
+			if _, werr := out.Write(buf[:m]); werr != nil {
+				out.Close()
+				os.Remove(part)
+				return permanentError{fmt.Errorf("artifact cache: write %s: %w (fix: free disk space or choose another --cache-dir)", part, werr)}
+			}
+			it.add(int64(m))
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			out.Close()
+			os.Remove(part)
+			return permanentError{fmt.Errorf("read %s: %w", src, rerr)}
+		}
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return permanentError{err}
+	}
+	return out.Close()
+}
+
+func (f *Fetcher) client() *http.Client {
+	if f.HTTPClient != nil {
+		return f.HTTPClient
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.ResponseHeaderTimeout = time.Minute
+	return &http.Client{Transport: tr}
+}
+
+// transport is the RoundTripper handed to go-containerregistry.
+func (run *fetchRun) transport() http.RoundTripper {
+	if run.client.Transport != nil {
+		return run.client.Transport
+	}
+	return http.DefaultTransport
+}
+
+func isURLMirror(m string) bool {
+	return strings.HasPrefix(m, "http://") || strings.HasPrefix(m, "https://")
+}
+
+func mirrorDir(m string) string { return strings.TrimPrefix(m, "file://") }
+
+// MirrorLocation maps an official URL https://HOST/PATH to where mirror
+// holds it: MIRROR/HOST/PATH, where MIRROR is an http(s) base URL (the
+// result is a URL, isFile false) or a directory, optionally written as
+// file:///dir (the result is a file path, isFile true). An empty mirror
+// returns official unchanged. Errors: official is not an absolute http(s)
+// URL, has a query, or its path would leave the mirror ("..").
+func MirrorLocation(mirror, official string) (loc string, isFile bool, err error) {
+	if mirror == "" {
+		return official, false, nil
+	}
+	u, err := url.Parse(official)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" {
+		return "", false, fmt.Errorf("cannot map %q into a mirror: want an absolute http(s) URL without a query", official)
+	}
+	clean := path.Clean("/" + u.Path)
+	if clean != u.Path && clean+"/" != u.Path {
+		return "", false, fmt.Errorf("cannot map %q into a mirror: its path is not clean", official)
+	}
+	if isURLMirror(mirror) {
+		return strings.TrimRight(mirror, "/") + "/" + u.Host + u.EscapedPath(), false, nil
+	}
+	return filepath.Join(mirrorDir(mirror), u.Host, filepath.FromSlash(clean)), true, nil
+}

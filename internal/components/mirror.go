@@ -1,0 +1,407 @@
+package components
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/khw-dev/khw/internal/fsutil"
+)
+
+// MirrorManifestFile is the file `khw mirror export` writes at the root of a
+// mirror, listing what it holds (MirrorManifest as JSON). A directory with it
+// is recognised as a mirror by CheckMirrorDir.
+const MirrorManifestFile = "khw-mirror.json"
+
+// Permissions inside an exported mirror: it holds only public release files
+// and is meant to be served to other machines, so it is world-readable.
+const (
+	mirrorDirMode  fs.FileMode = 0o755
+	mirrorFileMode fs.FileMode = 0o644
+)
+
+// MirrorManifest is the content of khw-mirror.json.
+type MirrorManifest struct {
+	// Format is "khw-mirror/v1".
+	Format string `json:"format"`
+	// Artifacts are sorted by Path; one per file in the mirror (checksum files
+	// are not listed).
+	Artifacts []MirrorEntry `json:"artifacts"`
+}
+
+// MirrorEntry is one artifact file of a mirror.
+type MirrorEntry struct {
+	// Path is relative to the mirror root, slash-separated.
+	Path string `json:"path"`
+	// Name, Version and Arch are the catalog artifact's.
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	Arch    string `json:"arch"`
+	// URL is the official URL (downloads) and Image the reference (images).
+	URL   string `json:"url,omitempty"`
+	Image string `json:"image,omitempty"`
+	// SHA256 (hex) and Size (bytes) of the file.
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+	// ImageDigest and ImageID as in Fetched, images only.
+	ImageDigest string `json:"imageDigest,omitempty"`
+	ImageID     string `json:"imageID,omitempty"`
+}
+
+const mirrorFormat = "khw-mirror/v1"
+
+// ExportReport lists what Export did, as paths relative to the mirror root.
+type ExportReport struct {
+	Written   []string
+	Unchanged []string
+}
+
+// Export writes fetched artifacts (the result of a successful Fetch) into
+// dir with the mirror layout, so that `--mirror dir` (or `khw mirror serve
+// dir`) serves them to another machine:
+//
+//   - a download https://HOST/PATH goes to dir/HOST/PATH; its checksum file
+//     to dir/<checksum URL's HOST/PATH> in the published format: "hex" files
+//     hold the digest, "sha256sum" files get the line "<hex>  <file name>",
+//     merged with the lines an earlier export wrote (e.g. etcd's SHA256SUMS
+//     for both arches);
+//   - an image goes to dir/ImageMirrorPath(ref, arch) with a ".sha256" file
+//     (hex) next to it;
+//   - dir/khw-mirror.json lists every artifact (merged with an earlier one).
+//
+// Files already present with the right content are left alone. Files are
+// written to a temporary name and renamed, so a reader never sees half a
+// file. Errors: an entry with Err set, or a file-system error naming the path.
+func Export(fetched []Fetched, dir string) (ExportReport, error) {
+	var rep ExportReport
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return rep, err
+	}
+	if err := os.MkdirAll(abs, mirrorDirMode); err != nil {
+		return rep, fmt.Errorf("mirror %s: %w", abs, err)
+	}
+	man, err := readMirrorManifest(abs)
+	if err != nil {
+		return rep, err
+	}
+	entries := map[string]MirrorEntry{}
+	for _, e := range man.Artifacts {
+		entries[e.Path] = e
+	}
+	note := func(rel string, written bool) {
+		if written {
+			rep.Written = append(rep.Written, rel)
+		} else {
+			rep.Unchanged = append(rep.Unchanged, rel)
+		}
+	}
+	for _, f := range fetched {
+		r := f.Resolved
+		if f.Err != nil {
+			return rep, fmt.Errorf("export %s: it was not fetched: %w", r.Artifact.Name, f.Err)
+		}
+		var rel string
+		if f.Resolved.Artifact.Format == FormatImage || (r.URL == "" && r.Image != "") {
+			rel, err = ImageMirrorPath(r.Image, r.Arch)
+			if err != nil {
+				return rep, err
+			}
+		} else {
+			rel, err = mirrorRel(r.URL)
+			if err != nil {
+				return rep, err
+			}
+		}
+		dst := filepath.Join(abs, filepath.FromSlash(rel))
+		w, err := copyIfDifferent(f.Path, dst, f.SHA256, f.Size)
+		if err != nil {
+			return rep, err
+		}
+		note(rel, w)
+		// The checksum file that lets a Fetcher verify the copy.
+		switch {
+		case r.URL == "" || f.Resolved.Artifact.Format == FormatImage:
+			w, err := writeSmall(dst+".sha256", []byte(f.SHA256+"\n"))
+			if err != nil {
+				return rep, err
+			}
+			note(rel+".sha256", w)
+		case r.ChecksumURL != "":
+			srel, err := mirrorRel(r.ChecksumURL)
+			if err != nil {
+				return rep, err
+			}
+			sdst := filepath.Join(abs, filepath.FromSlash(srel))
+			var data []byte
+			if r.ChecksumFormat == ChecksumSHA256Sum {
+				data, err = mergeSHA256Sum(sdst, r.FileName, f.SHA256)
+			} else {
+				var s string
+				s, err = FormatChecksum(r.ChecksumFormat, f.SHA256, r.FileName)
+				data = []byte(s)
+			}
+			if err != nil {
+				return rep, fmt.Errorf("export %s: checksum file %s: %w", r.Artifact.Name, sdst, err)
+			}
+			w, err := writeSmall(sdst, data)
+			if err != nil {
+				return rep, err
+			}
+			note(srel, w)
+		}
+		entries[rel] = MirrorEntry{Path: rel, Name: r.Artifact.Name, Version: r.Version, Arch: r.Arch, URL: r.URL, Image: r.Image,
+			SHA256: f.SHA256, Size: f.Size, ImageDigest: f.ImageDigest, ImageID: f.ImageID}
+	}
+	man = MirrorManifest{Format: mirrorFormat}
+	for _, e := range entries {
+		man.Artifacts = append(man.Artifacts, e)
+	}
+	sort.Slice(man.Artifacts, func(i, j int) bool { return man.Artifacts[i].Path < man.Artifacts[j].Path })
+	data, err := json.MarshalIndent(man, "", "  ")
+	if err != nil {
+		return rep, err
+	}
+	w, err := writeSmall(filepath.Join(abs, MirrorManifestFile), append(data, '\n'))
+	if err != nil {
+		return rep, err
+	}
+	note(MirrorManifestFile, w)
+	return rep, nil
+}
+
+// mirrorRel is the slash path of an official URL inside a mirror: HOST/PATH.
+func mirrorRel(official string) (string, error) {
+	loc, _, err := MirrorLocation("/", official)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimPrefix(filepath.ToSlash(loc), "/"), nil
+}
+
+func readMirrorManifest(dir string) (MirrorManifest, error) {
+	var m MirrorManifest
+	data, err := os.ReadFile(filepath.Join(dir, MirrorManifestFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return MirrorManifest{Format: mirrorFormat}, nil
+	}
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(data, &m); err != nil || m.Format != mirrorFormat {
+		return m, fmt.Errorf("%s: not a %s file (fix: move it away, or export into an empty directory)", filepath.Join(dir, MirrorManifestFile), mirrorFormat)
+	}
+	return m, nil
+}
+
+// mergeSHA256Sum returns the sha256sum-format file at p with the line for
+// name set to sum; other lines are kept, sorted by name.
+func mergeSHA256Sum(p, name, sum string) ([]byte, error) {
+	lines := map[string]string{}
+	old, err := os.ReadFile(p)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(old))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 2 {
+			continue
+		}
+		lines[strings.TrimPrefix(f[1], "*")] = sc.Text()
+	}
+	lines[name] = sum + "  " + name
+	names := make([]string, 0, len(lines))
+	for n := range lines {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b bytes.Buffer
+	for _, n := range names {
+		b.WriteString(lines[n] + "\n")
+	}
+	return b.Bytes(), nil
+}
+
+// writeSmall writes data to p (world-readable) unless p already holds it.
+func writeSmall(p string, data []byte) (bool, error) {
+	if err := os.MkdirAll(filepath.Dir(p), mirrorDirMode); err != nil {
+		return false, fmt.Errorf("mirror: %w", err)
+	}
+	return fsutil.WriteIfChanged(p, data, mirrorFileMode)
+}
+
+// copyIfDifferent copies src to dst unless dst already has size and sum. The
+// copy streams (artifacts are up to a few hundred MiB) to a temporary file in
+// dst's directory, fsyncs it and renames it, like fsutil.WriteFileAtomic.
+func copyIfDifferent(src, dst, sum string, size int64) (bool, error) {
+	if st, err := os.Stat(dst); err == nil && st.Size() == size {
+		if got, _, err := hashFile(dst); err == nil && got == sum {
+			return false, nil
+		}
+	}
+	dir := filepath.Dir(dst)
+	if err := os.MkdirAll(dir, mirrorDirMode); err != nil {
+		return false, fmt.Errorf("mirror: %w", err)
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return false, err
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(dst)+".tmp-*")
+	if err != nil {
+		return false, fmt.Errorf("mirror: write %s: %w", dst, err)
+	}
+	fail := func(err error) (bool, error) {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return false, fmt.Errorf("mirror: write %s: %w", dst, err)
+	}
+	if _, err := io.Copy(tmp, in); err != nil {
+		return fail(err)
+	}
+	if err := tmp.Chmod(mirrorFileMode); err != nil {
+		return fail(err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		os.Remove(tmp.Name())
+		return false, fmt.Errorf("mirror: write %s: %w", dst, err)
+	}
+	syncDir(dir)
+	return true, nil
+}
+
+// mirrorHosts are the top-level directories a mirror of the catalog has:
+// the hosts of every URL and the registries of every image.
+func mirrorHosts() []string {
+	set := map[string]bool{}
+	if cat, err := Load(); err == nil {
+		for _, c := range cat.Components {
+			for _, a := range c.Artifacts {
+				for _, s := range []string{a.URL, a.Checksum.URL} {
+					if u, err := url.Parse(s); err == nil && u.Host != "" {
+						set[u.Host] = true
+					}
+				}
+				if i := strings.IndexByte(a.Image, '/'); i > 0 {
+					set[a.Image[:i]] = true
+				}
+			}
+		}
+	}
+	var out []string
+	for h := range set {
+		out = append(out, h)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// CheckMirrorDir returns nil if dir looks like a mirror: it has
+// khw-mirror.json, or a top-level directory named after a host of the
+// catalog (dl.k8s.io, github.com, registry.k8s.io, …) as a mirror made by
+// hand would. It guards `khw mirror serve` against publishing a home
+// directory by mistake.
+func CheckMirrorDir(dir string) error {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("mirror directory: %w", err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("mirror directory %s is not a directory", dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, MirrorManifestFile)); err == nil {
+		return nil
+	}
+	hosts := mirrorHosts()
+	for _, h := range hosts {
+		if st, err := os.Stat(filepath.Join(dir, h)); err == nil && st.IsDir() {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s does not look like a khw mirror: it has no %s and none of the directories %s (fix: create it with `khw mirror export %s`)",
+		dir, MirrorManifestFile, strings.Join(hosts, ", "), dir)
+}
+
+// MirrorHandler serves the mirror directory dir read-only over HTTP: GET and
+// HEAD only (others get 405), Range requests supported (so Fetchers resume),
+// files and directories whose name starts with "." are hidden (404; an
+// export in progress writes such temporary files), symlinks leaving dir are
+// not followed (os.Root). Each request is logged to logw (nil: no log) as
+// "<RFC 3339 time> <client> <method> <path> <status> <bytes> <duration>".
+// Errors: dir does not look like a mirror (CheckMirrorDir).
+func MirrorHandler(dir string, logw io.Writer) (http.Handler, error) {
+	if err := CheckMirrorDir(dir); err != nil {
+		return nil, err
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("mirror directory: %w", err)
+	}
+	files := http.FileServerFS(root.FS())
+	var logMu sync.Mutex
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		switch {
+		case r.Method != http.MethodGet && r.Method != http.MethodHead:
+			rec.Header().Set("Allow", "GET, HEAD")
+			http.Error(rec, "read-only mirror: only GET and HEAD", http.StatusMethodNotAllowed)
+		case hasHiddenElement(r.URL.Path):
+			http.NotFound(rec, r)
+		default:
+			files.ServeHTTP(rec, r)
+		}
+		if logw != nil {
+			logMu.Lock()
+			fmt.Fprintf(logw, "%s %s %s %s %d %d %s\n", start.Format(time.RFC3339), r.RemoteAddr, r.Method, r.URL.Path,
+				rec.status, rec.n, time.Since(start).Round(time.Millisecond))
+			logMu.Unlock()
+		}
+	}), nil
+}
+
+func hasHiddenElement(p string) bool {
+	for _, e := range strings.Split(p, "/") {
+		if strings.HasPrefix(e, ".") {
+			return true
+		}
+	}
+	return false
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+	n      int64
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(p []byte) (int, error) {
+	n, err := s.ResponseWriter.Write(p)
+	s.n += int64(n)
+	return n, err
+}

@@ -1,0 +1,268 @@
+package components
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/khw-dev/khw/internal/config"
+)
+
+// An image pulled from a registry (go-containerregistry's in-memory
+// registry behind httptest) for one platform of a multi-arch index.
+func TestFetchImageFromRegistry(t *testing.T) {
+	var regRequests atomic.Int64
+	reg := registryHandler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		regRequests.Add(1)
+		reg.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	ref := host + "/coredns/coredns:v1.14.6"
+	images := map[string]v1.Image{}
+	var adds []mutate.IndexAddendum
+	for _, arch := range []string{config.ArchAMD64, config.ArchARM64} {
+		img := testImage(t, arch)
+		images[arch] = img
+		adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: arch}}})
+	}
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.WriteIndex(tag, mutate.AppendManifests(empty.Index, adds...)); err != nil {
+		t.Fatal(err)
+	}
+
+	r := Resolved{Component: "coredns", Version: "v1.14.6", Arch: config.ArchARM64, Image: ref,
+		Artifact: Artifact{Name: "coredns-image", Format: FormatImage, Roles: []string{config.RoleWorker}}}
+	f := testFetcher(t, "")
+	var progress bytes.Buffer
+	f.Progress = &progress
+	regRequests.Store(0)
+	res, err := f.Fetch(context.Background(), []Resolved{r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDigest, _ := images[config.ArchARM64].Digest()
+	wantID, _ := images[config.ArchARM64].ConfigName()
+	if res[0].ImageDigest != wantDigest.String() || res[0].ImageID != wantID.String() {
+		t.Errorf("digest %s id %s, want the arm64 image's %s %s", res[0].ImageDigest, res[0].ImageID, wantDigest, wantID)
+	}
+	if !strings.Contains(res[0].VerifiedBy, wantDigest.String()) || res[0].Source != "registry "+host {
+		t.Errorf("verifiedBy %q source %q", res[0].VerifiedBy, res[0].Source)
+	}
+	if got, _, _ := hashFile(res[0].Path); got != res[0].SHA256 || filepath.Base(res[0].Path) != got {
+		t.Errorf("blob %s does not hash to %s", res[0].Path, res[0].SHA256)
+	}
+	img, err := tarball.ImageFromPath(res[0].Path, &tag)
+	if err != nil {
+		t.Fatalf("saved tarball: %v", err)
+	}
+	if cf, _ := img.ConfigFile(); cf.Architecture != config.ArchARM64 {
+		t.Errorf("saved image is %s", cf.Architecture)
+	}
+	if regRequests.Load() == 0 {
+		t.Fatal("registry not contacted")
+	}
+	if !strings.Contains(progress.String(), "fetched coredns-image v1.14.6") {
+		t.Errorf("progress: %s", progress.String())
+	}
+	// Cached: no registry request the second time.
+	regRequests.Store(0)
+	again, err := f.Fetch(context.Background(), []Resolved{r})
+	if err != nil || !again[0].Cached || again[0].ImageDigest != res[0].ImageDigest || regRequests.Load() != 0 {
+		t.Errorf("second fetch: %v cached=%v, %d registry requests", err, again[0].Cached, regRequests.Load())
+	}
+	// A platform the index lacks is an error naming the image.
+	r2 := r
+	r2.Arch = "s390x"
+	if _, err := f.Fetch(context.Background(), []Resolved{r2}); err == nil || !strings.Contains(err.Error(), ref) {
+		t.Errorf("missing platform: %v", err)
+	}
+}
+
+// mirror export, then a fetch from the export with no network at all.
+func TestExportThenFetchOffline(t *testing.T) {
+	w := newWorld(t, config.ArchAMD64, config.ArchARM64)
+	srv := newDirServer(t, w.root)
+	f := testFetcher(t, srv.URL)
+	amd, err := f.Fetch(context.Background(), w.rs[config.ArchAMD64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "mirror")
+	rep, err := Export(amd, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Written) == 0 || len(rep.Unchanged) != 0 {
+		t.Errorf("first export: %+v", rep)
+	}
+	kubectl := pick(w.rs[config.ArchAMD64], "kubectl")[0]
+	etcd := pick(w.rs[config.ArchAMD64], "etcd")[0]
+	check := func(rel, want string) {
+		t.Helper()
+		got, err := os.ReadFile(filepath.Join(out, filepath.FromSlash(rel)))
+		if err != nil || string(got) != want {
+			t.Errorf("%s = %q (%v), want %q", rel, got, err, want)
+		}
+	}
+	check("dl.k8s.io/release/v1.37.2/bin/linux/amd64/kubectl", string(w.content[kubectl.URL]))
+	check("dl.k8s.io/release/v1.37.2/bin/linux/amd64/kubectl.sha256", sum256(w.content[kubectl.URL])+"\n")
+	check("github.com/etcd-io/etcd/releases/download/v3.7.0/SHA256SUMS", sum256(w.content[etcd.URL])+"  etcd-v3.7.0-linux-amd64.tar.gz\n")
+	pause := pick(w.rs[config.ArchAMD64], "pause-image")[0]
+	check("registry.k8s.io/pause/3.10.2/image-linux-amd64.tar.sha256", sum256(w.content[CacheKey(pause)])+"\n")
+	if st, err := os.Stat(filepath.Join(out, "dl.k8s.io")); err != nil || st.Mode().Perm() != 0o755 {
+		t.Errorf("mirror directories must be world-readable to be served: %v %v", st, err)
+	}
+
+	// A second export of the same things changes nothing; a second arch
+	// merges its lines into the shared checksum files.
+	rep, err = Export(amd, out)
+	if err != nil || len(rep.Written) != 0 {
+		t.Errorf("re-export wrote %v (%v)", rep.Written, err)
+	}
+	arm, err := f.Fetch(context.Background(), w.rs[config.ArchARM64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Export(arm, out); err != nil {
+		t.Fatal(err)
+	}
+	etcdArm := pick(w.rs[config.ArchARM64], "etcd")[0]
+	check("github.com/etcd-io/etcd/releases/download/v3.7.0/SHA256SUMS",
+		sum256(w.content[etcd.URL])+"  etcd-v3.7.0-linux-amd64.tar.gz\n"+sum256(w.content[etcdArm.URL])+"  etcd-v3.7.0-linux-arm64.tar.gz\n")
+	var man MirrorManifest
+	if err := json.Unmarshal(readFile(t, filepath.Join(out, MirrorManifestFile)), &man); err != nil {
+		t.Fatal(err)
+	}
+	if len(man.Artifacts) != len(amd)+len(arm) || man.Format != "khw-mirror/v1" {
+		t.Errorf("manifest lists %d artifacts, want %d", len(man.Artifacts), len(amd)+len(arm))
+	}
+
+	// Another machine: empty cache, no network, --mirror = the export.
+	for _, arch := range []string{config.ArchAMD64, config.ArchARM64} {
+		off := &offlineTransport{}
+		g := &Fetcher{CacheDir: filepath.Join(t.TempDir(), "c"), Mirror: out, HTTPClient: &http.Client{Transport: off}}
+		res, err := g.Fetch(context.Background(), w.rs[arch])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if off.n.Load() != 0 {
+			t.Fatalf("fetch from an exported mirror made %d HTTP requests", off.n.Load())
+		}
+		for i, r := range res {
+			if r.Cached || r.SHA256 != sum256(w.content[CacheKey(w.rs[arch][i])]) {
+				t.Errorf("%s %s: %+v", arch, r.Resolved.Artifact.Name, r)
+			}
+		}
+	}
+	// An export refuses failed fetches.
+	if _, err := Export([]Fetched{{Resolved: kubectl, Err: io.ErrUnexpectedEOF}}, out); err == nil || !strings.Contains(err.Error(), "kubectl") {
+		t.Errorf("export of a failed fetch: %v", err)
+	}
+}
+
+func TestMirrorHandler(t *testing.T) {
+	w := newWorld(t, config.ArchAMD64)
+	if err := CheckMirrorDir(t.TempDir()); err == nil || !strings.Contains(err.Error(), "does not look like a khw mirror") || !strings.Contains(err.Error(), "dl.k8s.io") {
+		t.Errorf("empty dir: %v", err)
+	}
+	if _, err := MirrorHandler(t.TempDir(), nil); err == nil {
+		t.Error("MirrorHandler served an empty directory")
+	}
+	secret := filepath.Join(t.TempDir(), "secret")
+	writeFile(t, secret, []byte("do-not-serve"))
+	os.Symlink(secret, filepath.Join(w.root, "dl.k8s.io", "escape"))
+	writeFile(t, filepath.Join(w.root, "dl.k8s.io", ".tmp-partial"), []byte("hidden"))
+
+	var logs syncBuffer
+	h, err := MirrorHandler(w.root, &logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	f := testFetcher(t, srv.URL)
+	rs := pick(w.rs[config.ArchAMD64], "kubectl", "etcd", "runc", "coredns-image")
+	res, err := f.Fetch(context.Background(), rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if !bytes.Equal(readFile(t, r.Path), w.content[CacheKey(rs[i])]) {
+			t.Errorf("%s differs", rs[i].Artifact.Name)
+		}
+	}
+	if !strings.Contains(logs.String(), "GET "+urlPath(rs[0].URL)+" 200 ") {
+		t.Errorf("request log:\n%s", logs.String())
+	}
+	get := func(method, p string) (int, string) {
+		req, _ := http.NewRequest(method, srv.URL+p, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get(http.MethodPut, urlPath(rs[0].URL)); code != http.StatusMethodNotAllowed {
+		t.Errorf("PUT: %d", code)
+	}
+	if code, _ := get(http.MethodDelete, urlPath(rs[0].URL)); code != http.StatusMethodNotAllowed {
+		t.Errorf("DELETE: %d", code)
+	}
+	if code, _ := get(http.MethodGet, "/dl.k8s.io/.tmp-partial"); code != http.StatusNotFound {
+		t.Errorf("hidden file: %d", code)
+	}
+	if code, body := get(http.MethodGet, "/dl.k8s.io/escape"); code == http.StatusOK || strings.Contains(body, "do-not-serve") {
+		t.Errorf("symlink out of the mirror served: %d %q", code, body)
+	}
+	if code, body := get(http.MethodGet, "/../../../../etc/passwd"); code == http.StatusOK && strings.Contains(body, "root:") {
+		t.Error("path traversal")
+	}
+}
+
+// registryHandler is go-containerregistry's in-memory registry, quiet.
+func registryHandler() http.Handler {
+	return registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
