@@ -230,3 +230,29 @@ func TestEncryptionInvalidFileExit3(t *testing.T) {
 		t.Fatal("an invalid encryption config was rewritten")
 	}
 }
+
+func TestLostCAKeyIsRefused(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "state")
+	run(t, base, "init", "--provider", "nspawn")
+	run(t, base, "pki")
+	pkiDir := filepath.Join(base, "khw", "pki")
+	admin, _ := os.ReadFile(filepath.Join(pkiDir, "admin.pem"))
+	os.Remove(filepath.Join(pkiDir, "ca-key.pem"))
+	_, e, code := run(t, base, "pki")
+	if code != exitInvalid || !strings.Contains(e, "ca-key.pem") || !strings.Contains(e, "--new-ca") {
+		t.Fatalf("lost CA key: exit %d, %s", code, e)
+	}
+	if now, _ := os.ReadFile(filepath.Join(pkiDir, "admin.pem")); string(now) != string(admin) {
+		t.Fatal("certs were rewritten although the CA key was refused")
+	}
+	out, e, code := run(t, base, "pki", "--new-ca")
+	if code != 0 || !strings.Contains(out, "admin") {
+		t.Fatalf("--new-ca: exit %d %s %s", code, out, e)
+	}
+	// A key left world-readable is put back to 0600 and said so.
+	os.Chmod(filepath.Join(pkiDir, "admin-key.pem"), 0o644)
+	out, _, _ = run(t, base, "pki")
+	if !strings.Contains(out, "fixed mode") || !strings.Contains(out, "admin-key.pem") {
+		t.Fatalf("mode fix not reported:\n%s", out)
+	}
+}

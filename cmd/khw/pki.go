@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -47,7 +48,7 @@ a cert that expires within pki.renewBefore, a key that does not match its cert,
 a cert not signed by the current CA.`
 
 func newPKICmd(a *app) *cobra.Command {
-	var dryRun bool
+	var dryRun, newCA, newSAKey bool
 	var output string
 	cmd := &cobra.Command{
 		Use:   "pki",
@@ -70,6 +71,12 @@ func newPKICmd(a *app) *cobra.Command {
 			if dryRun {
 				opts = append(opts, pki.DryRun())
 			}
+			if newCA {
+				opts = append(opts, pki.AllowNewCA())
+			}
+			if newSAKey {
+				opts = append(opts, pki.AllowNewServiceAccountKey())
+			}
 			if a.verbosity >= 2 {
 				opts = append(opts, pki.WithLog(a.errOut))
 			}
@@ -84,6 +91,9 @@ func newPKICmd(a *app) *cobra.Command {
 					}
 				} else {
 					fmt.Fprint(a.out, rep.String())
+					for _, m := range rep.ModeFixed {
+						fmt.Fprintf(a.out, "fixed mode %s\n", m)
+					}
 					for _, w := range rep.Written {
 						a.logf(2, "  wrote %s", w)
 					}
@@ -94,10 +104,16 @@ func newPKICmd(a *app) *cobra.Command {
 					fmt.Fprintf(a.out, "PKI in %s: %d files %s (%s)\n", d.PKIDir(), len(rep.Written), verb, time.Since(start).Round(time.Millisecond))
 				}
 			}
+			var pk *pki.PreciousKeyError
+			if errors.As(err, &pk) {
+				return invalidInputError{err}
+			}
 			return err
 		},
 	}
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "report what would be created or reissued, write nothing")
+	cmd.Flags().BoolVar(&newCA, "new-ca", false, "allow a new CA key when ca-key.pem is lost or damaged (reissues every cert; every kubeconfig and node must be updated)")
+	cmd.Flags().BoolVar(&newSAKey, "new-service-account-key", false, "allow a new service-account key when it is lost or damaged (invalidates every ServiceAccount token)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	cmd.RegisterFlagCompletionFunc("output", fixedCompletions("text", "json"))
 	cmd.AddCommand(newPKIInspectCmd(a))
@@ -150,6 +166,10 @@ do, e.g. "system:masters → cluster-admin".`,
 			var infos []*pki.CertInfo
 			for _, n := range names {
 				info, err := pki.Inspect(d.PKIDir(), n)
+				var cn *pki.CertNameError
+				if errors.As(err, &cn) {
+					return usageError{err}
+				}
 				if err != nil {
 					return err
 				}

@@ -101,9 +101,19 @@ func assertOnly(t *testing.T, r *Report, act Action, rc ReasonCode, changed ...s
 
 // handIssue signs a cert the way a student does with `cfssl gencert` against
 // the pki directory's own ca.pem, ca-key.pem and ca-config.json, but with
-// any subject, hosts, profile and validity. It does not use khw's issuing
+// any CN, O, hosts, profile and validity; the informational subject fields
+// are the default pki.subject (C=US, ST=Oregon, L=Portland, OU=Kubernetes The
+// Hard Way), as the CSR JSON files have them. It does not use khw's issuing
 // code.
 func handIssue(t testing.TB, dir, cn, o string, hosts []string, profile string, nb, na time.Time) (certPEM, keyPEM []byte) {
+	t.Helper()
+	return handIssueReq(t, dir, &csr.CertificateRequest{CN: cn, Hosts: hosts,
+		Names: []csr.Name{{C: "US", ST: "Oregon", L: "Portland", O: o, OU: "Kubernetes The Hard Way"}}}, profile, nb, na)
+}
+
+// handIssueReq is handIssue for a whole CSR JSON request (an ECDSA P-256 key
+// unless req asks otherwise).
+func handIssueReq(t testing.TB, dir string, req *csr.CertificateRequest, profile string, nb, na time.Time) (certPEM, keyPEM []byte) {
 	t.Helper()
 	cfg, err := cfconfig.LoadFile(filepath.Join(dir, "ca-config.json"))
 	if err != nil {
@@ -113,7 +123,10 @@ func handIssue(t testing.TB, dir, cn, o string, hosts []string, profile string, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := &csr.CertificateRequest{CN: cn, Names: []csr.Name{{C: "US", O: o}}, Hosts: hosts, KeyRequest: &csr.KeyRequest{A: "ecdsa", S: 256}}
+	if req.KeyRequest == nil {
+		req.KeyRequest = &csr.KeyRequest{A: "ecdsa", S: 256}
+	}
+	hosts := req.Hosts
 	csrPEM, keyPEM, err := csr.ParseRequest(req)
 	if err != nil {
 		t.Fatal(err)
@@ -148,4 +161,20 @@ func snapshot(t testing.TB, dir string) map[string]fileState {
 		out[e.Name()] = fileState{data: string(readFile(t, p)), mtime: st.ModTime(), mode: st.Mode().Perm()}
 	}
 	return out
+}
+
+// assertUnchanged checks that dir holds exactly the files of before, with the
+// same content, mtime and mode: nothing was written.
+func assertUnchanged(t *testing.T, dir string, before map[string]fileState) {
+	t.Helper()
+	after := snapshot(t, dir)
+	if len(after) != len(before) {
+		t.Errorf("file count %d → %d", len(before), len(after))
+	}
+	for name, b := range before {
+		a, ok := after[name]
+		if !ok || a.data != b.data || !a.mtime.Equal(b.mtime) || a.mode != b.mode {
+			t.Errorf("%s was changed (present %v, mode %v → %v)", name, ok, b.mode, a.mode)
+		}
+	}
 }

@@ -4,47 +4,44 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/cloudflare/cfssl/helpers"
-
 	"github.com/khw-dev/khw/internal/config"
 )
 
 // importCert verifies the pre-issued kubelet cert of s.Node
-// (nodes[].kubeletCert) against ca and the Spec, then copies cert and key
-// into the pki directory under the node's name. Every problem is a
-// *config.FieldError; they are joined.
-func (r *reconciler) importCert(s Spec, ca *x509.Certificate) (o outcome) {
+// (nodes[].kubeletCert) against ca and the Spec, and plans to copy cert and
+// key into the pki directory under the node's name, next to the CSR JSON of
+// the cert khw would issue (the recipe the fixes refer to). Every problem is
+// a *config.FieldError; they are joined. It runs before anything is written.
+func (r *reconciler) importCert(s Spec, ca *x509.Certificate) unit {
 	field := fmt.Sprintf("nodes[%d] (%s).kubeletCert", r.nodeIndex(s.Node), s.Node)
 	ref := s.Import
-	gencert := fmt.Sprintf("cfssl gencert -ca=ca.pem -ca-key=ca-key.pem -config=ca-config.json -profile=%s %s | cfssljson -bare %s",
-		ProfileKubernetes, csrFile(s.Name), s.Name)
+	gencert := s.Recipe()
 	ferr := func(sub, value, problem, fix string) error {
 		return &config.FieldError{Field: field + "." + sub, Value: value, Problem: problem, Fix: fix}
 	}
 
-	fail := func(err error) outcome { return outcome{err: err} }
+	fail := func(err error) unit { return unit{err: err} }
 
-	certPEM, err := os.ReadFile(ref.Cert)
+	certPEM, err := readPEMFile(ref.Cert)
 	if err != nil {
-		return fail(ferr("cert", ref.Cert, "cannot be read: "+err.Error(), "give the path of the node's PEM cert on the jumpbox"))
+		return fail(ferr("cert", ref.Cert, fileProblem(err), "give the path of the node's PEM cert on the jumpbox"))
 	}
-	cert, err := helpers.ParseCertificatePEM(certPEM)
+	cert, err := parseCertPEM(certPEM)
 	if err != nil {
-		return fail(ferr("cert", ref.Cert, "is not one PEM certificate: "+err.Error(), "point it at the .pem cfssljson wrote (not the -key.pem or the CSR)"))
+		return fail(ferr("cert", ref.Cert, "is not one PEM certificate: it "+err.Error(), "point it at the .pem cfssljson wrote (not the -key.pem or the CSR)"))
 	}
-	keyPEM, err := os.ReadFile(ref.Key)
+	keyPEM, err := readPEMFile(ref.Key)
 	if err != nil {
-		return fail(ferr("key", ref.Key, "cannot be read: "+err.Error(), "give the path of the cert's PEM private key on the jumpbox"))
+		return fail(ferr("key", ref.Key, fileProblem(err), "give the path of the cert's PEM private key on the jumpbox"))
 	}
-	key, err := helpers.ParsePrivateKeyPEM(keyPEM)
+	key, err := parseKeyPEM(keyPEM)
 	if err != nil {
-		return fail(ferr("key", ref.Key, "is not a PEM private key: "+err.Error(), "point it at the -key.pem cfssljson wrote"))
+		return fail(ferr("key", ref.Key, "is not a PEM private key: it "+err.Error(), "point it at the -key.pem cfssljson wrote"))
 	}
 
 	var errs []error
@@ -102,9 +99,7 @@ func (r *reconciler) importCert(s Spec, ca *x509.Certificate) (o outcome) {
 		rs[0].Detail += "; khw cannot renew an imported cert: replace " + ref.Cert
 		st.Reasons = rs
 	}
-	o.st, o.cert = &st, cert
-	o.err = r.putPair(&o, s.Name, certPEM, keyPEM)
-	return o
+	return pairUnit(st, cert, s.Name, csrJSON(r.c, s), certPEM, keyPEM)
 }
 
 func (r *reconciler) nodeIndex(name string) int {

@@ -1,18 +1,16 @@
 package pki
 
 import (
+	"crypto/rsa"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
 	"math"
-	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
-	"github.com/cloudflare/cfssl/helpers"
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
 )
 
@@ -54,6 +52,13 @@ type CertInfo struct {
 	// Identity is what the apiserver makes of the cert as a client cert; nil
 	// when it has no CN (the x509 authenticator then ignores it).
 	Identity *Identity `json:"identity,omitempty"`
+	// Profile is the cfssl profile of ca-config.json whose key usages and
+	// EKUs the cert has exactly ("kubernetes", "client", "signing"; "ca" for
+	// a CA cert), "" when none has.
+	Profile Profile `json:"profile,omitempty"`
+	// Recipe is the cfssl command that makes such a cert from the pki
+	// directory (see Spec.Recipe); set by Inspect when Profile is known.
+	Recipe string `json:"recipe,omitempty"`
 }
 
 // Identity is the user the apiserver derives from a client cert with
@@ -68,43 +73,96 @@ type Identity struct {
 	Access []string `json:"access"`
 }
 
-// Inspect reads <dir>/<name>.pem (name may also be given as "name.pem") and
-// describes it as of now. A missing file is an error that lists the certs
-// dir does hold.
-func Inspect(dir, name string) (*CertInfo, error) {
-	name = strings.TrimSuffix(name, ".pem")
-	path := filepath.Join(dir, certFile(name))
-	b, err := os.ReadFile(path)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("pki: %s does not exist (fix: use one of: %s; or run the 02-pki step to issue the certs)",
-				path, strings.Join(listCerts(dir), ", "))
-		}
-		return nil, fmt.Errorf("pki: %w", err)
+// CertNameError is Inspect's error for a name that is not a cert of the pki
+// directory: not a plain name (a path, "..", a key or CSR JSON file), or no
+// <name>.pem there. A caller with the cluster can add why a node has no cert
+// (IsBootstrapNode).
+type CertNameError struct {
+	// Dir is the pki directory, Name the name as given.
+	Dir, Name string
+	// Problem says what is wrong, e.g. "names a private key file, not a cert".
+	Problem string
+	// Have lists the certs Dir holds (names without .pem), sorted; empty when
+	// it holds none.
+	Have []string
+}
+
+func (e *CertNameError) Error() string {
+	fix := "run `khw pki` to issue the certs"
+	if len(e.Have) > 0 {
+		fix = "use one of: " + strings.Join(e.Have, ", ") + "; or run `khw pki` to issue the missing certs"
 	}
-	cert, err := helpers.ParseCertificatePEM(b)
+	return fmt.Sprintf("pki: %q %s (fix: %s)", e.Name, e.Problem, fix)
+}
+
+// Inspect reads <dir>/<name>.pem (name may also be given as "name.pem") and
+// describes it as of now, with the cfssl Recipe that makes such a cert.
+//
+// name must be a plain cert name: one with '/' or '\', "..", a leading ".",
+// or ending in -key or -csr (a key or CSR JSON file), and one with no
+// <name>.pem in dir, is a *CertNameError listing the certs dir holds. A file
+// that is not one PEM certificate is an error naming it and saying what it
+// holds.
+func Inspect(dir, name string) (*CertInfo, error) {
+	base := strings.TrimSuffix(name, ".pem")
+	nameErr := func(problem string) error {
+		have := certNames(dir)
+		if have == nil {
+			have = []string{}
+		}
+		return &CertNameError{Dir: dir, Name: name, Problem: problem, Have: have}
+	}
+	switch {
+	case base == "":
+		return nil, nameErr("is not a cert name")
+	case strings.ContainsAny(base, `/\`) || strings.Contains(base, ".."):
+		return nil, nameErr("is a path, not a cert name: give the name of a cert in " + dir)
+	case strings.HasPrefix(base, "."):
+		return nil, nameErr("is not a cert name (it starts with a dot)")
+	case strings.HasSuffix(base, "-key"):
+		return nil, nameErr(fmt.Sprintf("names a private key file, not a cert: inspect %s instead", strings.TrimSuffix(base, "-key")))
+	case strings.HasSuffix(base, "-csr") || strings.HasSuffix(base, "-csr.json"):
+		return nil, nameErr(fmt.Sprintf("names a CSR JSON file, not a cert: inspect %s instead",
+			strings.TrimSuffix(strings.TrimSuffix(base, ".json"), "-csr")))
+	case strings.HasSuffix(base, ".json"):
+		return nil, nameErr("names a JSON file, not a cert")
+	}
+	path := filepath.Join(dir, certFile(base))
+	b, err := readPEMFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nameErr("has no cert: " + path + " does not exist")
+	}
 	if err != nil {
-		return nil, fmt.Errorf("pki: %s is not one PEM certificate: %v (fix: re-run the 02-pki step to reissue it)", path, err)
+		return nil, fmt.Errorf("pki: %s %v (fix: make it readable, or run `khw pki` to reissue it)", path, err)
+	}
+	cert, err := parseCertPEM(b)
+	if err != nil {
+		return nil, fmt.Errorf("pki: %s is not one PEM certificate: it %v (fix: run `khw pki` to reissue it)", path, err)
 	}
 	info := InspectCert(cert, time.Now())
-	info.Name, info.Path = name, path
+	info.Name, info.Path = base, path
+	if info.Profile != "" {
+		info.Recipe = recipe(base, info.Profile)
+	}
 	return info, nil
 }
 
-// listCerts returns the cert names (without .pem) in dir, sorted.
-func listCerts(dir string) []string {
-	entries, _ := os.ReadDir(dir)
-	var out []string
-	for _, e := range entries {
-		if base, ok := strings.CutSuffix(e.Name(), ".pem"); ok && !strings.HasSuffix(base, "-key") && !strings.HasPrefix(base, ".") {
-			out = append(out, base)
+// profileOf finds the cfssl profile whose key usages and EKUs the cert has
+// exactly (ProfileCA for a CA), or "" when none does.
+func profileOf(cert *x509.Certificate) Profile {
+	if cert.IsCA {
+		return ProfileCA
+	}
+	algo := "ecdsa"
+	if _, ok := cert.PublicKey.(*rsa.PublicKey); ok {
+		algo = "rsa"
+	}
+	for _, p := range []Profile{ProfileKubernetes, ProfileClient, ProfileSigning} {
+		if usageDiff(cert, p, algo) == "" {
+			return p
 		}
 	}
-	sort.Strings(out)
-	if len(out) == 0 {
-		return []string{"(none)"}
-	}
-	return out
+	return ""
 }
 
 // InspectCert describes cert as of now. It works on any cert, e.g. one a
@@ -127,6 +185,7 @@ func InspectCert(cert *x509.Certificate, now time.Time) *CertInfo {
 		NotAfter:           cert.NotAfter.UTC(),
 		DaysLeft:           int(math.Floor(cert.NotAfter.Sub(now).Hours() / 24)),
 		Expired:            !now.Before(cert.NotAfter),
+		Profile:            profileOf(cert),
 	}
 	for _, ip := range cert.IPAddresses {
 		info.IPAddresses = append(info.IPAddresses, canonHost(ip.String()))
@@ -183,6 +242,17 @@ func (ci *CertInfo) Text() string {
 	row("SANs (DNS)", orNone(ci.DNSNames))
 	row("SANs (IP)", orNone(ci.IPAddresses))
 	row("Purpose", ci.Purpose)
+	switch {
+	case ci.Recipe != "":
+		row("Recipe", ci.Recipe)
+	case ci.Profile != "":
+		row("Recipe", recipe("<name>", ci.Profile))
+	default:
+		row("Recipe", "none: its key usages and EKUs match no profile of "+CAConfigFile+" (kubernetes, client, signing)")
+	}
+	if note := recipeNote(ci.Profile); note != "" {
+		fmt.Fprintf(&b, "  %-13s %s\n", "", note)
+	}
 	if id := ci.Identity; id != nil {
 		if id.User != "" {
 			row("Identity", fmt.Sprintf("user %q, groups [%s] (+ system:authenticated)", id.User, strings.Join(id.Groups, ", ")))
@@ -200,6 +270,20 @@ func (ci *CertInfo) Text() string {
 		row("Identity", "none: no CN, the apiserver's x509 authenticator ignores it")
 	}
 	return b.String()
+}
+
+// recipeNote warns where a recipe would replace a precious key: cfssljson
+// -bare writes <name>-key.pem next to the cert.
+func recipeNote(p Profile) string {
+	switch p {
+	case ProfileCA:
+		return "(makes a NEW CA key: run it in a scratch directory; in the pki directory it replaces ca-key.pem " +
+			"and every cert must be reissued. `cfssl gencert -initca -ca-key=ca-key.pem ca-csr.json` re-signs from the existing key)"
+	case ProfileSigning:
+		return "(makes a NEW key: run it in a scratch directory; in the pki directory it replaces the " +
+			"service-account key and invalidates every ServiceAccount token)"
+	}
+	return ""
 }
 
 func orNone(s []string) string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cloudflare/cfssl/csr"
 	"github.com/cloudflare/cfssl/helpers"
 
 	"github.com/khw-dev/khw/internal/config"
@@ -27,56 +27,111 @@ import (
 type Option func(*options)
 
 type options struct {
-	log    io.Writer
-	dryRun bool
+	log      io.Writer
+	dryRun   bool
+	newCA    bool
+	newSAKey bool
 }
 
 // WithLog makes Reconcile write one line per cert to w as it decides
-// ("pki: reissued kubernetes sans: missing cp4, 192.168.122.14"). Private
-// keys are never written to w.
+// ("pki: reissued kubernetes sans: missing cp4, 192.168.122.14") and one per
+// corrected file mode. Private keys are never written to w.
 func WithLog(w io.Writer) Option { return func(o *options) { o.log = w } }
 
 // DryRun makes Reconcile decide without touching the disk: the Report says
-// what would be created, reissued or written. A CA that must be regenerated
-// is generated in memory only, so the leaf decisions are the real ones.
+// what would be created, reissued, re-signed, written or have its mode
+// corrected. Certs that must be made are made in memory only and dropped,
+// so every decision is the real one; a Report entry for such a cert carries
+// no serial. The same errors as a real run are returned (a
+// *PreciousKeyError, a bad kubeletCert).
 func DryRun() Option { return func(o *options) { o.dryRun = true } }
+
+// AllowNewCA permits Reconcile to make a new CA where it would otherwise
+// return a *PreciousKeyError: ca-key.pem is missing or unreadable while
+// ca.pem or certs exist, or it signed none of the certs on disk. A new CA
+// key means every cert is reissued and every kubeconfig and node that
+// trusts the old ca.pem must get the new one. It also lets Reconcile re-sign
+// the CA cert (same key) with the subject of pki.subject when they differ
+// (otherwise the CA keeps its subject and the Report warns). It never
+// replaces a usable CA key: a damaged ca.pem is re-signed from ca-key.pem
+// with or without it. The CLI's `khw pki --new-ca` sets it.
+func AllowNewCA() Option { return func(o *options) { o.newCA = true } }
+
+// AllowNewServiceAccountKey permits Reconcile to make a new
+// service-account-key.pem where it would otherwise return a
+// *PreciousKeyError (the key is missing or unreadable while
+// service-account.pem exists) or keep the old key with a warning (the key is
+// of another algorithm or size than pki.keyAlgorithm/keySize). A new key
+// invalidates every ServiceAccount token signed with the old one. The CLI's
+// `khw pki --new-service-account-key` sets it.
+func AllowNewServiceAccountKey() Option { return func(o *options) { o.newSAKey = true } }
 
 // Reconcile makes the pki directory dir match Specs(c) at time now (pass
 // time.Now(); tests pass other instants to simulate expiry).
 //
-// It ensures dir exists with mode 0700, writes ca-config.json and
-// <name>-csr.json for every Spec (only when their content changed), then for
-// each cert:
-//   - keeps it byte for byte (same serial) when cert and key are readable,
+// It first decides everything without writing: c is validated (a
+// *config.ValidationError), worker names are checked against component cert
+// names, every CSR JSON is generated and parsed back with cfssl, every
+// kubeletCert import is verified, the CA and the precious keys are checked,
+// and every cert that must change is made in memory. Any failure there is
+// returned with a nil Report and nothing written, not even dir. Only then is
+// dir made (0700) and are the files written.
+//
+// Ordinary leaf certs (admin, kubelets, kube-controller-manager,
+// kube-scheduler, kube-proxy, kubernetes):
+//   - kept byte for byte (same serial) when cert and key are readable,
 //     belong together, are signed by the current CA, are valid at now and do
-//     not expire within pki.renewBefore, and have the Spec's CN/O, exact SAN
-//     set, key algorithm/size and key usages/EKUs;
-//   - otherwise generates a new key and cert with cfssl and reports every
-//     reason (ReasonCode) it found.
+//     not expire within pki.renewBefore, and have the Spec's subject (CN and
+//     O, and the informational OU, L, ST, C of pki.subject), exact SAN set,
+//     key algorithm/size and key usages/EKUs;
+//   - otherwise a new key and cert are made with cfssl, and every reason
+//     (ReasonCode) is reported.
 //
-// The CA comes first: if ca.pem or ca-key.pem is missing, unreadable,
-// mismatched, not a CA, expired or not yet valid, a new CA (new key) is made
-// and, since nothing then verifies against it, every cert is reissued. A CA
-// that only expires within pki.renewBefore is re-signed with its own key, so
-// the certs it signed stay valid.
+// The CA (ca.pem, ca-key.pem) comes first, and its key is precious:
+//   - a fresh directory (neither ca.pem, ca-key.pem nor any cert) gets a new
+//     CA;
+//   - if ca-key.pem parses, the key is kept whatever else is wrong: a
+//     missing, unreadable, mismatched, non-CA, expired, not yet valid or
+//     expiring ca.pem is re-signed from it (Resigned) with the subject the
+//     existing certs name as their issuer, so they stay valid and are kept;
+//   - if ca-key.pem is missing or unreadable while ca.pem or any cert
+//     exists, or parses but signed none of the certs on disk and is not the
+//     key of ca.pem, Reconcile returns a *PreciousKeyError unless AllowNewCA
+//     is given (then a new CA is made and every cert reissued);
+//   - a usable CA whose subject differs from the Spec (pki.subject was
+//     changed) is kept with a ReasonSubject warning, since a CA cert with a
+//     new subject is a new CA to everyone who trusts ca.pem; with AllowNewCA
+//     it is re-signed from the same key with the new subject.
 //
-// Keys are written 0600 and certs 0644, each atomically (fsutil); a key is
-// written before its cert, so a crash between the two leaves a new key next
-// to the old cert (or no cert), which the next run sees as ReasonKeyMismatch
-// (or ReasonMissing) and repairs. The files of different certs, the CA's
-// included, are written concurrently (fsync latency dominates a fresh run);
-// should a crash leave certs signed by a new CA that never reached the disk,
-// the next run finds them not signed by the CA on disk and reissues them.
-// A kubelet cert given by nodes[].kubeletCert is verified (chains to ca.pem,
+// The service-account key is precious too (it signs every ServiceAccount
+// token): an intact key is kept and its cert re-signed when the cert is
+// wrong (Resigned); a key of another algorithm than pki.keyAlgorithm is kept
+// with a warning; a missing or unreadable key while service-account.pem
+// exists is a *PreciousKeyError unless AllowNewServiceAccountKey is given.
+//
+// A kubelet cert given by nodes[].kubeletCert is verified (chains to the CA,
 // CN system:node:<name>, O system:nodes, SANs name and IP, client and server
 // auth, valid) and copied, never issued; a bad one is a *config.FieldError
 // naming the field and the fix. Certs in dir that no Spec asks for are
 // reported Stale and left alone.
 //
-// c is validated first (a *config.ValidationError if it is not valid); a
-// zero now means time.Now(). The returned error joins every failure; the
-// Report is non-nil whenever dir could be prepared and describes what was
-// done.
+// <name>-csr.json always describes the cert next to it: it is written with
+// a new cert, and for a kept cert only when missing or when it does not
+// describe that cert (subject and key as the cert has them). For an
+// imported kubelet cert it is the recipe khw's own cert would have (the one
+// the FieldError fixes refer to). ca-config.json is written when it changed.
+//
+// Keys are written 0600 and certs and CSR JSON 0644, each atomically
+// (fsutil). The CA's files are written first (key, then cert); then the
+// other certs' files concurrently (fsync latency dominates a fresh run),
+// each key before its cert, so a crash leaves at worst a new key next to an
+// old cert (or no cert), which the next run sees as ReasonKeyMismatch (or
+// ReasonMissing) and repairs, and never certs whose CA key is not on disk. A
+// file whose content is right but whose mode is not is chmod'ed and listed in
+// Report.ModeFixed.
+//
+// A zero now means time.Now(). Once writing started, the returned error joins
+// every write failure and the Report describes what was done.
 func Reconcile(c *config.Cluster, dir string, now time.Time, opts ...Option) (*Report, error) {
 	if _, err := c.Validate(); err != nil {
 		return nil, err
@@ -88,67 +143,53 @@ func Reconcile(c *config.Cluster, dir string, now time.Time, opts ...Option) (*R
 	for _, o := range opts {
 		o(&r.opts)
 	}
-	r.rep = &Report{Dir: dir, DryRun: r.opts.dryRun, Certs: []CertStatus{}, Written: []string{}}
+	specs := Specs(c)
+	if err := checkNames(c, specs); err != nil {
+		return nil, err
+	}
+	units, err := r.plan(specs)
+	if err != nil {
+		return nil, err
+	}
+
+	r.rep = &Report{Dir: dir, DryRun: r.opts.dryRun, Certs: []CertStatus{}, Written: []string{}, ModeFixed: []ModeFix{}}
+	if st, err := os.Stat(dir); err == nil && st.IsDir() && st.Mode().Perm() != fsutil.DirMode {
+		r.rep.ModeFixed = append(r.rep.ModeFixed, ModeFix{File: ".", Was: octal(st.Mode()), Now: octal(fsutil.DirMode)})
+		r.logf("mode %s", r.rep.ModeFixed[0])
+	}
 	if !r.opts.dryRun {
 		if err := fsutil.EnsureDir(dir); err != nil {
 			return nil, fmt.Errorf("pki: %w (fix: make the state directory writable)", err)
 		}
 	}
-	specs := Specs(c)
-	if err := checkNames(c, specs); err != nil {
-		return r.rep, err
-	}
-	cfgJSON := caConfigJSON(c)
-	policy, err := loadPolicy(cfgJSON)
-	if err != nil {
-		return r.rep, err
-	}
-	// Every CSR JSON is parsed back with cfssl, so what is signed is exactly
-	// what the files say.
-	csrs := make([][]byte, len(specs))
-	reqs := make([]*csr.CertificateRequest, len(specs))
-	for i, s := range specs {
-		csrs[i] = csrJSON(c, s)
-		if reqs[i], err = parseCSRJSON(s.Name, csrs[i]); err != nil {
-			return r.rep, err
-		}
-	}
-	// The CA is decided (and made, if needed) in memory first; its files are
-	// written together with everything else below.
-	ca, caKey, caNew, caOut, err := r.reconcileCA(specs[0], reqs[0])
-	if err != nil {
-		return r.rep, err
-	}
-	is, err := newIssuer(ca, caKey, policy, c.PKI.CertValidity)
-	if err != nil {
-		return r.rep, err
-	}
 
-	// One concurrent round: ca-config.json, every CSR JSON, the CA pair and
-	// every leaf. Outcomes are applied in this fixed order.
-	n := len(specs)
-	outs := make([]outcome, 1+2*n)
-	forEach(len(outs), func(i int) {
-		o := &outs[i]
-		switch {
-		case i == 0:
-			o.err = r.put(o, CAConfigFile, cfgJSON, fsutil.PublicMode)
-		case i <= n:
-			o.err = r.put(o, csrFile(specs[i-1].Name), csrs[i-1], fsutil.PublicMode)
-		case i == n+1:
-			*o = caOut()
-		default:
-			switch s := specs[i-n-1]; {
-			case s.Import != nil:
-				*o = r.importCert(s, ca)
-			default:
-				*o = r.reconcileLeaf(s, reqs[i-n-1], is, caNew)
-			}
+	// The CA key first, so no cert reaches the disk before the key that
+	// signed it (a lost ca.pem is re-signed from the key; a lost key would be
+	// a PreciousKeyError); then everything else concurrently. Outcomes are
+	// applied in plan order, so the Report is deterministic.
+	outs := make([]outcome, len(units))
+	caKeyFile := keyFile(CAName)
+	for _, f := range units[caUnit].files {
+		if f.name == caKeyFile {
+			outs[caUnit].err = r.put(&outs[caUnit], f)
 		}
-	})
+	}
+	if outs[caUnit].err == nil {
+		forEach(len(units), func(i int) {
+			if i != caUnit {
+				outs[i] = r.write(units[i], "")
+				return
+			}
+			rest := r.write(units[i], caKeyFile)
+			outs[i] = outcome{written: append(outs[i].written, rest.written...), modes: append(outs[i].modes, rest.modes...), err: rest.err}
+		})
+	}
 	var errs []error
-	for _, o := range outs {
-		errs = append(errs, r.apply(o))
+	for i, o := range outs {
+		if i != caUnit && outs[caUnit].err != nil {
+			continue
+		}
+		errs = append(errs, r.apply(units[i], o))
 	}
 	r.reportStale(specs)
 	return r.rep, errors.Join(errs...)
@@ -182,6 +223,12 @@ type reconciler struct {
 	rep  *Report
 }
 
+func (r *reconciler) logf(format string, args ...any) {
+	if r.opts.log != nil {
+		fmt.Fprintf(r.opts.log, "pki: "+format+"\n", args...)
+	}
+}
+
 // maxParallel bounds concurrent file writes and signings. Writes dominate a
 // fresh run (every atomic write fsyncs the file and the directory) and
 // concurrent fsyncs share journal commits: on the 2-core build machine a
@@ -202,173 +249,483 @@ func forEach(n int, f func(i int)) {
 	wg.Wait()
 }
 
-// outcome is the result of one unit of work, applied to the Report in a
-// fixed order so concurrent work still yields a deterministic Report.
+// file is one file of the plan: its name in dir, content and mode.
+type file struct {
+	name string
+	data []byte
+	perm fs.FileMode
+}
+
+// unit is the decision for one cert (or ca-config.json): its status, the
+// cert that will be on disk, and its files in write order. err is a
+// planning failure (nothing is written then).
+type unit struct {
+	st    *CertStatus
+	cert  *x509.Certificate
+	files []file
+	err   error
+}
+
+// outcome is what writing one unit did.
 type outcome struct {
-	st      *CertStatus
-	cert    *x509.Certificate
 	written []string
+	modes   []ModeFix
 	err     error
 }
 
-// put stores data at dir/name with perm unless it is already there with that
-// mode, and notes the write in o. With DryRun it only notes what would change.
-func (r *reconciler) put(o *outcome, name string, data []byte, perm fs.FileMode) error {
-	path := filepath.Join(r.dir, name)
-	if r.opts.dryRun {
-		old, err := os.ReadFile(path)
-		st, serr := os.Stat(path)
-		if err != nil || serr != nil || !bytes.Equal(old, data) || st.Mode().Perm() != perm {
-			o.written = append(o.written, name)
-		}
-		return nil
-	}
-	changed, err := fsutil.WriteIfChanged(path, data, perm)
+// Unit indexes of the plan: ca-config.json, the CA, then the other Specs in
+// order.
+const (
+	configUnit = 0
+	caUnit     = 1
+)
+
+// plan decides every cert without writing (see Reconcile). It returns one
+// unit per Spec after ca-config.json, or the joined planning errors.
+func (r *reconciler) plan(specs []Spec) ([]unit, error) {
+	cfgJSON := caConfigJSON(r.c)
+	policy, err := loadPolicy(cfgJSON)
 	if err != nil {
-		return fmt.Errorf("pki: %w", err)
+		return nil, err
 	}
-	if changed {
-		o.written = append(o.written, name)
+	units := make([]unit, 1+len(specs))
+	units[configUnit] = unit{files: []file{{CAConfigFile, cfgJSON, fsutil.PublicMode}}}
+	ca, caKey, caNewKey, u := r.planCA(specs[0], r.certsOnDisk())
+	if u.err != nil {
+		return nil, u.err
 	}
-	return nil
-}
-
-// putPair writes the key, then the cert (see Reconcile for why).
-func (r *reconciler) putPair(o *outcome, name string, certPEM, keyPEM []byte) error {
-	if err := r.put(o, keyFile(name), keyPEM, fsutil.SecretMode); err != nil {
-		return err
+	units[caUnit] = u
+	is, err := newIssuer(ca, caKey, policy, r.c.PKI.CertValidity)
+	if err != nil {
+		return nil, err
 	}
-	return r.put(o, certFile(name), certPEM, fsutil.PublicMode)
-}
-
-// apply adds an outcome to the Report (and the log) and returns its error. A
-// failed cert gets no status: the error names it.
-func (r *reconciler) apply(o outcome) error {
-	r.rep.Written = append(r.rep.Written, o.written...)
-	if o.st != nil && o.err == nil {
-		s := *o.st
-		if o.cert != nil {
-			s.Serial = formatSerial(o.cert.SerialNumber)
-			s.NotAfter = o.cert.NotAfter.UTC()
+	forEach(len(specs)-1, func(i int) {
+		s := specs[i+1]
+		switch {
+		case s.Import != nil:
+			units[i+2] = r.importCert(s, ca)
+		case s.Profile == ProfileSigning:
+			units[i+2] = r.planServiceAccount(s, is, caNewKey)
+		default:
+			units[i+2] = r.planLeaf(s, is, caNewKey)
 		}
-		r.rep.Certs = append(r.rep.Certs, s)
-		if r.opts.log != nil {
-			fmt.Fprintf(r.opts.log, "pki: %s\n", s.line())
+	})
+	var errs []error
+	for _, u := range units {
+		if u.err != nil {
+			errs = append(errs, u.err)
 		}
 	}
-	return o.err
+	// A lost precious key stops everything on its own, so the user is not
+	// told to fix other things first.
+	for _, e := range errs {
+		var pk *PreciousKeyError
+		if errors.As(e, &pk) {
+			return nil, e
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return units, nil
 }
 
-// reconcileCA decides whether the CA is kept, renewed (same key) or
-// regenerated (new key), makes the new one in memory, and returns it with its
-// key and a function that writes its files and yields its outcome. caNew is
-// true when the key is new, so every leaf must be reissued.
-func (r *reconciler) reconcileCA(s Spec, req *csr.CertificateRequest) (ca *x509.Certificate, key crypto.Signer, caNew bool, write func() outcome, err error) {
+// onDisk is a cert file of the pki directory other than ca.pem.
+type onDisk struct {
+	name string
+	cert *x509.Certificate // nil when it does not parse
+}
+
+// certsOnDisk lists the <name>.pem files of dir other than ca.pem (Specs'
+// and stale ones alike), sorted by name: the certs the CA may have signed.
+func (r *reconciler) certsOnDisk() []onDisk {
+	var out []onDisk
+	for _, n := range certNames(r.dir) {
+		if n == CAName {
+			continue
+		}
+		_, cert, _ := readCertFile(filepath.Join(r.dir, certFile(n)))
+		out = append(out, onDisk{n, cert})
+	}
+	return out
+}
+
+// certNames returns the cert names (<name>.pem, keys and hidden temp files
+// excluded) in dir, sorted; nil when there are none or dir is unreadable.
+func certNames(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range entries {
+		base, ok := strings.CutSuffix(e.Name(), ".pem")
+		if ok && !e.IsDir() && !strings.HasSuffix(base, "-key") && !strings.HasPrefix(base, ".") && base != "" {
+			out = append(out, base)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// pairUnit is the unit of a cert that ends up on disk as certPEM/keyPEM:
+// CSR JSON (csr), key, cert.
+func pairUnit(st CertStatus, cert *x509.Certificate, name string, csr, certPEM, keyPEM []byte) unit {
+	return unit{st: &st, cert: cert, files: []file{
+		{csrFile(name), csr, fsutil.PublicMode},
+		{keyFile(name), keyPEM, fsutil.SecretMode},
+		{certFile(name), certPEM, fsutil.PublicMode},
+	}}
+}
+
+// keptUnit keeps p as it is; its CSR JSON describes it.
+func (r *reconciler) keptUnit(s Spec, p pair, warnings []Reason) unit {
+	return pairUnit(CertStatus{Name: s.Name, Action: Kept, Reasons: warnings}, p.cert, s.Name,
+		csrDocFor(r.c, s).describing(p.cert).json(), p.certPEM, p.keyPEM)
+}
+
+// signedUnit is the unit of a cert made in this run from csr.
+func signedUnit(s Spec, action Action, rs []Reason, csr, certPEM, keyPEM []byte) unit {
+	cert, err := helpers.ParseCertificatePEM(certPEM)
+	if err != nil {
+		return unit{err: fmt.Errorf("pki: %s: the cert cfssl just signed does not parse: %w", certFile(s.Name), plainErr(err))}
+	}
+	return pairUnit(CertStatus{Name: s.Name, Action: action, Reasons: rs}, cert, s.Name, csr, certPEM, keyPEM)
+}
+
+// createdOr is Created when the cert file did not exist, else Reissued.
+func createdOr(p pair) Action {
+	if errors.Is(p.certErr, fs.ErrNotExist) {
+		return Created
+	}
+	return Reissued
+}
+
+// planCA decides the CA (see Reconcile) and makes a new CA cert in memory
+// if needed. It returns the CA cert and key leaves are checked against and
+// signed with, and newKey when the key is new while certs exist (none of them
+// can verify then).
+func (r *reconciler) planCA(s Spec, leaves []onDisk) (ca *x509.Certificate, key crypto.Signer, newKey bool, u unit) {
 	p := loadPair(r.dir, s.Name)
-	var rs []Reason
-	renew := false
+	fail := func(err error) (*x509.Certificate, crypto.Signer, bool, unit) { return nil, nil, false, unit{err: err} }
+	certPath, keyPath := filepath.Join(r.dir, certFile(s.Name)), filepath.Join(r.dir, keyFile(s.Name))
+	certExists, keyExists := exists(certPath), exists(keyPath)
+	spec := csrDocFor(r.c, s)
+
+	var leafNames []string
+	for _, l := range leaves {
+		leafNames = append(leafNames, certFile(l.name))
+	}
+	newCAHow := fmt.Sprintf("`khw pki --new-ca` to make a new CA, which reissues every cert and breaks every "+
+		"kubeconfig and node that trusts the old %s", certFile(s.Name))
+
+	if p.key == nil {
+		var rs []Reason
+		if keyExists || certExists || len(leaves) > 0 {
+			if !r.opts.newCA {
+				var deps []string
+				if certExists {
+					deps = append(deps, certFile(s.Name))
+				}
+				if len(leaves) > 0 {
+					deps = append(deps, fmt.Sprintf("%d cert(s) it may have signed (%s)", len(leaves), strings.Join(leafNames, ", ")))
+				}
+				problem := fileProblem(p.keyErr)
+				if len(deps) > 0 {
+					problem += ", but " + strings.Join(deps, " and ") + " still exist"
+				}
+				return fail(&PreciousKeyError{File: keyPath, Problem: problem, Option: "AllowNewCA",
+					Fix: "restore " + keyPath + " from a backup; or run " + newCAHow})
+			}
+			rs = append(rs, fileReason(keyFile(s.Name), p.keyErr))
+			rs[0].Detail += "; a new CA key was made (AllowNewCA): every cert is reissued, and every kubeconfig and node must get the new " + certFile(s.Name)
+			newKey = len(leaves) > 0
+		} else {
+			rs = append(rs, fileReason(certFile(s.Name), p.certErr))
+		}
+		csrJSON := spec.json()
+		req, err := parseCSRJSON(s.Name, csrJSON)
+		if err != nil {
+			return fail(err)
+		}
+		certPEM, keyPEM, err := newCA(req, nil, nil, r.now, r.c.PKI.CAValidity)
+		if err != nil {
+			return fail(err)
+		}
+		key, err := helpers.ParsePrivateKeyPEM(keyPEM)
+		if err != nil {
+			return fail(fmt.Errorf("pki: %s: the key cfssl just generated does not parse: %w", keyFile(s.Name), plainErr(err)))
+		}
+		u := signedUnit(s, createdOr(p), rs, csrJSON, certPEM, keyPEM)
+		if u.err != nil {
+			return fail(u.err)
+		}
+		return u.cert, key, newKey, u
+	}
+
+	// The key parses: it is kept, whatever else is wrong.
+	usable := p.cert != nil && sameKey(p.key, p.cert.PublicKey)
+	var byKey []*x509.Certificate // certs on disk that ca-key.pem signed
+	parsed := 0
+	for _, l := range leaves {
+		if l.cert != nil {
+			parsed++
+			if signedWithKey(l.cert, p.key.Public()) {
+				byKey = append(byKey, l.cert)
+			}
+		}
+	}
+	orphan := !usable && parsed > 0 && len(byKey) == 0
+	if orphan && !r.opts.newCA {
+		problem := fmt.Sprintf("signed none of the certs in %s (%s)", r.dir, strings.Join(leafNames, ", "))
+		if p.cert != nil {
+			problem += " and is not the key of " + certFile(s.Name)
+		} else {
+			problem += ", and " + certFile(s.Name) + " " + fileProblem(p.certErr)
+		}
+		problem += ": it is the key of another CA"
+		return fail(&PreciousKeyError{File: keyPath, Option: "AllowNewCA", Problem: problem,
+			Fix: "restore the " + keyFile(s.Name) + " (and " + certFile(s.Name) + ") that signed these certs from a backup; or run " + newCAHow})
+	}
+
+	// The subject the CA has now: its own, or the issuer the certs it signed
+	// name. A re-signed CA keeps it (unless AllowNewCA), so they still chain.
+	var old *pkix.Name
+	switch {
+	case usable:
+		old = &p.cert.Subject
+	case len(byKey) > 0:
+		old = &byKey[0].Issuer
+	}
+	var rs, warn []Reason
 	switch {
 	case p.cert == nil:
 		rs = append(rs, fileReason(certFile(s.Name), p.certErr))
-	case p.key == nil:
-		rs = append(rs, fileReason(keyFile(s.Name), p.keyErr))
-	case !sameKey(p.key, p.cert.PublicKey):
-		rs = append(rs, Reason{ReasonKeyMismatch, keyFile(s.Name) + " is not the key of " + certFile(s.Name)})
+	case !usable:
+		rs = append(rs, Reason{ReasonKeyMismatch, certFile(s.Name) + " is not the cert of " + keyFile(s.Name)})
 	case !p.cert.IsCA || p.cert.KeyUsage&x509.KeyUsageCertSign == 0:
 		rs = append(rs, Reason{ReasonNotCA, certFile(s.Name) + " lacks CA:true or the cert sign key usage"})
 	default:
 		rs = timeReasons(p.cert, r.now, r.c.PKI.RenewBefore)
-		renew = len(rs) == 1 && rs[0].Code == ReasonRenew
-		if renew {
-			rs[0].Detail += "; re-signed with the same key, so the certs it signed stay valid"
+	}
+	doc := spec.withKey(p.key.Public())
+	if old != nil {
+		if d := subjectDiff(*old, s); d != "" {
+			if r.opts.newCA {
+				rs = append(rs, Reason{ReasonSubject, d + "; re-signed with the new subject (AllowNewCA): every cert is " +
+					"reissued, and every kubeconfig and node must get the new " + certFile(s.Name)})
+			} else {
+				doc = doc.withSubject(*old)
+				warn = append(warn, Reason{ReasonSubject, d + "; the CA keeps its subject: C, ST, L and OU are informational, " +
+					"and a CA cert with another subject is a new CA to every kubeconfig and node that trusts " + certFile(s.Name) +
+					" (to re-sign it from the same key with the new subject anyway: `khw pki --new-ca`; every cert is then " +
+					"reissued and every kubeconfig and node must get the new " + certFile(s.Name) + ")"})
+			}
 		}
 	}
 	if len(rs) == 0 {
-		return p.cert, p.key, false, func() (o outcome) {
-			o.st, o.cert = &CertStatus{Name: s.Name, Action: Kept}, p.cert
-			o.err = r.putPair(&o, s.Name, p.certPEM, p.keyPEM) // enforces the file modes only
-			return o
-		}, nil
+		u := r.keptUnit(s, p, warn)
+		return p.cert, p.key, false, u
 	}
-	action := Reissued
-	if errors.Is(p.certErr, fs.ErrNotExist) {
-		action = Created
+	switch {
+	case orphan:
+		rs[0].Detail += fmt.Sprintf("; re-signed from %s (AllowNewCA), which signed none of the certs on disk: they are reissued", keyFile(s.Name))
+	default:
+		rs[0].Detail += fmt.Sprintf("; re-signed from the same key (%s), so the certs it signed stay valid "+
+			"(by hand: cfssl gencert -initca -ca-key=%s %s | cfssljson -bare %s)", keyFile(s.Name), keyFile(s.Name), csrFile(s.Name), s.Name)
 	}
-	var certPEM, keyPEM []byte
-	if renew {
-		certPEM, keyPEM, err = newCA(req, p.key, p.keyPEM, r.now, r.c.PKI.CAValidity)
-	} else {
-		certPEM, keyPEM, err = newCA(req, nil, nil, r.now, r.c.PKI.CAValidity)
-	}
+	csrJSON := doc.json()
+	req, err := parseCSRJSON(s.Name, csrJSON)
 	if err != nil {
-		return nil, nil, false, nil, err
+		return fail(err)
 	}
-	if ca, err = helpers.ParseCertificatePEM(certPEM); err != nil {
-		return nil, nil, false, nil, fmt.Errorf("pki: parse new CA cert: %w", err)
+	certPEM, keyPEM, err := newCA(req, p.key, p.keyPEM, r.now, r.c.PKI.CAValidity)
+	if err != nil {
+		return fail(err)
 	}
-	if key, err = helpers.ParsePrivateKeyPEM(keyPEM); err != nil {
-		return nil, nil, false, nil, fmt.Errorf("pki: parse new CA key: %w", err)
+	u = signedUnit(s, Resigned, append(rs, warn...), csrJSON, certPEM, keyPEM)
+	if u.err != nil {
+		return fail(u.err)
 	}
-	return ca, key, !renew, func() (o outcome) {
-		o.st, o.cert = &CertStatus{Name: s.Name, Action: action, Reasons: rs}, ca
-		o.err = r.putPair(&o, s.Name, certPEM, keyPEM)
-		return o
-	}, nil
+	return u.cert, p.key, false, u
 }
 
-// reconcileLeaf keeps or (re)issues one leaf cert. It runs concurrently with
-// the other leaves and touches only its own files.
-func (r *reconciler) reconcileLeaf(s Spec, req *csr.CertificateRequest, is *issuer, caNew bool) (o outcome) {
+// planLeaf keeps or (re)issues one ordinary leaf cert. It runs concurrently
+// with the other leaves and reads only its own files.
+func (r *reconciler) planLeaf(s Spec, is *issuer, caNewKey bool) unit {
 	p := loadPair(r.dir, s.Name)
-	rs := checkLeaf(r.c, s, p, is.ca, caNew, r.now)
+	rs := checkLeaf(r.c, s, p, is.ca, caNewKey, r.now)
 	if len(rs) == 0 {
-		o.st, o.cert = &CertStatus{Name: s.Name, Action: Kept}, p.cert
-		o.err = r.putPair(&o, s.Name, p.certPEM, p.keyPEM) // enforces the file modes only
-		return o
+		return r.keptUnit(s, p, nil)
 	}
-	action := Reissued
-	if errors.Is(p.certErr, fs.ErrNotExist) {
-		action = Created
-	}
-	o.st = &CertStatus{Name: s.Name, Action: action, Reasons: rs}
-	if r.opts.dryRun {
-		o.written = append(o.written, keyFile(s.Name), certFile(s.Name))
-		return o
+	csrJSON := csrJSON(r.c, s)
+	req, err := parseCSRJSON(s.Name, csrJSON)
+	if err != nil {
+		return unit{err: err}
 	}
 	certPEM, keyPEM, err := is.issue(s.Name, req, s.Profile, r.now)
 	if err != nil {
-		o.err = err
-		return o
+		return unit{err: err}
 	}
-	if o.cert, o.err = helpers.ParseCertificatePEM(certPEM); o.err != nil {
-		o.err = fmt.Errorf("pki: %s: parse issued cert: %w", s.Name, o.err)
-		return o
+	return signedUnit(s, createdOr(p), rs, csrJSON, certPEM, keyPEM)
+}
+
+// planServiceAccount is planLeaf for the service-account cert, whose key is
+// precious (see Reconcile and AllowNewServiceAccountKey).
+func (r *reconciler) planServiceAccount(s Spec, is *issuer, caNewKey bool) unit {
+	p := loadPair(r.dir, s.Name)
+	keyPath := filepath.Join(r.dir, keyFile(s.Name))
+	certExists, keyExists := exists(filepath.Join(r.dir, certFile(s.Name))), exists(keyPath)
+	newKeyWhy := "a new key invalidates every ServiceAccount token signed with the old one"
+
+	issueNew := func(rs []Reason) unit {
+		csrJSON := csrJSON(r.c, s)
+		req, err := parseCSRJSON(s.Name, csrJSON)
+		if err != nil {
+			return unit{err: err}
+		}
+		certPEM, keyPEM, err := is.issue(s.Name, req, s.Profile, r.now)
+		if err != nil {
+			return unit{err: err}
+		}
+		return signedUnit(s, createdOr(p), rs, csrJSON, certPEM, keyPEM)
 	}
-	o.err = r.putPair(&o, s.Name, certPEM, keyPEM)
+
+	if p.key == nil {
+		if !keyExists && !certExists {
+			return issueNew([]Reason{fileReason(certFile(s.Name), p.certErr)})
+		}
+		if !r.opts.newSAKey {
+			problem := fileProblem(p.keyErr)
+			if certExists {
+				problem += ", but " + certFile(s.Name) + " does: kube-apiserver signs ServiceAccount tokens with this key " +
+					"and verifies them with that cert"
+			}
+			return unit{err: &PreciousKeyError{File: keyPath, Problem: problem, Option: "AllowNewServiceAccountKey",
+				Fix: "restore " + keyPath + " from a backup (or copy /var/lib/kubernetes/service-account-key.pem back from a " +
+					"control plane); or run `khw pki --new-service-account-key` to make a new key, which invalidates every " +
+					"ServiceAccount token issued so far"}}
+		}
+		rs := []Reason{fileReason(keyFile(s.Name), p.keyErr)}
+		rs[0].Detail += "; a new key was made (AllowNewServiceAccountKey): " + newKeyWhy
+		return issueNew(rs)
+	}
+
+	// The key parses. checkLeaf judges the cert; the key's algorithm is
+	// judged here, on the key.
+	rs := slices.DeleteFunc(checkLeaf(r.c, s, p, is.ca, caNewKey, r.now), func(x Reason) bool { return x.Code == ReasonKeyAlgorithm })
+	var warn []Reason
+	if got, want := keyDesc(p.key.Public()), wantKeyDesc(r.c.PKI); got != want {
+		d := fmt.Sprintf("key is %s, want %s", got, want)
+		if r.opts.newSAKey {
+			return issueNew(append(rs, Reason{ReasonKeyAlgorithm, d + "; a new key was made (AllowNewServiceAccountKey): " + newKeyWhy}))
+		}
+		warn = append(warn, Reason{ReasonKeyAlgorithm, d + "; the key is kept: " + newKeyWhy +
+			" (to replace it anyway: khw pki --new-service-account-key)"})
+	}
+	if len(rs) == 0 {
+		return r.keptUnit(s, p, warn)
+	}
+	rs[0].Detail += fmt.Sprintf("; re-signed for the same key (%s), so ServiceAccount tokens stay valid", keyFile(s.Name))
+	csrJSON := csrDocFor(r.c, s).withKey(p.key.Public()).json()
+	req, err := parseCSRJSON(s.Name, csrJSON)
+	if err != nil {
+		return unit{err: err}
+	}
+	certPEM, err := is.resign(s.Name, req, p.key, s.Profile, r.now)
+	if err != nil {
+		return unit{err: err}
+	}
+	return signedUnit(s, Resigned, append(rs, warn...), csrJSON, certPEM, p.keyPEM)
+}
+
+// write stores a unit's files in order, except the one named skip (already
+// written), and stops at the first failure. Written and mode fixes are noted
+// in the unit's file order.
+func (r *reconciler) write(u unit, skip string) (o outcome) {
+	for _, f := range u.files {
+		if f.name == skip {
+			continue
+		}
+		if o.err = r.put(&o, f); o.err != nil {
+			break
+		}
+	}
 	return o
+}
+
+// put stores f unless dir already holds exactly its content with its mode.
+// Same content with another mode is a chmod, noted in o.modes; other content
+// is an atomic write, noted in o.written. With DryRun it only notes.
+func (r *reconciler) put(o *outcome, f file) error {
+	path := filepath.Join(r.dir, f.name)
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("pki: %s %v (fix: remove it or make it readable)", path, err)
+	}
+	if err == nil && bytes.Equal(old, f.data) {
+		st, err := os.Stat(path)
+		if err != nil {
+			return fmt.Errorf("pki: %w", err)
+		}
+		if st.Mode().Perm() == f.perm {
+			return nil
+		}
+		o.modes = append(o.modes, ModeFix{File: f.name, Was: octal(st.Mode()), Now: octal(f.perm)})
+		if r.opts.dryRun {
+			return nil
+		}
+		if err := os.Chmod(path, f.perm); err != nil {
+			return fmt.Errorf("pki: set the mode of %s to %s: %w", path, octal(f.perm), err)
+		}
+		return nil
+	}
+	o.written = append(o.written, f.name)
+	if r.opts.dryRun {
+		return nil
+	}
+	if err := fsutil.WriteFileAtomic(path, f.data, f.perm); err != nil {
+		return fmt.Errorf("pki: %w", err)
+	}
+	return nil
+}
+
+// apply adds a unit and what writing it did to the Report (and the log) and
+// returns the write error. A cert whose files failed gets no status: the
+// error names it.
+func (r *reconciler) apply(u unit, o outcome) error {
+	pos := func(name string) int { return slices.IndexFunc(u.files, func(f file) bool { return f.name == name }) }
+	slices.SortStableFunc(o.written, func(a, b string) int { return pos(a) - pos(b) })
+	slices.SortStableFunc(o.modes, func(a, b ModeFix) int { return pos(a.File) - pos(b.File) })
+	r.rep.Written = append(r.rep.Written, o.written...)
+	r.rep.ModeFixed = append(r.rep.ModeFixed, o.modes...)
+	for _, m := range o.modes {
+		r.logf("mode %s", m)
+	}
+	if u.st != nil && o.err == nil {
+		r.addStatus(*u.st, u.cert, u.st.Action == Kept || u.st.Action == Imported || !r.opts.dryRun)
+	}
+	return o.err
+}
+
+// addStatus appends a cert's status; onDisk says cert is the one on disk
+// (its serial and expiry are reported).
+func (r *reconciler) addStatus(s CertStatus, cert *x509.Certificate, onDisk bool) {
+	if cert != nil && onDisk {
+		s.Serial = formatSerial(cert.SerialNumber)
+		s.NotAfter = cert.NotAfter.UTC()
+	}
+	r.rep.Certs = append(r.rep.Certs, s)
+	r.logf("%s", s.line())
 }
 
 // reportStale flags <name>.pem files in dir that no Spec names.
 func (r *reconciler) reportStale(specs []Spec) {
-	entries, err := os.ReadDir(r.dir)
-	if err != nil {
-		return
-	}
 	want := map[string]bool{}
 	for _, s := range specs {
 		want[s.Name] = true
 	}
-	var names []string
-	for _, e := range entries {
-		n := e.Name()
-		base, ok := strings.CutSuffix(n, ".pem")
-		if !ok || e.IsDir() || strings.HasPrefix(n, ".") || strings.HasSuffix(base, "-key") || want[base] {
+	for _, name := range certNames(r.dir) {
+		if want[name] {
 			continue
 		}
-		names = append(names, base)
-	}
-	sort.Strings(names)
-	for _, name := range names {
 		p := loadPair(r.dir, name)
 		detail := "no cert of that name in the cert table of cluster.yaml"
 		if p.cert != nil {
@@ -382,6 +739,6 @@ func (r *reconciler) reportStale(specs []Spec) {
 		}
 		detail += fmt.Sprintf("; left in place: remove %s, %s and %s by hand once nothing uses them",
 			certFile(name), keyFile(name), csrFile(name))
-		r.apply(outcome{st: &CertStatus{Name: name, Action: Stale, Reasons: []Reason{{ReasonNotInConfig, detail}}}, cert: p.cert})
+		r.addStatus(CertStatus{Name: name, Action: Stale, Reasons: []Reason{{ReasonNotInConfig, detail}}}, p.cert, true)
 	}
 }

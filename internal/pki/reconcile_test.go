@@ -293,21 +293,44 @@ func TestReconcileRSA(t *testing.T) {
 	reconcile(t, c, dir, now)
 	checkCerts(t, c, dir, now, now)
 
-	// Back to ECDSA: every leaf is reissued for its key; the RSA CA stays
-	// (it signs ECDSA certs just as well).
+	// Back to ECDSA: every ordinary leaf is reissued for its key; the RSA CA
+	// stays (it signs ECDSA certs just as well), and so does the RSA
+	// service-account key (a new one would invalidate every ServiceAccount
+	// token), with a warning.
 	c.PKI.KeyAlgorithm, c.PKI.KeySize = "ecdsa", 256
+	saKey := readFile(t, filepath.Join(dir, "service-account-key.pem"))
 	r := reconcile(t, c, dir, now)
-	assertOnly(t, r, Reissued, ReasonKeyAlgorithm, leafNames...)
+	ordinary := slices.DeleteFunc(slices.Clone(leafNames), func(n string) bool { return n == "service-account" })
+	assertOnly(t, r, Reissued, ReasonKeyAlgorithm, ordinary...)
 	if d := status(t, r, "admin").Reasons; !strings.Contains(d[0].String(), "key is RSA 2048, want ECDSA P-256") {
 		t.Errorf("reason %v does not name both keys", d)
 	}
 	if _, ok := readCert(t, dir, "ca").PublicKey.(*rsa.PublicKey); !ok {
 		t.Error("the CA was replaced")
 	}
-	for _, n := range leafNames {
+	for _, n := range ordinary {
 		if _, ok := readCert(t, dir, n).PublicKey.(*ecdsa.PublicKey); !ok {
 			t.Errorf("%s is not ECDSA after the switch", n)
 		}
+	}
+	sa := status(t, r, "service-account")
+	if len(sa.Reasons) != 1 || sa.Reasons[0].Code != ReasonKeyAlgorithm || !strings.Contains(sa.Reasons[0].Detail, "the key is kept") {
+		t.Errorf("service-account: %s %v, want kept with a key-algorithm warning", sa.Action, sa.Reasons)
+	}
+	if !bytes.Equal(saKey, readFile(t, filepath.Join(dir, "service-account-key.pem"))) {
+		t.Error("the service-account key was replaced without AllowNewServiceAccountKey")
+	}
+	if again := reconcile(t, c, dir, now); again.Changed() {
+		t.Errorf("the kept RSA service-account key makes every run write %v", again.Written)
+	}
+
+	// Asked for: a new ECDSA service-account key.
+	r = reconcile(t, c, dir, now, AllowNewServiceAccountKey())
+	if s := status(t, r, "service-account"); s.Action != Reissued || !slices.Equal(codes(s.Reasons), []ReasonCode{ReasonKeyAlgorithm}) {
+		t.Errorf("service-account with AllowNewServiceAccountKey: %s %v, want reissued (key-algorithm)", s.Action, s.Reasons)
+	}
+	if _, ok := readCert(t, dir, "service-account").PublicKey.(*ecdsa.PublicKey); !ok {
+		t.Error("service-account is not ECDSA after AllowNewServiceAccountKey")
 	}
 }
 
@@ -395,13 +418,27 @@ func TestRenewWindowAndExpiry(t *testing.T) {
 			now := time.Now().Truncate(time.Second)
 			reconcile(t, c, dir, now)
 			caBefore := readFile(t, filepath.Join(dir, "ca.pem"))
+			saKey := readFile(t, filepath.Join(dir, "service-account-key.pem"))
 			later := now.Add(tc.after(c))
 			r := reconcile(t, c, dir, later)
-			assertOnly(t, r, Reissued, tc.code, leafNames...)
+			if s := status(t, r, "ca"); s.Action != Kept {
+				t.Errorf("ca: %s %v, want kept", s.Action, s.Reasons)
+			}
 			for _, n := range leafNames {
+				if s := status(t, r, n); n != "service-account" && s.Action != Reissued {
+					t.Errorf("%s: %s, want reissued", n, s.Action)
+				}
 				if got := codes(status(t, r, n).Reasons); !slices.Equal(got, []ReasonCode{tc.code}) {
 					t.Errorf("%s reasons = %v, want only %s", n, got, tc.code)
 				}
+			}
+			// The service-account cert is re-signed for its own key, so the
+			// ServiceAccount tokens it signed stay valid.
+			if s := status(t, r, "service-account"); s.Action != Resigned {
+				t.Errorf("service-account: %s, want re-signed", s.Action)
+			}
+			if !bytes.Equal(saKey, readFile(t, filepath.Join(dir, "service-account-key.pem"))) {
+				t.Error("service-account key replaced on renewal")
 			}
 			if !bytes.Equal(caBefore, readFile(t, filepath.Join(dir, "ca.pem"))) {
 				t.Error("the CA (valid 10 years) was touched")
@@ -450,26 +487,48 @@ func TestHalfWrittenPairIsRepaired(t *testing.T) {
 	checkCerts(t, c, dir, now, now)
 }
 
+// A lost CA key is refused (PreciousKeyError, nothing written) unless
+// AllowNewCA; with it, a new CA is made and every cert reissued, except that
+// the service-account cert is re-signed for its own (precious) key.
 func TestCARegeneratedReissuesEverything(t *testing.T) {
 	c := defaultCluster(t)
 	dir := t.TempDir()
 	now := time.Now().Truncate(time.Second)
 	reconcile(t, c, dir, now)
 	oldCA := readCert(t, dir, "ca")
+	saKey := readFile(t, filepath.Join(dir, "service-account-key.pem"))
 	if err := os.Remove(filepath.Join(dir, "ca-key.pem")); err != nil {
 		t.Fatal(err)
 	}
-	r := reconcile(t, c, dir, now)
-	if s := status(t, r, "ca"); s.Action != Reissued || s.Reasons[0].Detail != "ca-key.pem does not exist" {
+	before := snapshot(t, dir)
+	rep, err := Reconcile(c, dir, now)
+	var pk *PreciousKeyError
+	if !errors.As(err, &pk) || rep != nil {
+		t.Fatalf("without AllowNewCA: report %v, err %v; want a *PreciousKeyError and no report", rep, err)
+	}
+	assertUnchanged(t, dir, before)
+
+	r := reconcile(t, c, dir, now, AllowNewCA())
+	if s := status(t, r, "ca"); s.Action != Reissued || !strings.HasPrefix(s.Reasons[0].Detail, "ca-key.pem does not exist; a new CA key was made") {
 		t.Errorf("ca: %s %v", s.Action, s.Reasons)
 	}
 	for _, n := range leafNames {
-		if s := status(t, r, n); s.Action != Reissued || !slices.Equal(codes(s.Reasons), []ReasonCode{ReasonNotSignedBy}) {
-			t.Errorf("%s: %s %v, want reissued (not-signed-by-ca only)", n, s.Action, s.Reasons)
+		want := Reissued
+		if n == "service-account" {
+			want = Resigned
+		}
+		s := status(t, r, n)
+		if s.Action != want || !slices.Equal(codes(s.Reasons), []ReasonCode{ReasonNotSignedBy}) {
+			t.Errorf("%s: %s %v, want %s (not-signed-by-ca only)", n, s.Action, s.Reasons, want)
+		} else if !strings.Contains(s.Reasons[0].Detail, "a new CA (new ca-key.pem) was made in this run") {
+			t.Errorf("%s: detail %q does not say the CA key was replaced", n, s.Reasons[0].Detail)
 		}
 	}
 	if readCert(t, dir, "ca").Equal(oldCA) {
 		t.Error("CA not regenerated")
+	}
+	if !bytes.Equal(saKey, readFile(t, filepath.Join(dir, "service-account-key.pem"))) {
+		t.Error("a new CA replaced the service-account key")
 	}
 	checkCerts(t, c, dir, now, now) // every cert chains to the new CA
 }
@@ -485,8 +544,8 @@ func TestCARenewedWithSameKey(t *testing.T) {
 
 	later := now.Add(c.PKI.CAValidity - c.PKI.RenewBefore + time.Hour)
 	r := reconcile(t, c, dir, later)
-	if s := status(t, r, "ca"); s.Action != Reissued || !slices.Equal(codes(s.Reasons), []ReasonCode{ReasonRenew}) {
-		t.Errorf("ca: %s %v, want reissued (renew)", s.Action, s.Reasons)
+	if s := status(t, r, "ca"); s.Action != Resigned || !slices.Equal(codes(s.Reasons), []ReasonCode{ReasonRenew}) {
+		t.Errorf("ca: %s %v, want re-signed (renew)", s.Action, s.Reasons)
 	}
 	if !bytes.Equal(oldKey, readFile(t, filepath.Join(dir, "ca-key.pem"))) {
 		t.Error("CA key changed on renewal")
@@ -632,7 +691,7 @@ func TestStudentCanIssueByHand(t *testing.T) {
 	if err := json.Unmarshal(readFile(t, filepath.Join(dir, "w2-csr.json")), &req); err != nil {
 		t.Fatal(err)
 	}
-	cert, key := handIssue(t, dir, req.CN, req.Names[0].O, req.Hosts, "kubernetes", now.Add(-time.Minute), now.Add(c.PKI.CertValidity))
+	cert, key := handIssueReq(t, dir, &req, "kubernetes", now.Add(-time.Minute), now.Add(c.PKI.CertValidity))
 	writePair(t, dir, "w2", cert, key)
 	r := reconcile(t, c, dir, now)
 	if s := status(t, r, "w2"); s.Action != Kept {
@@ -735,23 +794,29 @@ func otherCA(t testing.TB) (certPEM, keyPEM []byte) {
 	return cert, key
 }
 
-func TestExpiredCAIsRegenerated(t *testing.T) {
+// An expired CA is re-signed from its own key (the key is precious): the
+// leaves, long expired too, are reissued for that alone, and chain to it.
+func TestExpiredCAIsResignedFromItsKey(t *testing.T) {
 	c := defaultCluster(t)
 	dir := t.TempDir()
 	now := time.Now().Truncate(time.Second)
 	reconcile(t, c, dir, now)
 	oldKey := readFile(t, filepath.Join(dir, "ca-key.pem"))
+	oldCA := readCert(t, dir, "ca")
 	later := now.Add(c.PKI.CAValidity + time.Hour)
 	r := reconcile(t, c, dir, later)
-	if s := status(t, r, "ca"); s.Action != Reissued || !slices.Equal(codes(s.Reasons), []ReasonCode{ReasonExpired}) {
-		t.Errorf("ca: %s %v, want reissued (expired)", s.Action, s.Reasons)
+	if s := status(t, r, "ca"); s.Action != Resigned || !slices.Equal(codes(s.Reasons), []ReasonCode{ReasonExpired}) {
+		t.Errorf("ca: %s %v, want re-signed (expired)", s.Action, s.Reasons)
 	}
-	if bytes.Equal(oldKey, readFile(t, filepath.Join(dir, "ca-key.pem"))) {
-		t.Error("an expired CA kept its key; it must be regenerated")
+	if !bytes.Equal(oldKey, readFile(t, filepath.Join(dir, "ca-key.pem"))) {
+		t.Error("an expired CA got a new key; it must be re-signed from the old one")
+	}
+	if ca := readCert(t, dir, "ca"); !bytes.Equal(ca.RawSubject, oldCA.RawSubject) || !ca.NotAfter.After(later) {
+		t.Errorf("re-signed CA: subject %s (was %s), NotAfter %s", ca.Subject, oldCA.Subject, ca.NotAfter)
 	}
 	for _, n := range leafNames {
-		if got := codes(status(t, r, n).Reasons); !slices.Contains(got, ReasonNotSignedBy) {
-			t.Errorf("%s reasons = %v, want not-signed-by-ca among them", n, got)
+		if got := codes(status(t, r, n).Reasons); !slices.Equal(got, []ReasonCode{ReasonExpired}) {
+			t.Errorf("%s reasons = %v, want only expired", n, got)
 		}
 	}
 	checkCerts(t, c, dir, later, later)
@@ -771,14 +836,24 @@ func TestInvalidConfigIsRejected(t *testing.T) {
 	}
 }
 
+// config.Validate rejects a worker named like a component cert; checkNames
+// is Reconcile's own guard should it ever let one through. Either way
+// nothing is written.
 func TestWorkerNamedLikeAComponentCert(t *testing.T) {
 	for _, name := range []string{"kubernetes", "admin", "ca"} {
 		c := defaultCluster(t)
 		c.Nodes[4].Name = name // w1
-		_, err := Reconcile(c, t.TempDir(), time.Now())
+		dir := filepath.Join(t.TempDir(), "pki")
+		rep, err := Reconcile(c, dir, time.Now())
+		if err == nil || rep != nil || !strings.Contains(err.Error(), "nodes[4]") || !strings.Contains(err.Error(), name) {
+			t.Errorf("worker %q: report %v, err = %v, want an error naming nodes[4] and no report", name, rep, err)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("worker %q: the rejected config created %s", name, dir)
+		}
 		var fe *config.FieldError
-		if !errors.As(err, &fe) || fe.Field != "nodes[4].name" || fe.Value != name {
-			t.Errorf("worker %q: err = %v, want a FieldError on nodes[4].name", name, err)
+		if err := checkNames(c, Specs(c)); !errors.As(err, &fe) || fe.Field != "nodes[4].name" || fe.Value != name {
+			t.Errorf("worker %q: checkNames = %v, want a FieldError on nodes[4].name", name, err)
 		}
 	}
 }

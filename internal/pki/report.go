@@ -2,6 +2,7 @@ package pki
 
 import (
 	"fmt"
+	"io/fs"
 	"math/big"
 	"strings"
 	"time"
@@ -18,6 +19,11 @@ const (
 	// Reissued: a cert existed but no longer matched (see the reasons); a new
 	// key and cert replaced it.
 	Reissued Action = "reissued"
+	// Resigned: a new cert was signed for the key already on disk, which is
+	// kept. Only the precious keys get this: the CA (certs it signed stay
+	// valid, since they verify against the same key and subject) and the
+	// service-account key (ServiceAccount tokens stay valid).
+	Resigned Action = "re-signed"
 	// Imported: a pre-issued kubelet cert (nodes[].kubeletCert) was verified
 	// and copied into the pki directory.
 	Imported Action = "imported"
@@ -34,7 +40,7 @@ const (
 	ReasonMissing      ReasonCode = "missing"          // cert or key file does not exist
 	ReasonUnreadable   ReasonCode = "unreadable"       // cert or key file does not parse
 	ReasonKeyMismatch  ReasonCode = "key-mismatch"     // the key is not the cert's key (e.g. a crash between the two writes)
-	ReasonSubject      ReasonCode = "subject"          // CN or O differs from the Spec
+	ReasonSubject      ReasonCode = "subject"          // CN, O, OU, L, ST or C differs from the Spec
 	ReasonSANs         ReasonCode = "sans"             // SAN set differs (e.g. a control plane was added)
 	ReasonKeyAlgorithm ReasonCode = "key-algorithm"    // key algorithm or size differs from pki.keyAlgorithm/keySize
 	ReasonUsage        ReasonCode = "usage"            // key usage, EKU or CA flag differs from the profile
@@ -64,8 +70,12 @@ type CertStatus struct {
 	// Name is the Spec name (file base name).
 	Name   string `json:"name"`
 	Action Action `json:"action"`
-	// Reasons say why it was created, reissued or flagged; empty when kept.
-	// An imported cert may carry a renew reason as a warning.
+	// Reasons say why it was created, reissued, re-signed or flagged. On a
+	// kept or imported cert they are warnings about something khw left alone
+	// on purpose: a CA whose subject differs from pki.subject, a
+	// service-account key of another algorithm than pki.keyAlgorithm (both
+	// keys are precious, see Reconcile), an imported cert near expiry. Empty
+	// for a kept cert that matches its Spec.
 	Reasons []Reason `json:"reasons,omitempty"`
 	// Serial is the serial number of the cert now on disk, as colon-separated
 	// hex (the form `openssl x509 -text` prints).
@@ -83,9 +93,57 @@ type Report struct {
 	// Certs lists every Spec in Specs order, then stale certs. A cert that
 	// failed (see the error Reconcile returned) is left out.
 	Certs []CertStatus `json:"certs"`
-	// Written lists the files written (or, with DryRun, to be written),
-	// relative to Dir, in write order. Empty when nothing changed.
+	// Written lists every file whose content was written (or, with DryRun,
+	// would be), relative to Dir, in plan order: ca-config.json, then per
+	// cert in Certs order its CSR JSON, key and cert. The CA's files are
+	// written first; the other certs' files concurrently, each cert's key
+	// before its cert. Empty when nothing changed.
 	Written []string `json:"written"`
+	// ModeFixed lists the files whose content was right but whose mode was
+	// not, and was set back (or, with DryRun, would be), e.g. a key found
+	// 0644 and set to 0600. They are not in Written.
+	ModeFixed []ModeFix `json:"modeFixed"`
+}
+
+// ModeFix is one file whose permission bits Reconcile corrected.
+type ModeFix struct {
+	// File is relative to Report.Dir; "." is Dir itself (a pki directory
+	// found group- or world-readable is set back to 0700).
+	File string `json:"file"`
+	// Was and Now are octal permission bits, e.g. "0644" and "0600".
+	Was string `json:"was"`
+	Now string `json:"now"`
+}
+
+func (m ModeFix) String() string { return fmt.Sprintf("%s: mode %s set to %s", m.File, m.Was, m.Now) }
+
+func octal(m fs.FileMode) string { return fmt.Sprintf("%04o", uint32(m.Perm())) }
+
+// PreciousKeyError is returned by Reconcile, which then writes nothing, when
+// a precious key is missing or unreadable while files that depend on it
+// exist: ca-key.pem (ca.pem or any cert it signed is still there) or
+// service-account-key.pem (service-account.pem is still there). Making a new
+// key would silently break everything that trusts the old one, so khw asks
+// for the backup or for explicit consent (AllowNewCA,
+// AllowNewServiceAccountKey). It is also returned when ca-key.pem parses but
+// signed none of the certs in the directory and is not the key of ca.pem: it
+// belongs to another CA.
+type PreciousKeyError struct {
+	// File is the path of the key, e.g. /home/u/.khw/khw/pki/ca-key.pem.
+	File string
+	// Problem says what is wrong with it, e.g. "does not exist, but ca.pem
+	// and the 8 certs it signed do".
+	Problem string
+	// Fix says how to recover: restore the key from a backup, or the flag
+	// that makes a new key and what that breaks.
+	Fix string
+	// Option names the Reconcile option that permits a new key:
+	// "AllowNewCA" or "AllowNewServiceAccountKey".
+	Option string
+}
+
+func (e *PreciousKeyError) Error() string {
+	return "pki: " + e.File + " " + e.Problem + " (fix: " + e.Fix + ")"
 }
 
 // Cert returns the status of the cert called name.
@@ -98,8 +156,9 @@ func (r *Report) Cert(name string) (CertStatus, bool) {
 	return CertStatus{}, false
 }
 
-// Changed reports whether any file was (or would be) written.
-func (r *Report) Changed() bool { return len(r.Written) > 0 }
+// Changed reports whether any file was (or would be) written or had its
+// mode corrected.
+func (r *Report) Changed() bool { return len(r.Written) > 0 || len(r.ModeFixed) > 0 }
 
 // String renders one line per cert: "reissued  kubernetes  sans: missing cp4".
 func (r *Report) String() string {

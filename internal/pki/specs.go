@@ -14,10 +14,18 @@
 //	<name>-key.pem             its private key (0600)
 //
 // e.g. `cfssl gencert -ca=ca.pem -ca-key=ca-key.pem -config=ca-config.json
-// -profile=client admin-csr.json | cfssljson -bare admin`.
+// -profile=client admin-csr.json | cfssljson -bare admin` (Spec.Recipe gives
+// the command of every cert).
+//
+// Two keys are precious: ca-key.pem (every cert, kubeconfig and node trusts
+// the CA it belongs to) and service-account-key.pem (it signs every
+// ServiceAccount token). Reconcile never replaces either on its own: a damaged
+// cert next to an intact key is re-signed from that key, and a lost key is a
+// *PreciousKeyError unless AllowNewCA or AllowNewServiceAccountKey is given.
 package pki
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/khw-dev/khw/internal/config"
@@ -75,10 +83,18 @@ type Spec struct {
 	O string `json:"o,omitempty"`
 	// OU is the informational organizational unit (pki.subject, or "CA").
 	OU string `json:"ou,omitempty"`
+	// C, ST and L are the informational country, state and locality
+	// (pki.subject). Kubernetes ignores them, but they are part of the
+	// subject, so a cert whose C/ST/L/OU differ from its Spec is reissued
+	// (the CA excepted: see Reconcile).
+	C  string `json:"c,omitempty"`
+	ST string `json:"st,omitempty"`
+	L  string `json:"l,omitempty"`
 	// Hosts are the SANs in the order they are written to the CSR JSON: IP
 	// addresses and DNS names as strings. Empty for pure client certs.
 	Hosts []string `json:"hosts"`
-	// Profile fixes the key usages and EKUs (see the Profile constants).
+	// Profile fixes the key usages and EKUs (see the Profile constants): the
+	// cfssl -profile of ca-config.json the cert is made with (Recipe).
 	Profile Profile `json:"profile"`
 	// Node is the worker node of a kubelet cert, "" for other certs.
 	Node string `json:"node,omitempty"`
@@ -104,9 +120,10 @@ type Spec struct {
 // not the seed blog's O=system:nodes / O=system:node-proxier. c must be
 // validated (config.Validate).
 func Specs(c *config.Cluster) []Spec {
-	ou := c.PKI.Subject.OrganizationalUnit
+	sub := c.PKI.Subject
 	mk := func(name, cn, o string, p Profile, hosts []string) Spec {
-		s := Spec{Name: name, CN: cn, O: o, OU: ou, Hosts: hosts, Profile: p}
+		s := Spec{Name: name, CN: cn, O: o, OU: sub.OrganizationalUnit, C: sub.Country, ST: sub.State, L: sub.Locality,
+			Hosts: hosts, Profile: p}
 		if s.Hosts == nil {
 			s.Hosts = []string{}
 		}
@@ -136,6 +153,37 @@ func Specs(c *config.Cluster) []Spec {
 		mk("service-account", userSigner, orgKubernetes, ProfileSigning, nil),
 	)
 	return specs
+}
+
+// Recipe is the cfssl command that makes this cert by hand from the files of
+// the pki directory, run inside it:
+//
+//	cfssl gencert -ca=ca.pem -ca-key=ca-key.pem -config=ca-config.json -profile=<profile> <name>-csr.json | cfssljson -bare <name>
+//
+// and for the CA `cfssl gencert -initca ca-csr.json | cfssljson -bare ca`
+// (a new key; `-initca -ca-key=ca-key.pem` re-signs the CA from its own key).
+// The profile gives exactly the key usages and EKUs khw issues. cfssljson
+// -bare writes a new <name>-key.pem too, so for the two precious keys (ca,
+// service-account) the command is for a scratch directory, never for the
+// pki directory itself (CertInfo.Text says so).
+func (s Spec) Recipe() string { return recipe(s.Name, s.Profile) }
+
+func recipe(name string, p Profile) string {
+	if p == ProfileCA {
+		return fmt.Sprintf("cfssl gencert -initca %s | cfssljson -bare %s", csrFile(name), name)
+	}
+	return fmt.Sprintf("cfssl gencert -ca=%s -ca-key=%s -config=%s -profile=%s %s | cfssljson -bare %s",
+		certFile(CAName), keyFile(CAName), CAConfigFile, p, csrFile(name), name)
+}
+
+// IsBootstrapNode reports whether name is a worker of c that joins by TLS
+// bootstrap (nodes[].tlsBootstrap: true). Such a node gets no cert from khw,
+// so there is no <name>.pem to inspect: its kubelet's cert is issued by the
+// cluster through a CertificateSigningRequest and lives on the node
+// (/var/lib/kubelet/pki/kubelet-client-current.pem, kubelet --cert-dir).
+func IsBootstrapNode(c *config.Cluster, name string) bool {
+	n, ok := c.Node(name)
+	return ok && n.Role == config.RoleWorker && n.TLSBootstrap
 }
 
 // APIServerSANs returns the SANs of the `kubernetes` cert (apiserver serving
