@@ -3,9 +3,9 @@
 // 3-member etcd, kube-apiserver, kube-controller-manager and kube-scheduler
 // as local processes on loopback addresses 127.0.1.x.
 //
-// Binaries come from $KHW_TEST_BINDIR (etcd, kube-apiserver,
-// kube-controller-manager, kube-scheduler); `make test` builds them from Go
-// modules first (hack/mkmirror). Without them the test skips loudly.
+// Binaries come from a mirror ($KHW_MIRROR, fetched with khw's fetcher) or
+// $KHW_TEST_BINDIR; `make test` builds the mirror from Go modules first
+// (hack/build-mirror.sh). Without either the test skips loudly.
 package integration
 
 import (
@@ -23,6 +23,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,6 +39,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/khw-dev/khw/internal/components"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/encryption"
 	"github.com/khw-dev/khw/internal/kube"
@@ -49,16 +52,62 @@ import (
 
 var binaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
 
+// binDir returns a directory holding the binaries: $KHW_TEST_BINDIR as is,
+// or, with $KHW_MIRROR set, the binaries fetched from that mirror by khw's
+// own fetcher (sha256-verified, through the artifact cache) — the path a
+// classroom takes. Without either the test skips loudly.
 func binDir(t *testing.T) string {
-	dir := os.Getenv("KHW_TEST_BINDIR")
-	var missing []string
-	for _, b := range binaries {
-		if st, err := os.Stat(filepath.Join(dir, b)); dir == "" || err != nil || st.Mode()&0o111 == 0 {
-			missing = append(missing, b)
+	if dir := os.Getenv("KHW_TEST_BINDIR"); dir != "" {
+		var missing []string
+		for _, b := range binaries {
+			if st, err := os.Stat(filepath.Join(dir, b)); err != nil || st.Mode()&0o111 == 0 {
+				missing = append(missing, b)
+			}
+		}
+		if len(missing) > 0 {
+			t.Fatalf("KHW_TEST_BINDIR=%s lacks %v", dir, missing)
+		}
+		return dir
+	}
+	mirror := os.Getenv(components.EnvMirror)
+	if mirror == "" {
+		t.Skipf("\n*** SKIPPED: the real control-plane test needs %v: set $%s to a mirror (`make test` builds one\n*** from Go modules with hack/build-mirror.sh and sets it) or $KHW_TEST_BINDIR to a directory of binaries. ***", binaries, components.EnvMirror)
+	}
+	cat, err := components.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := cat.Resolve(config.Default("it", config.ArchAMD64, config.ProviderNspawn), runtime.GOARCH)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []components.Resolved
+	for _, r := range rs {
+		if r.Artifact.Name == "etcd" || slices.Contains(binaries, r.Artifact.Name) {
+			want = append(want, r)
 		}
 	}
-	if len(missing) > 0 {
-		t.Skipf("\n*** SKIPPED: the real control-plane test needs %v in $KHW_TEST_BINDIR (%q).\n*** `make test` builds them from Go modules (hack/mkmirror) and sets it. ***", missing, dir)
+	f := &components.Fetcher{CacheDir: components.DefaultCacheDir(), Mirror: mirror}
+	got, err := f.Fetch(context.Background(), want)
+	if err != nil {
+		t.Fatalf("fetch from mirror %s: %v", mirror, err)
+	}
+	dir := t.TempDir()
+	for _, g := range got {
+		for _, file := range g.Resolved.Files {
+			name := filepath.Base(file.Target)
+			if !slices.Contains(binaries, name) {
+				continue
+			}
+			out, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY, 0o755)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := g.WriteFile(file, out); err != nil {
+				t.Fatalf("install %s: %v", name, err)
+			}
+			out.Close()
+		}
 	}
 	return dir
 }

@@ -1,0 +1,361 @@
+// Command mkmirror builds a local mirror of every download in khw's component
+// catalog (internal/components/catalog.yaml) from source, for machines that
+// cannot reach the official hosts but can reach the Go module proxy and
+// Debian's apt repositories. It is test tooling, not part of khw.
+//
+// The mirror has exactly the layout of the official downloads: the file of
+// https://HOST/PATH is MIRROR/HOST/PATH, next to the checksum file at the
+// catalog's checksum URL in the catalog's checksum format; a container image
+// REGISTRY/REPO:TAG is MIRROR/REGISTRY/REPO/TAG/image-linux-ARCH.tar (an
+// image tarball `ctr -n k8s.io images import` reads) plus a .sha256 (hex).
+//
+// Every build is cached under $XDG_CACHE_HOME/khw (build/COMPONENT/VERSION/
+// linux-ARCH/, build modules in src/, logs in logs/); the mirror files are
+// hard links into that cache. See hack/README.md for what each component is
+// built from, the prerequisites and the measured cost.
+//
+// Usage:
+//
+//	go run ./hack/mkmirror [--out DIR] [--arch amd64,arm64] [--config cluster.yaml]
+//	    [--only kubernetes,etcd,…] [-j N] [--cache DIR] [--runc-fallback=false]
+//	    [--busybox=false] [--verify-only]
+//
+// Exit status: 0 when every selected artifact was built and verified, 1 when
+// a build or the verification failed, 2 for bad flags.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/khw-dev/khw/internal/components"
+	"github.com/khw-dev/khw/internal/config"
+)
+
+// run is one invocation's settings and shared state.
+type run struct {
+	cache, out   string
+	goVersion    string // e.g. go1.26.8
+	goLine       string // go directive for build modules, e.g. 1.26.0
+	cluster      *config.Cluster
+	runcFallback bool
+	busybox      bool
+	locks        sync.Map // string -> *sync.Mutex
+	modInfo      sync.Map // "dl:mod@ver" -> moduleInfo
+}
+
+func (r *run) lock(key string) *sync.Mutex {
+	v, _ := r.locks.LoadOrStore(key, &sync.Mutex{})
+	return v.(*sync.Mutex)
+}
+
+// jobOrder puts the longest builds first so -j 2 overlaps them with the
+// short ones.
+var jobOrder = []string{"kubernetes", "coredns", "containerd", "etcd", "agnhost", "crictl", "cni-plugins", "runc", "pause", "ubuntu-cloud-image"}
+
+func main() { os.Exit(realMain(os.Args[1:])) }
+
+func realMain(args []string) int {
+	fs := flag.NewFlagSet("mkmirror", flag.ContinueOnError)
+	out := fs.String("out", "", "mirror directory (default $XDG_CACHE_HOME/khw/mirror)")
+	cache := fs.String("cache", "", "build cache directory (default $XDG_CACHE_HOME/khw)")
+	archFlag := fs.String("arch", "", "comma-separated architectures: amd64, arm64 (default amd64 for CI speed, or the cluster.yaml arch with --config)")
+	cfgPath := fs.String("config", "", "cluster.yaml whose versions to mirror (default: config.Default's versions)")
+	onlyFlag := fs.String("only", "", "comma-separated catalog components to build (default all)")
+	jobs := fs.Int("j", 2, "components built at the same time (each go build also uses every core)")
+	runcFallback := fs.Bool("runc-fallback", true, "when runc cannot be built, put Debian's runc package into the mirror instead (loudly)")
+	busybox := fs.Bool("busybox", true, "add Debian's busybox-static (sh, nslookup, wget, nc) to the agnhost image")
+	verifyOnly := fs.Bool("verify-only", false, "build nothing; only verify an existing mirror")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "mkmirror: unexpected arguments %q (all options are flags)\n", fs.Args())
+		return 2
+	}
+	if *jobs < 1 {
+		fmt.Fprintf(os.Stderr, "mkmirror: -j %d: want at least 1\n", *jobs)
+		return 2
+	}
+	r := &run{runcFallback: *runcFallback, busybox: *busybox}
+	var err error
+	if r.cache = *cache; r.cache == "" {
+		if r.cache, err = cacheRoot(); err != nil {
+			fmt.Fprintln(os.Stderr, "mkmirror:", err)
+			return 2
+		}
+	}
+	if r.out = *out; r.out == "" {
+		r.out = filepath.Join(r.cache, "mirror")
+	}
+	if r.out, err = filepath.Abs(r.out); err != nil {
+		fmt.Fprintln(os.Stderr, "mkmirror:", err)
+		return 2
+	}
+
+	if *cfgPath != "" {
+		c, warns, err := config.Load(*cfgPath)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "mkmirror:", err)
+			return 2
+		}
+		for _, w := range warns {
+			fmt.Fprintf(os.Stderr, "mkmirror: %s: warning: %v\n", *cfgPath, w)
+		}
+		r.cluster = c
+	} else {
+		r.cluster = config.Default(config.DefaultName, config.ArchAMD64, config.ProviderNspawn)
+	}
+	arches := splitList(*archFlag)
+	if len(arches) == 0 {
+		if *cfgPath != "" {
+			arches = []string{r.cluster.Arch}
+		} else {
+			arches = []string{config.ArchAMD64}
+		}
+	}
+
+	cat, err := components.Load()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mkmirror:", err)
+		return 1
+	}
+	known := map[string]bool{}
+	for _, c := range cat.Components {
+		known[c.Name] = true
+	}
+	only := map[string]bool{}
+	for _, o := range splitList(*onlyFlag) {
+		if !known[o] {
+			fmt.Fprintf(os.Stderr, "mkmirror: --only %s: not a catalog component (have: %s)\n", o, strings.Join(sortedKeys(known), ", "))
+			return 2
+		}
+		only[o] = true
+	}
+
+	resolved := map[string][]components.Resolved{}
+	var jobsList []job
+	for _, arch := range arches {
+		rs, err := cat.Resolve(r.cluster, arch)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "mkmirror: --arch %s: %v\n", arch, err)
+			return 2
+		}
+		resolved[arch] = rs
+		byComp := map[string]*job{}
+		for _, a := range rs {
+			if len(only) > 0 && !only[a.Component] {
+				continue
+			}
+			j := byComp[a.Component]
+			if j == nil {
+				j = &job{Component: a.Component, Version: a.Version, Arch: arch}
+				byComp[a.Component] = j
+			}
+			j.Arts = append(j.Arts, a)
+		}
+		for _, c := range orderComponents(byComp) {
+			jobsList = append(jobsList, *byComp[c])
+		}
+	}
+
+	gv, err := exec.Command("go", "env", "GOVERSION").Output()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mkmirror: go env GOVERSION:", err, "(fix: put the Go toolchain on PATH)")
+		return 1
+	}
+	r.goVersion = strings.TrimSpace(string(gv))
+	r.goLine = goDirective(r.goVersion)
+
+	fmt.Fprintf(os.Stderr, "mkmirror: mirror %s, cache %s, arch %s, %d jobs (-j %d), %s\n", r.out, r.cache, strings.Join(arches, ","), len(jobsList), *jobs, r.goVersion)
+	start := time.Now()
+	ctx := context.Background()
+	type result struct {
+		j    job
+		b    *built
+		err  error
+		took time.Duration
+	}
+	results := make([]result, len(jobsList))
+	for i, j := range jobsList {
+		results[i].j = j
+	}
+	if !*verifyOnly {
+		g := new(errgroup.Group)
+		g.SetLimit(*jobs)
+		for i, j := range jobsList {
+			g.Go(func() error {
+				t0 := time.Now()
+				lg, err := newJobLog(r.cache, j.String())
+				if err != nil {
+					results[i] = result{j: j, err: err}
+					return nil
+				}
+				defer lg.close()
+				lg.printf("start")
+				b, err := r.buildJob(ctx, j, lg)
+				results[i] = result{j: j, b: b, err: err, took: time.Since(t0)}
+				if err != nil {
+					lg.printf("FAILED after %s: %v", time.Since(t0).Round(time.Second), err)
+				} else {
+					lg.printf("done in %s", time.Since(t0).Round(100*time.Millisecond))
+				}
+				return nil
+			})
+		}
+		g.Wait()
+	}
+	buildTime := time.Since(start)
+
+	failed := 0
+	var products []product
+	var checks []binCheck
+	var notes []string
+	for _, res := range results {
+		if res.err != nil {
+			failed++
+			continue
+		}
+		if res.b != nil {
+			products = append(products, res.b.Products...)
+			checks = append(checks, res.b.Checks...)
+			for _, n := range res.b.Notes {
+				notes = append(notes, res.j.String()+": "+n)
+			}
+		}
+	}
+	t0 := time.Now()
+	if err := assemble(r.out, products); err != nil {
+		fmt.Fprintln(os.Stderr, "mkmirror: assembling the mirror:", err)
+		failed++
+	}
+	assembleTime := time.Since(t0)
+
+	t0 = time.Now()
+	problems, vnotes, checked := verifyMirror(r.out, resolved, only)
+	notes = append(notes, vnotes...)
+	type vline struct{ name, arch, line string }
+	var versions []vline
+	notRun := 0
+	for _, c := range checks {
+		line, ran, err := runCheck(ctx, c)
+		if err != nil {
+			problems = append(problems, err.Error())
+		}
+		if !ran {
+			notRun++
+		}
+		versions = append(versions, vline{c.Name, c.Arch, line})
+	}
+	if notRun > 0 {
+		notes = append(notes, fmt.Sprintf("%d version command(s) not run: cross-built binaries need qemu user-mode emulation (apt-get install qemu-user)", notRun))
+	}
+	verifyTime := time.Since(t0)
+
+	fmt.Printf("\n== mkmirror: per-component wall time (%s) ==\n", r.goVersion)
+	for _, res := range results {
+		status := "ok"
+		if res.err != nil {
+			status = "FAILED: " + res.err.Error()
+		}
+		if *verifyOnly {
+			status = "skipped (--verify-only)"
+		}
+		fmt.Printf("  %-40s %8.1fs  %s\n", res.j.String(), res.took.Seconds(), status)
+	}
+	fmt.Printf("  %-40s %8.1fs\n  %-40s %8.1fs\n  %-40s %8.1fs\n", "builds (wall, -j "+fmt.Sprint(*jobs)+")", buildTime.Seconds(),
+		"mirror assembly + checksum files", assembleTime.Seconds(), "verification + version commands", verifyTime.Seconds())
+	fmt.Printf("  %-40s %8.1fs\n", "TOTAL", time.Since(start).Seconds())
+
+	if len(versions) > 0 {
+		fmt.Printf("\n== version commands ==\n")
+		for _, v := range versions {
+			fmt.Printf("  %-26s %-6s %s\n", v.name, v.arch, v.line)
+		}
+	}
+	if len(notes) > 0 {
+		fmt.Printf("\n== notes ==\n")
+		for _, n := range notes {
+			fmt.Printf("  - %s\n", n)
+		}
+	}
+	fmt.Printf("\n== verification: %d catalog artifacts checked in %s ==\n", checked, r.out)
+	for _, p := range problems {
+		fmt.Printf("  PROBLEM: %s\n", p)
+	}
+	if failed > 0 || len(problems) > 0 {
+		fmt.Printf("mkmirror: %d build(s) failed, %d verification problem(s); logs in %s\n", failed, len(problems), filepath.Join(r.cache, "logs"))
+		return 1
+	}
+	fmt.Printf("  all verified\n")
+	return 0
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// orderComponents sorts job keys by jobOrder (unknown names last, by name).
+func orderComponents(m map[string]*job) []string {
+	rank := map[string]int{}
+	for i, c := range jobOrder {
+		rank[c] = i
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(a, b int) bool {
+		ra, oka := rank[keys[a]]
+		rb, okb := rank[keys[b]]
+		switch {
+		case oka && okb:
+			return ra < rb
+		case oka != okb:
+			return oka
+		}
+		return keys[a] < keys[b]
+	})
+	return keys
+}
+
+// goDirective turns "go1.26.8" into the go.mod directive "1.26.0" for build
+// modules (the language version only; `go mod tidy` raises it when a
+// dependency needs more).
+func goDirective(goVersion string) string {
+	v := strings.TrimPrefix(goVersion, "go")
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return v
+	}
+	minor := parts[1]
+	if i := strings.IndexAny(minor, "-+ rc"); i > 0 {
+		minor = minor[:i]
+	}
+	return parts[0] + "." + minor + ".0"
+}
