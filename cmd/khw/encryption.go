@@ -9,6 +9,24 @@ import (
 	"github.com/khw-dev/khw/internal/encryption"
 )
 
+// encryptionRun wraps one operation on the cluster's encryption config: it
+// takes the cluster lock, runs op on the file and prints the result.
+func encryptionRun(a *app, op func(path string) (*encryption.Result, error)) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		d, _, unlock, err := a.loadForWrite()
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		res, err := op(d.EncryptionConfigPath())
+		if err != nil {
+			return invalidIfValidation(err)
+		}
+		fmt.Fprintln(a.out, res.String())
+		return nil
+	}
+}
+
 func newEncryptionCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "encryption",
@@ -25,55 +43,19 @@ Secret already encrypted with the old one unreadable. To change keys use
 all Secrets, then ` + "`khw encryption prune`" + `.
 See https://kubernetes.io/docs/tasks/administer-cluster/encrypt-data/`,
 		Args: exactArgs(0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			d, _, unlock, err := a.loadForWrite()
-			if err != nil {
-				return err
-			}
-			defer unlock()
-			res, err := encryption.Reconcile(d.EncryptionConfigPath(), nil)
-			if err != nil {
-				return invalidIfValidation(err)
-			}
-			fmt.Fprintln(a.out, res.String())
-			return nil
-		},
+		RunE: encryptionRun(a, func(p string) (*encryption.Result, error) { return encryption.Reconcile(p, nil) }),
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "rotate",
 		Short: "Add a new key first; keep the old ones to read existing Secrets",
 		Args:  exactArgs(0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			d, _, unlock, err := a.loadForWrite()
-			if err != nil {
-				return err
-			}
-			defer unlock()
-			res, err := encryption.Rotate(d.EncryptionConfigPath(), nil)
-			if err != nil {
-				return invalidIfValidation(err)
-			}
-			fmt.Fprintln(a.out, res.String())
-			return nil
-		},
+		RunE:  encryptionRun(a, func(p string) (*encryption.Result, error) { return encryption.Rotate(p, nil) }),
 	})
 	cmd.AddCommand(&cobra.Command{
 		Use:   "prune",
 		Short: "Drop every key but the first (after all Secrets were rewritten)",
 		Args:  exactArgs(0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			d, _, unlock, err := a.loadForWrite()
-			if err != nil {
-				return err
-			}
-			defer unlock()
-			res, err := encryption.Prune(d.EncryptionConfigPath())
-			if err != nil {
-				return invalidIfValidation(err)
-			}
-			fmt.Fprintln(a.out, res.String())
-			return nil
-		},
+		RunE:  encryptionRun(a, encryption.Prune),
 	})
 	return cmd
 }

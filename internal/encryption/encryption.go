@@ -41,6 +41,7 @@ import (
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/fsutil"
 )
 
@@ -158,35 +159,12 @@ func (r *Result) WriteKey() string {
 	return r.KeyNames[0]
 }
 
-// FieldError is one problem with one field of the file. Value never holds a
-// key secret.
-type FieldError struct {
-	// Field is the path in the document, e.g.
-	// "resources[0].providers[0].aescbc.keys[1].secret".
-	Field string
-	// Value is the offending value (empty for secrets and absent fields).
-	Value string
-	// Problem says what is wrong and what the apiserver would do with it.
-	Problem string
-	// Fix says what to change.
-	Fix string
-}
-
-func (e *FieldError) Error() string {
-	var b strings.Builder
-	b.WriteString(e.Field)
-	b.WriteString(": ")
-	if e.Value != "" {
-		fmt.Fprintf(&b, "%q: ", e.Value)
-	}
-	b.WriteString(e.Problem)
-	if e.Fix != "" {
-		b.WriteString(" (fix: ")
-		b.WriteString(e.Fix)
-		b.WriteString(")")
-	}
-	return b.String()
-}
+// FieldError is one problem with one field of the file, the same shape as
+// cluster.yaml's: Field is the path in the document (e.g.
+// "resources[0].providers[0].aescbc.keys[1].secret"), Value the offending
+// value (never a key secret; empty for secrets and absent fields), Problem
+// what is wrong and what the apiserver would do with it, Fix what to change.
+type FieldError = config.FieldError
 
 // ValidationError lists every problem found in one file, so all can be fixed
 // in one pass. khw never repairs such a file by regenerating keys.
