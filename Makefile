@@ -19,8 +19,9 @@ build:
 
 ## deps: install the host tools the tests use as real witnesses: openssl (certs),
 ## haproxy (haproxy -c on the rendered config), jq + iproute2 + iptables (the
-## mybridge CNI plugin run in a throwaway network namespace), shellcheck.
-DEB_TEST_DEPS := openssl haproxy jq iproute2 iptables shellcheck util-linux
+## mybridge CNI plugin run in a throwaway network namespace), shellcheck, and
+## openssh-server + sudo (internal/remote runs against a real sshd on 127.0.0.1).
+DEB_TEST_DEPS := openssl haproxy jq iproute2 iptables shellcheck util-linux openssh-server sudo
 deps:
 	@missing=; for p in $(DEB_TEST_DEPS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
