@@ -20,8 +20,11 @@ build:
 ## deps: install the host tools the tests use as real witnesses: openssl (certs),
 ## haproxy (haproxy -c on the rendered config), jq + iproute2 + iptables (the
 ## mybridge CNI plugin run in a throwaway network namespace), shellcheck, and
-## openssh-server + sudo (internal/remote runs against a real sshd on 127.0.0.1).
-DEB_TEST_DEPS := openssl haproxy jq iproute2 iptables shellcheck util-linux openssh-server sudo
+## openssh-server + sudo (internal/remote runs against a real sshd on 127.0.0.1),
+## systemd-container + debootstrap (internal/vm boots real nspawn nodes in a
+## network namespace of their own).
+DEB_TEST_DEPS := openssl haproxy jq iproute2 iptables shellcheck util-linux openssh-server sudo \
+                 systemd-container debootstrap
 deps:
 	@missing=; for p in $(DEB_TEST_DEPS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \

@@ -1,0 +1,249 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/khw-dev/khw/internal/remote"
+)
+
+// NetnsDir is where named network namespaces are bind-mounted, the same place
+// `ip netns add` uses (ip-netns(8)), so `ip netns exec khw-<cluster> …` and
+// `nsenter --net=/run/netns/khw-<cluster>` find them.
+const NetnsDir = "/run/netns"
+
+// BridgeName is the bridge inside every cluster namespace. Each cluster has
+// its own namespace, so the same name never clashes; it does not exist in
+// the root namespace.
+const BridgeName = "khw0"
+
+// NetnsName returns the network namespace name of a cluster: khw-<cluster>.
+func NetnsName(cluster string) string { return "khw-" + cluster }
+
+// NetnsPath returns /run/netns/khw-<cluster>.
+func NetnsPath(cluster string) string { return filepath.Join(NetnsDir, NetnsName(cluster)) }
+
+// inNetns runs fn on a goroutine whose OS thread is switched into the
+// network namespace at nsPath and switched back afterwards. Sockets created
+// by fn belong to that namespace for their whole life, whichever thread uses
+// them later. If the thread cannot be switched back it stays locked, so the
+// Go runtime ends it with the goroutine instead of reusing it elsewhere.
+func inNetns(nsPath string, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open current network namespace: %w", err)
+			return
+		}
+		defer orig.Close()
+		target, err := netns.GetFromPath(nsPath)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open network namespace %s: %w; create it with `khw up` (provider nspawn)", nsPath, err)
+			return
+		}
+		defer target.Close()
+		if err := netns.Set(target); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("enter network namespace %s: %w (khw needs root / CAP_SYS_ADMIN)", nsPath, err)
+			return
+		}
+		ferr := fn()
+		if err := netns.Set(orig); err != nil {
+			// Leave the thread locked: it dies with this goroutine.
+			errc <- errors.Join(ferr, fmt.Errorf("return from network namespace %s: %w", nsPath, err))
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
+
+// NetnsDialer returns a remote.DialFunc that opens connections from inside
+// the network namespace at nsPath.
+//
+// Technique: the dial runs on a dedicated goroutine locked to its OS thread,
+// which setns(2)s into the namespace, creates and connects the socket with a
+// net.Dialer, and setns(2)s back (see inNetns). A socket keeps the
+// namespace it was created in, so the returned net.Conn keeps working from
+// any goroutine. The host part of addr must be an IP literal: a name would be
+// resolved, and Go may then dial on other goroutines (happy eyeballs) that
+// are not in the namespace.
+func NetnsDialer(nsPath string) remote.DialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, fmt.Errorf("dial %s in %s: %w", addr, nsPath, err)
+		}
+		if _, err := netip.ParseAddr(host); err != nil {
+			return nil, fmt.Errorf("dial %s in %s: host %q is not an IP address; pass the node IP from cluster.yaml", addr, nsPath, host)
+		}
+		var conn net.Conn
+		err = inNetns(nsPath, func() error {
+			var d net.Dialer
+			var derr error
+			conn, derr = d.DialContext(ctx, network, addr)
+			return derr
+		})
+		if err != nil && conn != nil {
+			conn.Close()
+			conn = nil
+		}
+		return conn, err
+	}
+}
+
+// NetnsListen opens a listener inside the network namespace at nsPath (same
+// technique as NetnsDialer). Used by tests and by tools that serve nodes.
+func NetnsListen(nsPath, network, addr string) (net.Listener, error) {
+	var l net.Listener
+	err := inNetns(nsPath, func() error {
+		var lerr error
+		l, lerr = net.Listen(network, addr)
+		return lerr
+	})
+	return l, err
+}
+
+// EnsureNetwork makes the cluster's network namespace khw-<cluster> (bind
+// mount at /run/netns/khw-<cluster>, like `ip netns add`) with loopback up
+// and a bridge BridgeName holding gateway (an address with prefix, e.g.
+// 192.168.122.1/24). Everything lives only inside that namespace; the root
+// namespace is not touched. It is idempotent: an existing namespace and
+// bridge are reused and the gateway address is added when missing.
+func EnsureNetwork(cluster string, gateway netip.Prefix) error {
+	if !gateway.IsValid() || !gateway.Addr().Is4() {
+		return fmt.Errorf("cluster %s: gateway %v is not an IPv4 address with prefix; set network.gateway and network.cidr in cluster.yaml", cluster, gateway)
+	}
+	name := NetnsName(cluster)
+	path := NetnsPath(cluster)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		if err := inNetnsCreate(name); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return fmt.Errorf("stat %s: %w", path, err)
+	}
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return fmt.Errorf("open network namespace %s: %w; if it is stale, remove it with `ip netns delete %s`", path, err, name)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fmt.Errorf("netlink in %s: %w", path, err)
+	}
+	defer h.Close()
+
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("netns %s: find lo: %w", name, err)
+	}
+	if err := h.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("netns %s: set lo up: %w", name, err)
+	}
+	br, err := h.LinkByName(BridgeName)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if !errors.As(err, &nf) {
+			return fmt.Errorf("netns %s: find bridge %s: %w", name, BridgeName, err)
+		}
+		la := netlink.NewLinkAttrs()
+		la.Name = BridgeName
+		if err := h.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil {
+			return fmt.Errorf("netns %s: add bridge %s: %w", name, BridgeName, err)
+		}
+		if br, err = h.LinkByName(BridgeName); err != nil {
+			return fmt.Errorf("netns %s: find new bridge %s: %w", name, BridgeName, err)
+		}
+	} else if br.Type() != "bridge" {
+		return fmt.Errorf("netns %s: link %s is a %s, not a bridge; delete the namespace with `khw destroy`", name, BridgeName, br.Type())
+	}
+	addrs, err := h.AddrList(br, unix.AF_INET)
+	if err != nil {
+		return fmt.Errorf("netns %s: list addresses of %s: %w", name, BridgeName, err)
+	}
+	have := false
+	for _, a := range addrs {
+		p, ok := netip.AddrFromSlice(a.IP.To4())
+		ones, _ := a.Mask.Size()
+		if ok && p == gateway.Addr() && ones == gateway.Bits() {
+			have = true
+		}
+	}
+	if !have {
+		ipn := &net.IPNet{IP: net.IP(gateway.Addr().AsSlice()), Mask: net.CIDRMask(gateway.Bits(), 32)}
+		if err := h.AddrAdd(br, &netlink.Addr{IPNet: ipn}); err != nil {
+			return fmt.Errorf("netns %s: add %s to %s: %w", name, gateway, BridgeName, err)
+		}
+	}
+	if err := h.LinkSetUp(br); err != nil {
+		return fmt.Errorf("netns %s: set %s up: %w", name, BridgeName, err)
+	}
+	return nil
+}
+
+// inNetnsCreate makes the named namespace on a throw-away locked thread:
+// netns.NewNamed unshares the calling thread into the new namespace.
+func inNetnsCreate(name string) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open current network namespace: %w", err)
+			return
+		}
+		defer orig.Close()
+		ns, err := netns.NewNamed(name)
+		if err != nil {
+			// The thread may already be in a new namespace: restore or die.
+			if serr := netns.Set(orig); serr == nil {
+				runtime.UnlockOSThread()
+			}
+			_ = os.Remove(filepath.Join(NetnsDir, name)) // only an empty placeholder can be left
+			errc <- fmt.Errorf("create network namespace %s: %w (khw needs root)", name, err)
+			return
+		}
+		ns.Close()
+		if err := netns.Set(orig); err != nil {
+			errc <- fmt.Errorf("return from new network namespace %s: %w", name, err)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- nil
+	}()
+	return <-errc
+}
+
+// DeleteNetwork removes the cluster's namespace (and with it the bridge and
+// any veth left in it). A missing namespace is not an error.
+func DeleteNetwork(cluster string) error {
+	path := NetnsPath(cluster)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("unmount network namespace %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", path, err)
+	}
+	return nil
+}

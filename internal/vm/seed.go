@@ -1,0 +1,287 @@
+package vm
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/fsutil"
+)
+
+// NodeUser is the login user khw creates on nspawn nodes (uid/gid 1000,
+// sudo NOPASSWD), matching remote.DefaultUser.
+const (
+	NodeUser = "ubuntu"
+	nodeUID  = 1000
+)
+
+// Unit files written into every nspawn node (see
+// shared/design/test-environment.md for why each is needed).
+const (
+	// unitCgroupRW remounts the node's cgroup v1 controllers read-write
+	// (nspawn mounts them read-only; `remount,rw` alone says busy) and
+	// re-executes systemd so it picks the writable controllers up, which
+	// kubelet's systemd cgroup driver needs.
+	unitCgroupRW = `[Unit]
+Description=khw: make the cgroup v1 controllers writable
+DefaultDependencies=no
+Before=sysinit.target
+ConditionPathIsMountPoint=/sys/fs/cgroup/memory
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh -c 'for d in /sys/fs/cgroup/*/; do mount -o remount,bind,rw "$d" || true; done'
+ExecStartPost=/bin/systemctl daemon-reexec
+
+[Install]
+WantedBy=sysinit.target
+`
+	// unitProcSys shows kubelet the values it insists on for four host-wide
+	// sysctls without changing the host: small files bind-mounted over the
+	// /proc/sys entries, inside the node's mount namespace only.
+	unitProcSys = `[Unit]
+Description=khw: node-local values for host-wide sysctls kubelet checks
+DefaultDependencies=no
+Before=sysinit.target systemd-sysctl.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh -c 'for f in /etc/khw/sysctl/*; do mount --bind "$f" "/proc/sys/$(basename "$f" | tr . /)"; done'
+
+[Install]
+WantedBy=sysinit.target
+`
+	// unitHostKeys gives each node its own SSH host keys on first boot (the
+	// image's keys are removed when the node root is copied).
+	unitHostKeys = `[Unit]
+Description=khw: generate this node's SSH host keys
+Before=ssh.service
+ConditionPathExists=!/etc/ssh/ssh_host_ed25519_key
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/ssh-keygen -A
+
+[Install]
+WantedBy=multi-user.target
+`
+	// unitHost0 gives host0 (the node end of the veth systemd-nspawn
+	// attached to the bridge) the node's static address and default route.
+	unitHost0 = `[Unit]
+Description=khw: static address of node %s on host0
+DefaultDependencies=no
+After=sysinit.target
+Before=network.target ssh.service
+Wants=network.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/sbin/ip link set host0 up
+ExecStart=/sbin/ip addr replace %s dev host0
+ExecStart=/sbin/ip route replace default via %s dev host0
+
+[Install]
+WantedBy=multi-user.target
+`
+	systemConf = "[Manager]\n# khw: keep power-off short (a stuck service would hold it 90 s).\nDefaultTimeoutStopSec=15s\n"
+)
+
+// nodeSysctls are the values kubelet requires (pkg/kubelet/cm/container_manager_linux.go,
+// setupKernelTunables), keyed by /proc/sys path with dots.
+var nodeSysctls = map[string]string{
+	"vm.overcommit_memory": "1",
+	"vm.panic_on_oom":      "0",
+	"kernel.panic":         "10",
+	"kernel.panic_on_oops": "1",
+}
+
+// seedNode writes the node's identity and khw's access into root, the node's
+// root directory. Idempotent: files are rewritten only when changed.
+func seedNode(root string, c *config.Cluster, n config.Node, authorizedKey, imageMachineID string) error {
+	w := func(rel, content string, perm fs.FileMode) error {
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+		if _, err := fsutil.WriteIfChanged(p, []byte(content), perm); err != nil {
+			return fmt.Errorf("node %s: write %s: %w", n.Name, rel, err)
+		}
+		return nil
+	}
+	link := func(rel, target string) error {
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if cur, err := os.Readlink(p); err == nil && cur == target {
+			return nil
+		}
+		_ = os.Remove(p)
+		if err := os.Symlink(target, p); err != nil {
+			return fmt.Errorf("node %s: enable %s: %w", n.Name, rel, err)
+		}
+		return nil
+	}
+	prefix, err := nodePrefix(c, n)
+	if err != nil {
+		return err
+	}
+
+	if err := w("etc/hostname", n.Name+"\n", 0o644); err != nil {
+		return err
+	}
+	var hosts strings.Builder
+	hosts.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n\n# khw: cluster nodes\n")
+	for _, m := range c.Nodes {
+		fmt.Fprintf(&hosts, "%s\t%s %s\n", m.IP, c.FQDN(m), m.Name)
+	}
+	if err := w("etc/hosts", hosts.String(), 0o644); err != nil {
+		return err
+	}
+
+	// A node keeps its machine-id once it has its own.
+	cur, _ := os.ReadFile(filepath.Join(root, "etc/machine-id"))
+	if id := strings.TrimSpace(string(cur)); len(id) != 32 || id == imageMachineID {
+		b := make([]byte, 16)
+		if _, err := rand.Read(b); err != nil {
+			return err
+		}
+		if err := w("etc/machine-id", hex.EncodeToString(b)+"\n", 0o444); err != nil {
+			return err
+		}
+	}
+
+	// systemd-networkd is not used: with SYSTEMD_NSPAWN_API_VFS_WRITABLE=1
+	// /sys is writable, so networkd waits for udev to initialise host0,
+	// and there is no udev in a container; host0 stays "pending" forever.
+	if err := w("etc/systemd/system/khw-host0.service", fmt.Sprintf(unitHost0, n.Name, prefix, c.Network.Gateway), 0o644); err != nil {
+		return err
+	}
+	for rel, target := range map[string]string{
+		"etc/systemd/system/multi-user.target.wants/khw-host0.service":        "/etc/systemd/system/khw-host0.service",
+		"etc/systemd/system/multi-user.target.wants/ssh.service":              "/lib/systemd/system/ssh.service",
+		"etc/systemd/system/sysinit.target.wants/khw-cgroup-rw.service":       "/etc/systemd/system/khw-cgroup-rw.service",
+		"etc/systemd/system/sysinit.target.wants/khw-proc-sys.service":        "/etc/systemd/system/khw-proc-sys.service",
+		"etc/systemd/system/multi-user.target.wants/khw-ssh-hostkeys.service": "/etc/systemd/system/khw-ssh-hostkeys.service",
+	} {
+		if err := link(rel, target); err != nil {
+			return err
+		}
+	}
+	for rel, content := range map[string]string{
+		"etc/systemd/system/khw-cgroup-rw.service":    unitCgroupRW,
+		"etc/systemd/system/khw-proc-sys.service":     unitProcSys,
+		"etc/systemd/system/khw-ssh-hostkeys.service": unitHostKeys,
+		"etc/systemd/system.conf.d/khw.conf":          systemConf,
+	} {
+		if err := w(rel, content, 0o644); err != nil {
+			return err
+		}
+	}
+	for k, v := range nodeSysctls {
+		if err := w("etc/khw/sysctl/"+k, v+"\n", 0o644); err != nil {
+			return err
+		}
+	}
+	return seedUser(root, n.Name, authorizedKey)
+}
+
+// seedUser adds NodeUser (uid/gid 1000, home /home/ubuntu, no password,
+// login by key only) to passwd/shadow/group/gshadow unless present, installs
+// authorizedKey and a sudoers.d NOPASSWD rule.
+func seedUser(root, node, authorizedKey string) error {
+	if strings.TrimSpace(authorizedKey) == "" {
+		return fmt.Errorf("node %s: no SSH public key to install; pass the authorized_keys line from remote.EnsureKey", node)
+	}
+	ids := strconv.Itoa(nodeUID)
+	entries := []struct{ file, line string }{
+		{"etc/passwd", NodeUser + ":x:" + ids + ":" + ids + ":khw:/home/" + NodeUser + ":/bin/bash"},
+		{"etc/shadow", NodeUser + ":*:19000:0:99999:7:::"},
+		{"etc/group", NodeUser + ":x:" + ids + ":"},
+		{"etc/gshadow", NodeUser + ":!::"},
+	}
+	for _, e := range entries {
+		p := filepath.Join(root, e.file)
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return fmt.Errorf("node %s: read %s: %w", node, e.file, err)
+		}
+		if hasEntry(string(data), NodeUser) {
+			continue
+		}
+		st, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		s := string(data)
+		if s != "" && !strings.HasSuffix(s, "\n") {
+			s += "\n"
+		}
+		if err := fsutil.WriteFileAtomic(p, []byte(s+e.line+"\n"), st.Mode().Perm()); err != nil {
+			return fmt.Errorf("node %s: add %s to %s: %w", node, NodeUser, e.file, err)
+		}
+	}
+	home := filepath.Join(root, "home", NodeUser)
+	sshDir := filepath.Join(home, ".ssh")
+	if err := os.MkdirAll(sshDir, 0o700); err != nil {
+		return fmt.Errorf("node %s: %w", node, err)
+	}
+	if _, err := fsutil.WriteIfChanged(filepath.Join(sshDir, "authorized_keys"), []byte(strings.TrimSpace(authorizedKey)+"\n"), 0o600); err != nil {
+		return fmt.Errorf("node %s: write authorized_keys: %w", node, err)
+	}
+	for _, p := range []string{home, sshDir, filepath.Join(sshDir, "authorized_keys")} {
+		if err := os.Lchown(p, nodeUID, nodeUID); err != nil {
+			return fmt.Errorf("node %s: chown %s: %w", node, p, err)
+		}
+	}
+	if err := os.Chmod(home, 0o755); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(root, "etc/sudoers.d"), 0o755); err != nil {
+		return err
+	}
+	if _, err := fsutil.WriteIfChanged(filepath.Join(root, "etc/sudoers.d/khw"),
+		[]byte("# khw: the login user runs root steps through sudo -n\n"+NodeUser+" ALL=(ALL) NOPASSWD:ALL\n"), 0o440); err != nil {
+		return fmt.Errorf("node %s: write sudoers rule: %w", node, err)
+	}
+	return nil
+}
+
+func hasEntry(file, name string) bool {
+	for _, l := range strings.Split(file, "\n") {
+		if strings.HasPrefix(l, name+":") {
+			return true
+		}
+	}
+	return false
+}
+
+// nodePrefix is the node IP with the node network's prefix length.
+func nodePrefix(c *config.Cluster, n config.Node) (string, error) {
+	_, bits, err := networkBits(c)
+	if err != nil {
+		return "", err
+	}
+	if !n.Addr().IsValid() {
+		return "", fmt.Errorf("node %s: ip %q is not an IPv4 address; fix nodes[].ip in cluster.yaml", n.Name, n.IP)
+	}
+	return n.Addr().String() + "/" + strconv.Itoa(bits), nil
+}
+
+func networkBits(c *config.Cluster) (string, int, error) {
+	p, err := netip.ParsePrefix(c.Network.CIDR)
+	if err != nil {
+		return "", 0, fmt.Errorf("network.cidr %q: %w; set it like 192.168.122.0/24", c.Network.CIDR, err)
+	}
+	return p.String(), p.Bits(), nil
+}
