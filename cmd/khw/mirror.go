@@ -98,7 +98,7 @@ over HTTP after ` + "`khw mirror serve DIR`" + `.`,
 				printFetched(a, res)
 				return fmt.Errorf("mirror export: nothing was exported because fetching failed: %w", err)
 			}
-			rep, err := components.Export(res, dir)
+			rep, err := components.Export(ctx, res, dir)
 			if err != nil {
 				return err
 			}
@@ -130,11 +130,13 @@ func newMirrorServeCmd(a *app) *cobra.Command {
 layout), over plain HTTP, read-only: GET and HEAD only, Range requests
 supported so clients resume, dot-files hidden, no symlink out of DIR
 followed. Each request is logged on stderr. SIGINT (Ctrl-C) or SIGTERM stops
-the server after the requests in flight finish.
+the server: requests in flight get up to 10 s to finish, then are closed.
 
-Every file is verified by the client against its checksum file, so plain
-HTTP is enough on a classroom network; a directory that does not look like a
-mirror is refused, so a typo cannot publish your home directory.`,
+Every file is verified by the client against its checksum file, which catches
+a corrupted or truncated copy. Both come from this server, so on a network you
+do not trust, serve it behind HTTPS (any reverse proxy) or hand out a mirror
+directory instead. A directory that does not look like a mirror is refused,
+so a typo cannot publish your home directory.`,
 		Example: `  khw mirror serve ./mirror                          # http://127.0.0.1:8080/
   khw mirror serve ./mirror --listen 0.0.0.0:8080    # for the classroom
   khw fetch --mirror http://<this host>:8080         # on each laptop`,
@@ -171,6 +173,13 @@ mirror is refused, so a typo cannot publish your home directory.`,
 			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			err = srv.Shutdown(sctx)
+			if errors.Is(err, context.DeadlineExceeded) {
+				// The grace period is over: close what is still open (clients
+				// resume with Range requests) and stop as asked.
+				srv.Close()
+				fmt.Fprintln(a.errOut, "requests still in flight after 10 s were closed; clients resume them")
+				err = nil
+			}
 			if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
 				err = serr
 			}

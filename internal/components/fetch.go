@@ -170,6 +170,13 @@ type sumCall struct {
 // cached and returned either way. When ctx is cancelled, transfers stop
 // and their Err wraps ctx's error.
 func (f *Fetcher) Fetch(ctx context.Context, rs []Resolved) ([]Fetched, error) {
+	if isURLMirror(f.Mirror) {
+		ff, err := f.withMirrorCredentials()
+		if err != nil {
+			return nil, err
+		}
+		f = ff
+	}
 	dir := f.CacheDir
 	if dir == "" {
 		dir = DefaultCacheDir()
@@ -781,4 +788,52 @@ func MirrorLocation(mirror, official string) (loc string, isFile bool, err error
 		return strings.TrimRight(mirror, "/") + "/" + u.Host + u.EscapedPath(), false, nil
 	}
 	return filepath.Join(mirrorDir(mirror), u.Host, filepath.FromSlash(clean)), true, nil
+}
+
+// withMirrorCredentials checks an http(s) mirror URL and takes any user
+// information (https://user:password@host/) out of it: the returned Fetcher's
+// Mirror has none, so no message, progress line or index entry can show the
+// password, and its HTTP client adds the credentials as basic auth to
+// requests for the mirror's host only.
+func (f *Fetcher) withMirrorCredentials() (*Fetcher, error) {
+	u, err := url.Parse(f.Mirror)
+	if err != nil || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		shown := f.Mirror
+		if err == nil {
+			shown = u.Redacted()
+		}
+		return nil, fmt.Errorf("mirror %q: not a usable base URL (fix: write http(s)://HOST[:PORT][/PATH] without ?query or #fragment, e.g. the URL `khw mirror serve` prints)", shown)
+	}
+	if u.User == nil {
+		return f, nil
+	}
+	user := u.User
+	u.User = nil
+	ff := *f
+	ff.Mirror = u.String()
+	base := f.client()
+	c := *base
+	next := c.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	c.Transport = basicAuthTransport{host: u.Host, user: user, next: next}
+	ff.HTTPClient = &c
+	return &ff, nil
+}
+
+// basicAuthTransport adds the mirror's credentials to requests for its host.
+type basicAuthTransport struct {
+	host string
+	user *url.Userinfo
+	next http.RoundTripper
+}
+
+func (t basicAuthTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Host == t.host {
+		req = req.Clone(req.Context())
+		pw, _ := t.user.Password()
+		req.SetBasicAuth(t.user.Username(), pw)
+	}
+	return t.next.RoundTrip(req)
 }

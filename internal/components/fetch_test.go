@@ -669,3 +669,55 @@ func TestFetchConcurrentCallsShareTheCache(t *testing.T) {
 		t.Errorf("second fetch: cached=%v, log %q", results[1][0].Cached, logs[1].String())
 	}
 }
+
+// TestFetchMirrorCredentialsNeverShown: a mirror URL with user:password works
+// (basic auth to the mirror host only) and the password appears in no
+// progress line, result, error or cache index.
+func TestFetchMirrorCredentialsNeverShown(t *testing.T) {
+	w := newWorld(t, config.ArchAMD64)
+	files := http.FileServer(http.Dir(w.root))
+	srv := newServer(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "teacher" || p != "s3cretpw" {
+			http.Error(rw, "auth", http.StatusUnauthorized)
+			return
+		}
+		files.ServeHTTP(rw, r)
+	}))
+	withCreds := strings.Replace(srv.URL, "http://", "http://teacher:s3cretpw@", 1)
+	f := testFetcher(t, withCreds)
+	var log bytes.Buffer
+	f.Progress = &log
+	rs := pick(w.rs[config.ArchAMD64], "etcd", "kubectl")
+	res, err := f.Fetch(context.Background(), rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen strings.Builder
+	seen.WriteString(log.String())
+	for _, r := range res {
+		fmt.Fprintf(&seen, "%+v\n", r)
+	}
+	filepath.Walk(f.CacheDir, func(p string, info os.FileInfo, err error) error {
+		if err == nil && info.Mode().IsRegular() && strings.HasSuffix(p, ".json") {
+			b, _ := os.ReadFile(p)
+			seen.Write(b)
+		}
+		return nil
+	})
+	// A failing fetch's error must not show it either.
+	bad := testFetcher(t, strings.Replace(srv.URL, "http://", "http://teacher:wrongpw-s3cretpw@", 1))
+	bad.Retries = -1
+	_, err = bad.Fetch(context.Background(), pick(w.rs[config.ArchAMD64], "crictl"))
+	if err == nil {
+		t.Fatal("wrong password accepted")
+	}
+	seen.WriteString(err.Error())
+	if strings.Contains(seen.String(), "s3cretpw") {
+		t.Fatalf("the mirror password leaked:\n%s", seen.String())
+	}
+	for _, bad := range []string{"http://", "http://h:1?x=1", "https://h/#frag"} {
+		if _, err := testFetcher(t, bad).Fetch(context.Background(), rs); err == nil || !strings.Contains(err.Error(), "not a usable base URL") {
+			t.Errorf("mirror %q: %v", bad, err)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package components
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -84,7 +85,11 @@ type ExportReport struct {
 // Files already present with the right content are left alone. Files are
 // written to a temporary name and renamed, so a reader never sees half a
 // file. Errors: an entry with Err set, or a file-system error naming the path.
-func Export(fetched []Fetched, dir string) (ExportReport, error) {
+//
+// ctx cancels the export between files and during a copy (Ctrl-C on a slow
+// USB stick stops at once): the file being copied is not left behind, files
+// already exported stay, and ctx's error is returned.
+func Export(ctx context.Context, fetched []Fetched, dir string) (ExportReport, error) {
 	var rep ExportReport
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -109,6 +114,9 @@ func Export(fetched []Fetched, dir string) (ExportReport, error) {
 		}
 	}
 	for _, f := range fetched {
+		if err := ctx.Err(); err != nil {
+			return rep, fmt.Errorf("export to %s stopped: %w", abs, err)
+		}
 		r := f.Resolved
 		if f.Err != nil {
 			return rep, fmt.Errorf("export %s: it was not fetched: %w", r.Artifact.Name, f.Err)
@@ -126,7 +134,7 @@ func Export(fetched []Fetched, dir string) (ExportReport, error) {
 			}
 		}
 		dst := filepath.Join(abs, filepath.FromSlash(rel))
-		w, err := copyIfDifferent(f.Path, dst, f.SHA256, f.Size)
+		w, err := copyIfDifferent(ctx, f.Path, dst, f.SHA256, f.Size)
 		if err != nil {
 			return rep, err
 		}
@@ -246,7 +254,7 @@ func writeSmall(p string, data []byte) (bool, error) {
 // copyIfDifferent copies src to dst unless dst already has size and sum. The
 // copy streams (artifacts are up to a few hundred MiB) to a temporary file in
 // dst's directory, fsyncs it and renames it, like fsutil.WriteFileAtomic.
-func copyIfDifferent(src, dst, sum string, size int64) (bool, error) {
+func copyIfDifferent(ctx context.Context, src, dst, sum string, size int64) (bool, error) {
 	if st, err := os.Stat(dst); err == nil && st.Size() == size {
 		if got, _, err := hashFile(dst); err == nil && got == sum {
 			return false, nil
@@ -270,7 +278,7 @@ func copyIfDifferent(src, dst, sum string, size int64) (bool, error) {
 		os.Remove(tmp.Name())
 		return false, fmt.Errorf("mirror: write %s: %w", dst, err)
 	}
-	if _, err := io.Copy(tmp, in); err != nil {
+	if _, err := io.Copy(tmp, ctxReader{ctx, in}); err != nil {
 		return fail(err)
 	}
 	if err := tmp.Chmod(mirrorFileMode); err != nil {
@@ -346,7 +354,7 @@ func CheckMirrorDir(dir string) error {
 // HEAD only (others get 405), Range requests supported (so Fetchers resume),
 // files and directories whose name starts with "." are hidden (404; an
 // export in progress writes such temporary files), symlinks leaving dir are
-// not followed (os.Root). Each request is logged to logw (nil: no log) as
+// not followed (os.Root; such a path is answered 403). Each request is logged to logw (nil: no log) as
 // "<RFC 3339 time> <client> <method> <path> <status> <bytes> <duration>".
 // Errors: dir does not look like a mirror (CheckMirrorDir).
 func MirrorHandler(dir string, logw io.Writer) (http.Handler, error) {
@@ -357,7 +365,7 @@ func MirrorHandler(dir string, logw io.Writer) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mirror directory: %w", err)
 	}
-	files := http.FileServerFS(root.FS())
+	files := http.FileServerFS(forbidEscapes{root.FS()})
 	var logMu sync.Mutex
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -378,6 +386,32 @@ func MirrorHandler(dir string, logw io.Writer) (http.Handler, error) {
 			logMu.Unlock()
 		}
 	}), nil
+}
+
+// ctxReader stops a copy once ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// forbidEscapes turns os.Root's refusal of a symlink that leaves the mirror
+// (an error http.FileServer would answer with 500, which clients retry) into
+// fs.ErrPermission, answered 403 Forbidden and not retried.
+type forbidEscapes struct{ fs.FS }
+
+func (f forbidEscapes) Open(name string) (fs.File, error) {
+	file, err := f.FS.Open(name)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, fs.ErrPermission) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrPermission}
+	}
+	return file, err
 }
 
 func hasHiddenElement(p string) bool {

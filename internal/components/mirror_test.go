@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log"
 	"net/http"
@@ -111,7 +112,7 @@ func TestExportThenFetchOffline(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "mirror")
-	rep, err := Export(amd, out)
+	rep, err := Export(context.Background(), amd, out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +139,7 @@ func TestExportThenFetchOffline(t *testing.T) {
 
 	// A second export of the same things changes nothing; a second arch
 	// merges its lines into the shared checksum files.
-	rep, err = Export(amd, out)
+	rep, err = Export(context.Background(), amd, out)
 	if err != nil || len(rep.Written) != 0 {
 		t.Errorf("re-export wrote %v (%v)", rep.Written, err)
 	}
@@ -146,7 +147,7 @@ func TestExportThenFetchOffline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Export(arm, out); err != nil {
+	if _, err := Export(context.Background(), arm, out); err != nil {
 		t.Fatal(err)
 	}
 	etcdArm := pick(w.rs[config.ArchARM64], "etcd")[0]
@@ -178,7 +179,7 @@ func TestExportThenFetchOffline(t *testing.T) {
 		}
 	}
 	// An export refuses failed fetches.
-	if _, err := Export([]Fetched{{Resolved: kubectl, Err: io.ErrUnexpectedEOF}}, out); err == nil || !strings.Contains(err.Error(), "kubectl") {
+	if _, err := Export(context.Background(), []Fetched{{Resolved: kubectl, Err: io.ErrUnexpectedEOF}}, out); err == nil || !strings.Contains(err.Error(), "kubectl") {
 		t.Errorf("export of a failed fetch: %v", err)
 	}
 }
@@ -236,8 +237,9 @@ func TestMirrorHandler(t *testing.T) {
 	if code, _ := get(http.MethodGet, "/dl.k8s.io/.tmp-partial"); code != http.StatusNotFound {
 		t.Errorf("hidden file: %d", code)
 	}
-	if code, body := get(http.MethodGet, "/dl.k8s.io/escape"); code == http.StatusOK || strings.Contains(body, "do-not-serve") {
-		t.Errorf("symlink out of the mirror served: %d %q", code, body)
+	// Refused with 403 (final), not 500 (which clients retry).
+	if code, body := get(http.MethodGet, "/dl.k8s.io/escape"); code != http.StatusForbidden || strings.Contains(body, "do-not-serve") {
+		t.Errorf("symlink out of the mirror: want 403, got %d %q", code, body)
 	}
 	if code, body := get(http.MethodGet, "/../../../../etc/passwd"); code == http.StatusOK && strings.Contains(body, "root:") {
 		t.Error("path traversal")
@@ -265,4 +267,29 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.buf.String()
+}
+
+func TestExportStopsWhenCanceled(t *testing.T) {
+	w := newWorld(t, config.ArchAMD64)
+	f := testFetcher(t, w.root)
+	res, err := f.Fetch(context.Background(), w.rs[config.ArchAMD64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	out := filepath.Join(t.TempDir(), "export")
+	if _, err := Export(ctx, res, out); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled export: %v", err)
+	}
+	var files []string
+	filepath.Walk(out, func(p string, info os.FileInfo, err error) error {
+		if err == nil && info.Mode().IsRegular() {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if len(files) != 0 {
+		t.Fatalf("a canceled export wrote %v", files)
+	}
 }
