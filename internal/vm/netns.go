@@ -34,12 +34,13 @@ func NetnsName(cluster string) string { return "khw-" + cluster }
 // NetnsPath returns /run/netns/khw-<cluster>.
 func NetnsPath(cluster string) string { return filepath.Join(NetnsDir, NetnsName(cluster)) }
 
-// inNetns runs fn on a goroutine whose OS thread is switched into the
-// network namespace at nsPath and switched back afterwards. Sockets created
-// by fn belong to that namespace for their whole life, whichever thread uses
-// them later. If the thread cannot be switched back it stays locked, so the
-// Go runtime ends it with the goroutine instead of reusing it elsewhere.
-func inNetns(nsPath string, fn func() error) error {
+// onNetnsThread runs enter and then fn on a goroutine locked to its OS
+// thread, and switches that thread back to its original network namespace
+// afterwards. Sockets fn creates belong to the namespace enter switched to
+// for their whole life, whichever thread uses them later. If the thread
+// cannot be switched back it stays locked, so the Go runtime ends it with the
+// goroutine instead of reusing it elsewhere.
+func onNetnsThread(enter, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -50,28 +51,36 @@ func inNetns(nsPath string, fn func() error) error {
 			return
 		}
 		defer orig.Close()
-		target, err := netns.GetFromPath(nsPath)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("open network namespace %s: %w; create it with `khw up` (provider nspawn)", nsPath, err)
-			return
+		err = enter()
+		if err == nil {
+			err = fn()
 		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter network namespace %s: %w (khw needs root / CAP_SYS_ADMIN)", nsPath, err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
+		if serr := netns.Set(orig); serr != nil {
 			// Leave the thread locked: it dies with this goroutine.
-			errc <- errors.Join(ferr, fmt.Errorf("return from network namespace %s: %w", nsPath, err))
+			errc <- errors.Join(err, fmt.Errorf("return to the original network namespace: %w", serr))
 			return
 		}
 		runtime.UnlockOSThread()
-		errc <- ferr
+		errc <- err
 	}()
 	return <-errc
+}
+
+// inNetns runs fn on a thread switched into the network namespace at nsPath
+// (see onNetnsThread).
+func inNetns(nsPath string, fn func() error) error {
+	enter := func() error {
+		target, err := netns.GetFromPath(nsPath)
+		if err != nil {
+			return fmt.Errorf("open network namespace %s: %w; create it with `khw up` (provider nspawn)", nsPath, err)
+		}
+		defer target.Close()
+		if err := netns.Set(target); err != nil {
+			return fmt.Errorf("enter network namespace %s: %w (khw needs root / CAP_SYS_ADMIN)", nsPath, err)
+		}
+		return nil
+	}
+	return onNetnsThread(enter, fn)
 }
 
 // NetnsDialer returns a remote.DialFunc that opens connections from inside
@@ -199,37 +208,18 @@ func EnsureNetwork(cluster string, gateway netip.Prefix) error {
 }
 
 // inNetnsCreate makes the named namespace on a throw-away locked thread:
-// netns.NewNamed unshares the calling thread into the new namespace.
+// netns.NewNamed unshares the calling thread into the new namespace, and
+// onNetnsThread switches it back.
 func inNetnsCreate(name string) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("open current network namespace: %w", err)
-			return
-		}
-		defer orig.Close()
+	create := func() error {
 		ns, err := netns.NewNamed(name)
 		if err != nil {
-			// The thread may already be in a new namespace: restore or die.
-			if serr := netns.Set(orig); serr == nil {
-				runtime.UnlockOSThread()
-			}
 			_ = os.Remove(filepath.Join(NetnsDir, name)) // only an empty placeholder can be left
-			errc <- fmt.Errorf("create network namespace %s: %w (khw needs root)", name, err)
-			return
+			return fmt.Errorf("create network namespace %s: %w (khw needs root)", name, err)
 		}
-		ns.Close()
-		if err := netns.Set(orig); err != nil {
-			errc <- fmt.Errorf("return from new network namespace %s: %w", name, err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- nil
-	}()
-	return <-errc
+		return ns.Close()
+	}
+	return onNetnsThread(create, func() error { return nil })
 }
 
 // DeleteNetwork removes the cluster's namespace (and with it the bridge and
