@@ -138,6 +138,9 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 		newRenderCmd(a),
 		newFetchCmd(a),
 		newMirrorCmd(a),
+		newUpCmd(a),
+		newDownCmd(a),
+		newStatusCmd(a),
 		newVersionCmd(a),
 	)
 	return root

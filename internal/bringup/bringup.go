@@ -1,0 +1,101 @@
+// Package bringup holds the steps of `khw up`, in lab order (01-machines,
+// later 02-pki … 12-smoke-test), and the wiring they share: the cluster's VM
+// provider and its SSH pool.
+package bringup
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/remote"
+	"github.com/khw-dev/khw/internal/state"
+	"github.com/khw-dev/khw/internal/steps"
+	"github.com/khw-dev/khw/internal/vm"
+)
+
+// ErrLibvirtNotImplemented is returned (wrapped) by NewProvider for
+// provider: libvirt until issue #6 lands.
+var ErrLibvirtNotImplemented = errors.New("the libvirt provider is not implemented yet (issue #6); use --provider nspawn (khw init --provider nspawn --force, or set provider: nspawn in cluster.yaml)")
+
+// KeyPath is <state>/ssh/id_ed25519, khw's SSH private key for the nodes
+// (made by remote.EnsureKey on first use).
+func KeyPath(d state.Dir) string { return filepath.Join(d.Root, "ssh", "id_ed25519") }
+
+// KnownHostsPath is <state>/ssh/known_hosts, where the nodes' SSH host keys
+// are pinned on first contact.
+func KnownHostsPath(d state.Dir) string { return filepath.Join(d.Root, "ssh", "known_hosts") }
+
+// NewProvider returns the VM provider named by c.Provider for cluster c with
+// state directory d. authorizedKey is the authorized_keys line put on the
+// nodes; it may be "" for a provider used only for Status and Destroy
+// (Create then fails naming the missing key). log receives long-running
+// output such as debootstrap's (nil discards it).
+//
+// Errors: provider "libvirt" wraps ErrLibvirtNotImplemented; an unknown
+// provider names the valid ones; the nspawn constructor's errors (not root,
+// systemd-nspawn missing, arch mismatch) are returned as they are.
+func NewProvider(c *config.Cluster, d state.Dir, authorizedKey string, log io.Writer) (vm.Provider, error) {
+	switch c.Provider {
+	case config.ProviderNspawn:
+		p, err := vm.NewNspawn(c, vm.NspawnOptions{StateDir: d.Root, AuthorizedKey: authorizedKey, Log: log})
+		if err != nil {
+			return nil, err
+		}
+		return p, nil
+	case config.ProviderLibvirt:
+		return nil, fmt.Errorf("cluster %s: %w", c.Name, ErrLibvirtNotImplemented)
+	default:
+		return nil, fmt.Errorf("cluster %s: provider %q is unknown; use one of: %s, %s", c.Name, c.Provider, config.ProviderLibvirt, config.ProviderNspawn)
+	}
+}
+
+// Machines is the provider plus the SSH pool that reaches its nodes: what
+// every step of `khw up` works through. Close it when done.
+type Machines struct {
+	Provider vm.Provider
+	Pool     *remote.Pool
+}
+
+// Open loads or creates khw's SSH key (KeyPath), builds the provider for
+// c.Provider (NewProvider) with that key's authorized_keys line, and an SSH
+// pool (user ubuntu, host keys pinned in KnownHostsPath, connections opened
+// with the provider's Dialer).
+func Open(c *config.Cluster, d state.Dir, log io.Writer) (*Machines, error) {
+	signer, authLine, err := remote.EnsureKey(KeyPath(d))
+	if err != nil {
+		return nil, err
+	}
+	p, err := NewProvider(c, d, authLine, log)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := remote.NewPool(remote.Config{
+		Signer:         signer,
+		KnownHostsFile: KnownHostsPath(d),
+		Dial:           p.Dialer(),
+		InitialBackoff: remote.DefaultInitialBackoff,
+		MaxBackoff:     time.Second,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Machines{Provider: p, Pool: pool}, nil
+}
+
+// Close closes the SSH connections. The machines keep running.
+func (m *Machines) Close() error {
+	if m == nil || m.Pool == nil {
+		return nil
+	}
+	return m.Pool.Close()
+}
+
+// Steps returns the steps of `khw up` in order. For now only 01-machines;
+// later issues append 02-… to 12-….
+func Steps(m *Machines) []steps.Step {
+	return []steps.Step{NewMachinesStep(m)}
+}

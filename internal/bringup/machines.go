@@ -1,0 +1,290 @@
+package bringup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/remote"
+	"github.com/khw-dev/khw/internal/steps"
+	"github.com/khw-dev/khw/internal/vm"
+)
+
+// Default timeouts of MachinesStep.
+const (
+	// DefaultProbeTimeout bounds Check's `true` over SSH on one running node.
+	DefaultProbeTimeout = 5 * time.Second
+	// DefaultBootTimeout bounds Apply's wait, per node, for SSH to answer
+	// after the node was started (nspawn nodes answer in ~1-3 s).
+	DefaultBootTimeout = 60 * time.Second
+)
+
+// MachinesStep is lab 01-machines: every node of cluster.yaml exists, is
+// powered on and answers SSH (`true` as user ubuntu with khw's key).
+type MachinesStep struct {
+	M *Machines
+	// ProbeTimeout and BootTimeout: see DefaultProbeTimeout and
+	// DefaultBootTimeout (used when zero).
+	ProbeTimeout, BootTimeout time.Duration
+}
+
+var _ steps.Step = (*MachinesStep)(nil)
+
+// NewMachinesStep returns the 01-machines step working through m.
+func NewMachinesStep(m *Machines) *MachinesStep { return &MachinesStep{M: m} }
+
+// ID returns "01-machines".
+func (s *MachinesStep) ID() string { return "01-machines" }
+
+// Title returns "Create the machines".
+func (s *MachinesStep) Title() string { return "Create the machines" }
+
+// Diff texts of this step; Apply reads them back from the diffs it gets.
+const (
+	whatNotRunning = "machine is not running"
+	whatNoSSH      = "SSH does not answer"
+	fixCreateBoot  = "create and boot it"
+	fixBoot        = "boot it"
+	fixWait        = "wait for it to boot"
+)
+
+// Check asks the provider for every node's power state: a node that is not
+// running is one diff ("machine is not running (absent)", fix "create and
+// boot it"; "(stopped)", fix "boot it"). Each running node must answer
+// `true` over SSH within ProbeTimeout, else one diff ("SSH does not answer:
+// <error>", fix "wait for it to boot"). The probes run in parallel. Check
+// changes nothing on the nodes; the first SSH contact pins the node's host
+// key in <state>/ssh/known_hosts.
+func (s *MachinesStep) Check(ctx context.Context, env *steps.Env) ([]steps.Diff, error) {
+	st, err := s.M.Provider.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var diffs []steps.Diff
+	var running []vm.NodeStatus
+	for _, n := range st {
+		switch n.State {
+		case vm.StateRunning:
+			running = append(running, n)
+		case vm.StateAbsent:
+			diffs = append(diffs, steps.Diff{Node: n.Name, What: whatNotRunning + " (absent)", Fix: fixCreateBoot})
+		default:
+			diffs = append(diffs, steps.Diff{Node: n.Name, What: whatNotRunning + " (" + string(n.State) + ")", Fix: fixBoot})
+		}
+	}
+	probe := s.ProbeTimeout
+	if probe <= 0 {
+		probe = DefaultProbeTimeout
+	}
+	errs := make([]error, len(running))
+	var wg sync.WaitGroup
+	for i, n := range running {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.sshTrue(ctx, n, probe)
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for i, n := range running {
+		if errs[i] != nil {
+			fmt.Fprintf(env.NodeLog(n.Name), "%s 01-machines check: SSH probe: %v\n", time.Now().Format(time.RFC3339), errs[i])
+			diffs = append(diffs, steps.Diff{Node: n.Name, What: whatNoSSH + ": " + oneLine(errs[i].Error()), Fix: fixWait})
+		}
+	}
+	sortDiffs(diffs, st)
+	return diffs, nil
+}
+
+// sshTrue runs `true` on node n over the pool within timeout.
+func (s *MachinesStep) sshTrue(ctx context.Context, n vm.NodeStatus, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cl, err := s.M.Pool.Get(ctx, remote.Node{Name: n.Name, Addr: n.IP.String()})
+	if err != nil {
+		return err
+	}
+	_, _, err = cl.Run(ctx, "true", remote.RunOptions{})
+	return err
+}
+
+// Apply makes the machines (Provider.Create, idempotent; only when a diff
+// says a node is not running), starts every node that is not running, then
+// waits for each node named in diffs to answer `true` over SSH, at most
+// BootTimeout per node (the nodes boot in parallel, so the whole wait is
+// bounded by one BootTimeout). Errors name the node and point at its
+// console log through the provider's message.
+func (s *MachinesStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.Diff) error {
+	needCreate := false
+	wait := map[string]bool{}
+	for _, d := range diffs {
+		wait[d.Node] = true
+		if strings.HasPrefix(d.What, whatNotRunning) {
+			needCreate = true
+		}
+	}
+	log := env.NodeLog("")
+	if needCreate {
+		fmt.Fprintf(log, "%s 01-machines: %s Create\n", time.Now().Format(time.RFC3339), s.M.Provider.Name())
+		if err := s.M.Provider.Create(ctx); err != nil {
+			return err
+		}
+	}
+	st, err := s.M.Provider.Status(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range st {
+		if n.State == vm.StateRunning {
+			continue
+		}
+		fmt.Fprintf(env.NodeLog(n.Name), "%s 01-machines: start (was %s)\n", time.Now().Format(time.RFC3339), n.State)
+		if err := s.M.Provider.Start(ctx, n.Name); err != nil {
+			return steps.OnNode(n.Name, err)
+		}
+		wait[n.Name] = true
+	}
+	boot := s.BootTimeout
+	if boot <= 0 {
+		boot = DefaultBootTimeout
+	}
+	var waitFor []vm.NodeStatus
+	for _, n := range st {
+		if wait[n.Name] {
+			waitFor = append(waitFor, n)
+		}
+	}
+	errs := make([]error, len(waitFor))
+	var wg sync.WaitGroup
+	for i, n := range waitFor {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.sshTrue(ctx, n, boot); err != nil {
+				errs[i] = steps.OnNode(n.Name, fmt.Errorf("SSH did not answer within %v after boot: %w", boot, err))
+				return
+			}
+			fmt.Fprintf(env.NodeLog(n.Name), "%s 01-machines: SSH answers\n", time.Now().Format(time.RFC3339))
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var failed []error
+	for _, e := range errs {
+		if e != nil {
+			failed = append(failed, e)
+		}
+	}
+	if len(failed) == 1 {
+		return failed[0] // keeps the *NodeError so the Runner names the node
+	}
+	return errors.Join(failed...)
+}
+
+// Commands returns the shell equivalent of Apply for the nspawn provider
+// (what vm.Nspawn does through netlink and exec): the namespace and bridge,
+// one root directory per node copied from the cached image, the boot with
+// systemd-nspawn, and an SSH probe. With diffs, only the nodes named in them
+// (and the network when a node must be created). Other providers get a
+// one-line note.
+func (s *MachinesStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {
+	c := env.Cluster
+	ns := vm.NetnsName(c.Name)
+	nodes := map[string]bool{}
+	create, boot := map[string]bool{}, map[string]bool{}
+	for _, n := range c.Nodes {
+		if diffs == nil {
+			nodes[n.Name], create[n.Name], boot[n.Name] = true, true, true
+		}
+	}
+	for _, d := range diffs {
+		nodes[d.Node] = true
+		if strings.HasPrefix(d.What, whatNotRunning) {
+			boot[d.Node] = true
+			create[d.Node] = d.Fix == fixCreateBoot
+		}
+	}
+	if c.Provider != config.ProviderNspawn {
+		return []steps.Command{{Shell: "# provider " + c.Provider + ": no shell equivalent yet", Why: "Create the machines"}}
+	}
+	var cmds []steps.Command
+	if len(create) > 0 && anyTrue(create) {
+		gw := c.Network.Gateway
+		if p, err := netip.ParsePrefix(c.Network.CIDR); err == nil {
+			gw = fmt.Sprintf("%s/%d", gw, p.Bits())
+		}
+		cmds = append(cmds, steps.Command{
+			Why: "A network namespace of its own with a bridge: the node network exists only in there",
+			Shell: fmt.Sprintf("ip netns add %s\nip -n %s link set lo up\nip -n %s link add %s type bridge\nip -n %s addr add %s dev %s\nip -n %s link set %s up",
+				ns, ns, ns, vm.BridgeName, ns, gw, vm.BridgeName, ns, vm.BridgeName),
+		})
+	}
+	cache, _ := vm.CacheDir()
+	image := vm.RootfsPath(cache, c.Arch)
+	if c.Arch == "" {
+		image = vm.RootfsPath(cache, runtime.GOARCH)
+	}
+	key := KeyPath(env.State)
+	for _, n := range c.Nodes {
+		if !nodes[n.Name] {
+			continue
+		}
+		root := filepath.Join(env.State.Root, "nspawn", n.Name, "root")
+		machine := c.Name + "-" + n.Name
+		if create[n.Name] {
+			cmds = append(cmds, steps.Command{
+				Why:   n.Name + ": its own root file system, copied from the Debian image (then khw seeds hostname, /etc/hosts, a static IP and user ubuntu with " + key + ".pub)",
+				Shell: fmt.Sprintf("cp -a --reflink=auto %s %s", image, root),
+			})
+		}
+		if boot[n.Name] {
+			cmds = append(cmds, steps.Command{
+				Why: n.Name + ": boot it (systemd as PID 1) on the bridge, in the background",
+				Shell: fmt.Sprintf("nsenter --net=%s systemd-nspawn --register=no --keep-unit -M %s -D %s --boot --network-bridge=%s --console=read-only --capability=all --bind=/dev/kmsg &",
+					vm.NetnsPath(c.Name), machine, root, vm.BridgeName),
+			})
+		}
+		cmds = append(cmds, steps.Command{
+			Why:   n.Name + ": it is up when SSH answers",
+			Shell: fmt.Sprintf("ip netns exec %s ssh -i %s -o UserKnownHostsFile=%s %s@%s true", ns, key, KnownHostsPath(env.State), remote.DefaultUser, n.IP),
+		})
+	}
+	return cmds
+}
+
+func anyTrue(m map[string]bool) bool {
+	for _, v := range m {
+		if v {
+			return true
+		}
+	}
+	return false
+}
+
+// sortDiffs orders diffs by the nodes' order in cluster.yaml.
+func sortDiffs(diffs []steps.Diff, order []vm.NodeStatus) {
+	idx := map[string]int{}
+	for i, n := range order {
+		idx[n.Name] = i
+	}
+	sort.SliceStable(diffs, func(i, j int) bool { return idx[diffs[i].Node] < idx[diffs[j].Node] })
+}
+
+// oneLine keeps the first line of a multi-line error for a Diff.
+func oneLine(s string) string {
+	first, _, _ := strings.Cut(s, "\n")
+	return first
+}

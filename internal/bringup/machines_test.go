@@ -1,0 +1,160 @@
+package bringup
+
+import (
+	"context"
+	"errors"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/remote"
+	"github.com/khw-dev/khw/internal/state"
+	"github.com/khw-dev/khw/internal/steps"
+	"github.com/khw-dev/khw/internal/vm"
+)
+
+// fakeProvider records calls and reports fixed states; its Dialer refuses
+// every connection, so no node ever answers SSH.
+type fakeProvider struct {
+	vm.Provider
+	c       *config.Cluster
+	states  map[string]vm.State
+	created int
+	started []string
+}
+
+func (f *fakeProvider) Name() string { return "nspawn" }
+func (f *fakeProvider) Status(ctx context.Context) ([]vm.NodeStatus, error) {
+	var out []vm.NodeStatus
+	for _, n := range f.c.Nodes {
+		out = append(out, vm.NodeStatus{Name: n.Name, State: f.states[n.Name], IP: n.Addr()})
+	}
+	return out, nil
+}
+func (f *fakeProvider) Create(ctx context.Context) error { f.created++; return nil }
+func (f *fakeProvider) Start(ctx context.Context, node string) error {
+	f.started = append(f.started, node)
+	return nil
+}
+func (f *fakeProvider) Dialer() remote.DialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return nil, errors.New("connection refused (fake)")
+	}
+}
+
+func newFake(t *testing.T) (*MachinesStep, *fakeProvider, *steps.Env) {
+	t.Helper()
+	c := config.Default("fk", config.ArchAMD64, config.ProviderNspawn)
+	d := state.New(t.TempDir(), "fk")
+	f := &fakeProvider{c: c, states: map[string]vm.State{}}
+	for _, n := range c.Nodes {
+		f.states[n.Name] = vm.StateRunning
+	}
+	f.states["cp2"] = vm.StateAbsent
+	f.states["w1"] = vm.StateStopped
+	signer, _, err := remote.EnsureKey(filepath.Join(d.Root, "ssh", "id_ed25519"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := remote.NewPool(remote.Config{Signer: signer, KnownHostsFile: KnownHostsPath(d), Dial: f.Dialer(),
+		InitialBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Close() })
+	s := &MachinesStep{M: &Machines{Provider: f, Pool: pool}, ProbeTimeout: 200 * time.Millisecond, BootTimeout: 200 * time.Millisecond}
+	env := steps.NewEnv(c, d)
+	t.Cleanup(func() { env.Close() })
+	return s, f, env
+}
+
+func TestMachinesCheckDiffs(t *testing.T) {
+	s, _, env := newFake(t)
+	diffs, err := s.Check(context.Background(), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]steps.Diff{}
+	var order []string
+	for _, d := range diffs {
+		got[d.Node] = d
+		order = append(order, d.Node)
+	}
+	if strings.Join(order, ",") != "lb,cp1,cp2,cp3,w1,w2,w3" {
+		t.Errorf("diffs not one per node in cluster.yaml order: %v", order)
+	}
+	cases := []struct{ node, what, fix string }{
+		{"cp2", "machine is not running (absent)", "create and boot it"},
+		{"w1", "machine is not running (stopped)", "boot it"},
+		{"lb", "SSH does not answer", "wait for it to boot"},
+		{"w3", "SSH does not answer", "wait for it to boot"},
+	}
+	for _, tc := range cases {
+		d := got[tc.node]
+		if !strings.HasPrefix(d.What, tc.what) || d.Fix != tc.fix {
+			t.Errorf("%s: diff %+v, want %q / fix %q", tc.node, d, tc.what, tc.fix)
+		}
+	}
+}
+
+func TestMachinesApplyCreatesStartsAndReportsSSH(t *testing.T) {
+	s, f, env := newFake(t)
+	diffs, err := s.Check(context.Background(), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Apply(context.Background(), env, diffs)
+	if f.created != 1 {
+		t.Errorf("Create called %d times, want 1", f.created)
+	}
+	if strings.Join(f.started, ",") != "cp2,w1" {
+		t.Errorf("started %v, want only the nodes not running: cp2,w1", f.started)
+	}
+	if err == nil || !strings.Contains(err.Error(), "SSH did not answer within 200ms") {
+		t.Errorf("Apply with unreachable nodes: %v", err)
+	}
+
+	// SSH-only diffs: no Create, no Start.
+	f.created, f.started = 0, nil
+	_ = s.Apply(context.Background(), env, []steps.Diff{{Node: "lb", What: whatNoSSH + ": x", Fix: fixWait}})
+	if f.created != 0 {
+		t.Errorf("Create called for an SSH-only diff")
+	}
+}
+
+func TestMachinesCommands(t *testing.T) {
+	s, _, env := newFake(t)
+	all := joinCmds(s.Commands(env, nil))
+	for _, want := range []string{"ip netns add khw-fk", "-M fk-w3", "ubuntu@192.168.122.23 true"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("full commands lack %q", want)
+		}
+	}
+	some := joinCmds(s.Commands(env, []steps.Diff{{Node: "w1", What: whatNotRunning + " (stopped)", Fix: fixBoot}}))
+	if strings.Contains(some, "ip netns add") || strings.Contains(some, "cp -a") || !strings.Contains(some, "-M fk-w1") || strings.Contains(some, "fk-lb") {
+		t.Errorf("commands for a stopped w1 should only boot and probe w1:\n%s", some)
+	}
+	env.Cluster.Provider = config.ProviderLibvirt
+	if got := joinCmds(s.Commands(env, nil)); strings.Contains(got, "nspawn") {
+		t.Errorf("libvirt commands mention nspawn: %s", got)
+	}
+}
+
+func TestNewProviderLibvirt(t *testing.T) {
+	c := config.Default("lv", config.ArchAMD64, config.ProviderLibvirt)
+	_, err := NewProvider(c, state.New(t.TempDir(), "lv"), "", nil)
+	if !errors.Is(err, ErrLibvirtNotImplemented) {
+		t.Errorf("libvirt: %v", err)
+	}
+}
+
+func joinCmds(cmds []steps.Command) string {
+	var b strings.Builder
+	for _, c := range cmds {
+		b.WriteString(c.String() + "\n")
+	}
+	return b.String()
+}
