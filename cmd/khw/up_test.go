@@ -28,10 +28,8 @@ func requireNspawnHost(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP (needs root): khw up with provider nspawn creates network namespaces, cgroups and containers")
 	}
-	for _, tool := range []string{"systemd-nspawn", "nsenter", "cp"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("SKIP: %s not installed (apt-get install systemd-container)", tool)
-		}
+	if err := vm.CheckHost(); err != nil {
+		t.Skipf("SKIP: %v", err)
 	}
 	cache, err := vm.CacheDir()
 	if err != nil {

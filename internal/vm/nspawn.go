@@ -75,15 +75,25 @@ func NewNspawn(c *config.Cluster, opts NspawnOptions) (*Nspawn, error) {
 		return nil, fmt.Errorf("cluster %s: arch %q, but nspawn nodes run on this host's CPU (%s); set arch: %s in cluster.yaml or use provider: libvirt",
 			c.Name, c.Arch, runtime.GOARCH, runtime.GOARCH)
 	}
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("cluster %s: provider nspawn needs root (network namespaces, systemd-nspawn); run khw with sudo", c.Name)
-	}
-	for _, tool := range []string{"systemd-nspawn", "nsenter"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return nil, fmt.Errorf("cluster %s: %s not found; install it (apt-get install systemd-container util-linux)", c.Name, tool)
-		}
+	if err := CheckHost(); err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", c.Name, err)
 	}
 	return &Nspawn{c: c, opts: opts, procs: map[string]*exec.Cmd{}}, nil
+}
+
+// CheckHost reports why this host cannot run nspawn nodes, or nil: khw must
+// be root (network namespaces, cgroups, systemd-nspawn) and systemd-nspawn,
+// nsenter and cp (node roots are copied with cp -a) must be installed.
+func CheckHost() error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("provider nspawn needs root (network namespaces, systemd-nspawn); run khw with sudo")
+	}
+	for _, tool := range []string{"systemd-nspawn", "nsenter", "cp"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s not found; install it (apt-get install systemd-container util-linux coreutils)", tool)
+		}
+	}
+	return nil
 }
 
 // Name returns config.ProviderNspawn.

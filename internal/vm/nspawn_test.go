@@ -30,20 +30,8 @@ func (w testLog) Write(b []byte) (int, error) {
 // gracefully, boots it again and pulls the plug, destroys the cluster and
 // checks that nothing is left on the host.
 func TestNspawnOneNodeBootSSHPowerOff(t *testing.T) {
-	requireRoot(t)
-	for _, tool := range []string{"systemd-nspawn", "nsenter", "cp"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("SKIP: %s not installed (apt-get install systemd-container)", tool)
-		}
-	}
-	cache, err := CacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cache := requireNspawnHost(t)
 	if _, err := os.Stat(RootfsPath(cache, runtime.GOARCH)); err != nil {
-		if _, err := exec.LookPath("debootstrap"); err != nil {
-			t.Skip("SKIP: no node image in the cache and debootstrap is not installed (apt-get install debootstrap)")
-		}
 		t.Logf("no node image at %s: running debootstrap (~3-5 min)", RootfsPath(cache, runtime.GOARCH))
 	}
 
@@ -286,21 +274,7 @@ func lastLines(s string, n int) string {
 // a cleanup that destroys it.
 func testCluster(t *testing.T, nodes ...string) (*Nspawn, *remote.Pool) {
 	t.Helper()
-	requireRoot(t)
-	for _, tool := range []string{"systemd-nspawn", "nsenter", "cp"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("SKIP: %s not installed (apt-get install systemd-container)", tool)
-		}
-	}
-	cache, err := CacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(RootfsPath(cache, runtime.GOARCH)); err != nil {
-		if _, err := exec.LookPath("debootstrap"); err != nil {
-			t.Skip("SKIP: no node image in the cache and debootstrap is not installed (apt-get install debootstrap)")
-		}
-	}
+	requireNspawnHost(t)
 	c := config.Default(randomCluster(t), runtime.GOARCH, config.ProviderNspawn)
 	var keep []config.Node
 	for _, name := range nodes {
@@ -417,4 +391,25 @@ func TestNspawnTwoClustersSameAddresses(t *testing.T) {
 	if got := run(t, ctx, poolB, b, "lb", "hostname"); got != "lb" {
 		t.Errorf("cluster B lb hostname %q after stopping A's lb", got)
 	}
+}
+
+// requireNspawnHost skips unless this host can run nspawn nodes (CheckHost)
+// and either holds the node image or can build it with debootstrap; it
+// returns the cache directory.
+func requireNspawnHost(t *testing.T) string {
+	t.Helper()
+	requireRoot(t)
+	if err := CheckHost(); err != nil {
+		t.Skipf("SKIP: %v", err)
+	}
+	cache, err := CacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(RootfsPath(cache, runtime.GOARCH)); err != nil {
+		if _, err := exec.LookPath("debootstrap"); err != nil {
+			t.Skip("SKIP: no node image in the cache and debootstrap is not installed (apt-get install debootstrap)")
+		}
+	}
+	return cache
 }
