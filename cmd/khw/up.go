@@ -1,13 +1,10 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -17,18 +14,35 @@ import (
 
 const upLong = `Bring the cluster up, one lab step at a time, in order:
 
-  01-machines   Create the machines: every node of cluster.yaml exists, is
-                powered on and answers SSH (user ubuntu, khw's key in
-                <state>/ssh/id_ed25519).
+  01-machines       every node of cluster.yaml exists, is powered on and
+                    answers SSH (user ubuntu, khw's key <state>/ssh/id_ed25519)
+  02-pki            the CA and every component cert in <state>/pki (cfssl),
+                    then each node's certs and keys copied to it
+  03-kubeconfig     the kubeconfigs and the encryption config for Secrets,
+                    then each node's copies
+  04-etcd           etcd on cp1-3, started together; every member listed and
+                    one leader (asked with the etcd v3 client)
+  05-control-plane  kube-apiserver, kube-controller-manager, kube-scheduler on
+                    cp1-3; each /readyz ok; both leader-election Leases held;
+                    the RBAC that lets the apiserver reach kubelets
+  06-lb             HAProxy on lb (TCP passthrough, HTTPS /readyz health
+                    checks); /readyz through lb:6443 with the admin kubeconfig
 
-Each step first checks the actual state against cluster.yaml. A step that
-is already done prints "✓ ID  Title  (clean)" and changes nothing; otherwise
-it fixes only what differs and checks again. So running khw up again is safe
-and quick, and after a failure it continues where it stopped.
+Each step first checks the actual state against cluster.yaml: files on the
+nodes (SHA-256, mode, owner), systemd units (enabled, active, started after
+the files they read changed) and the cluster's own answers. A step that is
+already done prints "✓ ID  Title  (clean)" and changes nothing; otherwise it
+fixes only what differs and checks again. So running khw up again is safe
+and quick, and after a failure (or Ctrl-C, or a crash) it continues where
+it stopped.
 
 --dry-run checks and prints what would change with the equivalent shell
 commands, changing nothing. --from and --until run a sub-range (both
-inclusive; "01-machines", "01" or "machines").
+inclusive; "04-etcd", "04" or "etcd").
+
+Binaries come from the download cache (~/.cache/khw/artifacts), filled from
+$KHW_MIRROR (an offline mirror, see khw mirror) or the official URLs, each
+checked against its published SHA-256.
 
 Logs: <state>/logs/<node>.log per node and <state>/logs/_khw.log.
 Provider nspawn needs root (sudo); the first run builds the Debian node image
@@ -36,7 +50,8 @@ with debootstrap into ~/.cache/khw/nspawn (a few minutes).`
 
 const upExample = `  khw up
   khw up --dry-run
-  khw up --until 01-machines
+  khw up --until 04-etcd
+  khw up --from etcd --dry-run
   khw status
   khw down`
 
@@ -123,67 +138,4 @@ func newDownCmd(a *app) *cobra.Command {
 			return nil
 		},
 	}
-}
-
-const statusLong = `Print each node of cluster.yaml with its state as the provider sees it
-(running, stopped or absent), its IP and the host process holding it (nspawn:
-the systemd-nspawn pid). It only reads; it does not contact the nodes.
-
--o json prints a JSON array of {"name", "state", "ip", "pid"}.`
-
-// statusRow is one node in `khw status -o json`.
-type statusRow struct {
-	Name  string `json:"name"`
-	State string `json:"state"`
-	IP    string `json:"ip"`
-	PID   int    `json:"pid,omitempty"`
-}
-
-func newStatusCmd(a *app) *cobra.Command {
-	var output string
-	cmd := &cobra.Command{
-		Use:     "status",
-		Short:   "Show each node's state (running, stopped, absent) and IP",
-		Long:    statusLong,
-		Example: "  khw status\n  khw status -o json",
-		Args:    exactArgs(0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "" && output != "text" && output != "json" {
-				return usagef("-o %q: use text or json", output)
-			}
-			d, c, err := a.load()
-			if err != nil {
-				return err
-			}
-			p, err := bringup.NewProvider(c, d, "", nil)
-			if err != nil {
-				return err
-			}
-			st, err := p.Status(cmd.Context())
-			if err != nil {
-				return err
-			}
-			rows := make([]statusRow, 0, len(st))
-			for _, n := range st {
-				rows = append(rows, statusRow{Name: n.Name, State: string(n.State), IP: n.IP.String(), PID: n.PID})
-			}
-			if output == "json" {
-				enc := json.NewEncoder(a.out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rows)
-			}
-			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NODE\tSTATE\tIP\tPID")
-			for _, r := range rows {
-				pid := "-"
-				if r.PID != 0 {
-					pid = strconv.Itoa(r.PID)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, r.State, r.IP, pid)
-			}
-			return tw.Flush()
-		},
-	}
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
-	return cmd
 }

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/remote"
+	"github.com/khw-dev/khw/internal/render"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
 	"github.com/khw-dev/khw/internal/vm"
@@ -58,7 +60,14 @@ func NewProvider(c *config.Cluster, d state.Dir, authorizedKey string, log io.Wr
 type Machines struct {
 	Provider vm.Provider
 	Pool     *remote.Pool
+
+	art        artifacts
+	factsMu    sync.Mutex
+	factsCache map[string]render.NodeFacts
 }
+
+// remoteRunNoSudo runs a command as the login user.
+var remoteRunNoSudo = remote.RunOptions{}
 
 // Open loads or creates khw's SSH key (KeyPath), builds the provider for
 // c.Provider (NewProvider) with that key's authorized_keys line, and an SSH
@@ -94,8 +103,15 @@ func (m *Machines) Close() error {
 	return m.Pool.Close()
 }
 
-// Steps returns the steps of `khw up` in order. For now only 01-machines;
-// later issues append 02-… to 12-….
+// Steps returns the steps of `khw up` in order: 01-machines, 02-pki,
+// 03-kubeconfig, 04-etcd, 05-control-plane, 06-lb.
 func Steps(m *Machines) []steps.Step {
-	return []steps.Step{NewMachinesStep(m)}
+	return []steps.Step{
+		NewMachinesStep(m),
+		NewPKIStep(m),
+		NewKubeconfigStep(m),
+		NewEtcdStep(m),
+		NewControlPlaneStep(m),
+		NewLBStep(m),
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,6 +98,33 @@ func Decode(manifest []byte) ([]*unstructured.Unstructured, error) {
 // (by comparing resourceVersion before and after). It stops at the first
 // error, which names the object.
 func Apply(ctx context.Context, cfg *rest.Config, manifest []byte) ([]Applied, error) {
+	return apply(ctx, cfg, manifest, false)
+}
+
+// ApplyDryRun is Apply with dryRun=All: the apiserver runs admission and
+// computes each object's result without persisting it. Action is "created"
+// for an object that does not exist, "configured" when the result differs
+// from the stored object (metadata that the server maintains, such as
+// resourceVersion and managedFields, ignored), else "unchanged". It is how
+// khw checks whether a manifest is applied without changing anything
+// (https://kubernetes.io/docs/reference/using-api/api-concepts/#dry-run).
+func ApplyDryRun(ctx context.Context, cfg *rest.Config, manifest []byte) ([]Applied, error) {
+	return apply(ctx, cfg, manifest, true)
+}
+
+// serverOwned are metadata fields the apiserver maintains.
+var serverOwned = []string{"managedFields", "resourceVersion", "generation", "creationTimestamp", "uid"}
+
+func sameObject(a, b *unstructured.Unstructured) bool {
+	ac, bc := a.DeepCopy(), b.DeepCopy()
+	for _, f := range serverOwned {
+		unstructured.RemoveNestedField(ac.Object, "metadata", f)
+		unstructured.RemoveNestedField(bc.Object, "metadata", f)
+	}
+	return equality.Semantic.DeepEqual(ac.Object, bc.Object)
+}
+
+func apply(ctx context.Context, cfg *rest.Config, manifest []byte, dryRun bool) ([]Applied, error) {
 	objs, err := Decode(manifest)
 	if err != nil {
 		return nil, err
@@ -126,7 +154,8 @@ func Apply(ctx context.Context, cfg *rest.Config, manifest []byte) ([]Applied, e
 			ri = dyn.Resource(m.Resource).Namespace(ns)
 		}
 		before := ""
-		if cur, err := ri.Get(ctx, u.GetName(), metav1.GetOptions{}); err == nil {
+		var cur *unstructured.Unstructured
+		if cur, err = ri.Get(ctx, u.GetName(), metav1.GetOptions{}); err == nil {
 			before = cur.GetResourceVersion()
 		} else if !apierrors.IsNotFound(err) {
 			return out, fmt.Errorf("get %s %s: %w", gvk.Kind, u.GetName(), err)
@@ -136,7 +165,11 @@ func Apply(ctx context.Context, cfg *rest.Config, manifest []byte) ([]Applied, e
 			return out, err
 		}
 		force := true
-		res, err := ri.Patch(ctx, u.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: FieldManager, Force: &force})
+		opts := metav1.PatchOptions{FieldManager: FieldManager, Force: &force}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		res, err := ri.Patch(ctx, u.GetName(), types.ApplyPatchType, data, opts)
 		if err != nil {
 			return out, fmt.Errorf("apply %s %s: %w", gvk.Kind, u.GetName(), err)
 		}
@@ -144,6 +177,10 @@ func Apply(ctx context.Context, cfg *rest.Config, manifest []byte) ([]Applied, e
 		switch {
 		case before == "":
 			a.Action = "created"
+		case dryRun && sameObject(cur, res):
+			a.Action = "unchanged"
+		case dryRun:
+			a.Action = "configured"
 		case before == res.GetResourceVersion():
 			a.Action = "unchanged"
 		default:

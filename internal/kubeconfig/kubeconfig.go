@@ -123,6 +123,17 @@ func (r *Report) String() string {
 // BootstrapTokenPlaceholder as its token, unless it already holds a
 // well-formed bootstrap token (written by WriteBootstrap), which is kept.
 func Reconcile(c *config.Cluster, pkiDir, outDir string) (*Report, error) {
+	return reconcile(c, pkiDir, outDir, false)
+}
+
+// Plan is Reconcile without writing: the Report says what Reconcile would
+// create or update and why (Action and Reason as Reconcile's), and nothing
+// is written or chmod-ed; outDir need not exist. Errors are Reconcile's.
+func Plan(c *config.Cluster, pkiDir, outDir string) (*Report, error) {
+	return reconcile(c, pkiDir, outDir, true)
+}
+
+func reconcile(c *config.Cluster, pkiDir, outDir string, dryRun bool) (*Report, error) {
 	if err := checkCluster(c); err != nil {
 		return nil, err
 	}
@@ -158,8 +169,10 @@ func Reconcile(c *config.Cluster, pkiDir, outDir string) (*Report, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("kubeconfigs: cannot read their inputs, nothing written:\n%w", errors.Join(errs...))
 	}
-	if err := fsutil.EnsureDir(outDir); err != nil {
-		return nil, err
+	if !dryRun {
+		if err := fsutil.EnsureDir(outDir); err != nil {
+			return nil, err
+		}
 	}
 	rep := &Report{Dir: outDir}
 	for i, s := range specs {
@@ -176,7 +189,7 @@ func Reconcile(c *config.Cluster, pkiDir, outDir string) (*Report, error) {
 			}
 			auth = &clientcmdapi.AuthInfo{Token: tok}
 		}
-		fr, err := reconcileFile(path, s.File, build(c.Kubernetes.ClusterName, s.Server, caPEM, s.User, auth))
+		fr, err := reconcileFile(path, s.File, build(c.Kubernetes.ClusterName, s.Server, caPEM, s.User, auth), dryRun)
 		if err != nil {
 			return rep, err
 		}
@@ -223,7 +236,7 @@ func WriteBootstrap(c *config.Cluster, pkiDir, outDir, node, tokenID, tokenSecre
 	}
 	file := BootstrapFile(node)
 	auth := &clientcmdapi.AuthInfo{Token: tokenID + "." + tokenSecret}
-	return reconcileFile(filepath.Join(outDir, file), file, build(c.Kubernetes.ClusterName, c.APIServerURL(), caPEM, BootstrapUser, auth))
+	return reconcileFile(filepath.Join(outDir, file), file, build(c.Kubernetes.ClusterName, c.APIServerURL(), caPEM, BootstrapUser, auth), false)
 }
 
 // checkCluster rejects a cluster the kubeconfigs cannot be made for.
@@ -255,7 +268,7 @@ func build(clusterName, server string, caPEM []byte, user string, auth *clientcm
 
 // reconcileFile writes want to path unless the file already loads to the
 // same kubeconfig.
-func reconcileFile(path, file string, want *clientcmdapi.Config) (FileResult, error) {
+func reconcileFile(path, file string, want *clientcmdapi.Config, dryRun bool) (FileResult, error) {
 	fr := FileResult{File: file, Path: path}
 	if err := clientcmd.Validate(*want); err != nil {
 		return fr, fmt.Errorf("kubeconfig %s: the generated config is invalid: %w", path, err)
@@ -267,6 +280,10 @@ func reconcileFile(path, file string, want *clientcmdapi.Config) (FileResult, er
 	old, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
+		if dryRun {
+			fr.Action, fr.Reason = Created, "new file"
+			return fr, nil
+		}
 		if _, err := fsutil.WriteIfChanged(path, wantBytes, fsutil.SecretMode); err != nil {
 			return fr, err
 		}
@@ -284,6 +301,10 @@ func reconcileFile(path, file string, want *clientcmdapi.Config) (FileResult, er
 				return fr, fmt.Errorf("kubeconfig %s: %w", path, err)
 			}
 			if m := st.Mode().Perm(); m != fsutil.SecretMode {
+				if dryRun {
+					fr.Action, fr.Reason = Updated, fmt.Sprintf("mode is %04o, want %04o", m, fsutil.SecretMode)
+					return fr, nil
+				}
 				if err := os.Chmod(path, fsutil.SecretMode); err != nil {
 					return fr, fmt.Errorf("kubeconfig %s: tighten mode %04o: %w", path, m, err)
 				}
@@ -294,6 +315,10 @@ func reconcileFile(path, file string, want *clientcmdapi.Config) (FileResult, er
 			return fr, nil
 		}
 		reason = describeDiff(loaded, want)
+	}
+	if dryRun {
+		fr.Action, fr.Reason = Updated, reason
+		return fr, nil
 	}
 	if _, err := fsutil.WriteIfChanged(path, wantBytes, fsutil.SecretMode); err != nil {
 		return fr, err

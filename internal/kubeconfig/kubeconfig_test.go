@@ -409,6 +409,9 @@ func TestRerunWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	snap := age(t, out)
+	if plan, err := Plan(c, pkiDir, out); err != nil || plan.Changed() {
+		t.Errorf("Plan after a run: %v, %v", plan, err)
+	}
 	rep, err := Reconcile(c, pkiDir, out)
 	if err != nil {
 		t.Fatal(err)
@@ -459,9 +462,19 @@ func TestChangedInputsRewriteOnlyAffectedFiles(t *testing.T) {
 			}
 			snap := age(t, out)
 			tt.change(t, pkiDir, ca, &cc)
+			plan, err := Plan(&cc, pkiDir, out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := snap.touched(t, out); len(got) != 0 {
+				t.Errorf("Plan wrote %v", got)
+			}
 			rep, err := Reconcile(&cc, pkiDir, out)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(plan.Files, rep.Files) {
+				t.Errorf("Plan predicted\n%v\nReconcile did\n%v", plan, rep)
 			}
 			if got := snap.touched(t, out); !reflect.DeepEqual(got, tt.updated) {
 				t.Errorf("rewritten %v, want %v", got, tt.updated)

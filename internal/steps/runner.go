@@ -141,8 +141,17 @@ func (e *StepError) Error() string {
 		} else {
 			b.WriteString(":")
 		}
-		for _, d := range e.Diffs {
+		// In apply the diffs are context, not the error: keep the list short
+		// (the full list is in the cluster log).
+		shown := e.Diffs
+		if e.Phase == PhaseApply && len(shown) > MaxDiffsInError {
+			shown = shown[:MaxDiffsInError]
+		}
+		for _, d := range shown {
 			b.WriteString("\n  - " + d.String())
+		}
+		if n := len(e.Diffs) - len(shown); n > 0 {
+			fmt.Fprintf(&b, "\n  … and %d more (all of them are in %s)", n, ClusterLogName)
 		}
 	}
 	if len(e.Logs) > 0 {
@@ -150,6 +159,9 @@ func (e *StepError) Error() string {
 	}
 	return b.String()
 }
+
+// MaxDiffsInError bounds the "while fixing" list of an apply error.
+const MaxDiffsInError = 5
 
 // Unwrap returns Err, so errors.Is(err, context.Canceled) works.
 func (e *StepError) Unwrap() error { return e.Err }

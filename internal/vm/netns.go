@@ -142,6 +142,9 @@ func EnsureNetwork(cluster string, gateway netip.Prefix) error {
 	name := NetnsName(cluster)
 	path := NetnsPath(cluster)
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		if err := ensureNetnsRunDir(); err != nil {
+			return err
+		}
 		if err := inNetnsCreate(name); err != nil {
 			return err
 		}
@@ -181,7 +184,7 @@ func EnsureNetwork(cluster string, gateway netip.Prefix) error {
 			return fmt.Errorf("netns %s: find new bridge %s: %w", name, BridgeName, err)
 		}
 	} else if br.Type() != "bridge" {
-		return fmt.Errorf("netns %s: link %s is a %s, not a bridge; delete the namespace with `khw destroy`", name, BridgeName, br.Type())
+		return fmt.Errorf("netns %s: link %s is a %s, not a bridge; delete the namespace with `khw down`", name, BridgeName, br.Type())
 	}
 	addrs, err := h.AddrList(br, unix.AF_INET)
 	if err != nil {
@@ -203,6 +206,29 @@ func EnsureNetwork(cluster string, gateway netip.Prefix) error {
 	}
 	if err := h.LinkSetUp(br); err != nil {
 		return fmt.Errorf("netns %s: set %s up: %w", name, BridgeName, err)
+	}
+	return nil
+}
+
+// ensureNetnsRunDir makes NetnsDir a mount point with shared propagation,
+// as iproute2's `ip netns add` does before its first namespace (netns_add in
+// ip/ipnetns.c: make-shared, else bind-mount the directory onto itself and
+// make-shared). Without it, a later `ip netns add` by another tool binds
+// the directory over itself and hides the namespace mounts made before,
+// which then can no longer be unmounted by path (khw down fails with EBUSY).
+func ensureNetnsRunDir() error {
+	if err := os.MkdirAll(NetnsDir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", NetnsDir, err)
+	}
+	err := unix.Mount("", NetnsDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	if errors.Is(err, unix.EINVAL) { // not a mount point yet
+		if err := unix.Mount(NetnsDir, NetnsDir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind-mount %s onto itself: %w", NetnsDir, err)
+		}
+		err = unix.Mount("", NetnsDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	}
+	if err != nil {
+		return fmt.Errorf("make %s a shared mount: %w", NetnsDir, err)
 	}
 	return nil
 }
@@ -233,6 +259,9 @@ func DeleteNetwork(cluster string) error {
 		return fmt.Errorf("unmount network namespace %s: %w", path, err)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("remove %s: %w: the namespace's mount is hidden under a later bind mount of %s (made by an older khw before another tool ran `ip netns add`); a reboot clears it, or `umount -l %s` when no other namespace there is in use", path, err, NetnsDir, NetnsDir)
+		}
 		return fmt.Errorf("remove %s: %w", path, err)
 	}
 	return nil

@@ -1,0 +1,307 @@
+package bringup
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/render"
+	"github.com/khw-dev/khw/internal/steps"
+)
+
+// facts returns the measured render.NodeFacts of node n (render.FactsProbe
+// over SSH), once per run.
+func (m *Machines) facts(ctx context.Context, n config.Node) (render.NodeFacts, error) {
+	m.factsMu.Lock()
+	if f, ok := m.factsCache[n.Name]; ok {
+		m.factsMu.Unlock()
+		return f, nil
+	}
+	m.factsMu.Unlock()
+	cl, err := m.Pool.Get(ctx, remoteNode(n))
+	if err != nil {
+		return render.NodeFacts{}, err
+	}
+	out, _, err := cl.Run(ctx, render.FactsProbe, remoteRunNoSudo)
+	if err != nil {
+		return render.NodeFacts{}, fmt.Errorf("measure node facts: %w", err)
+	}
+	f, err := render.ParseFacts(out)
+	if err != nil {
+		return f, err
+	}
+	m.factsMu.Lock()
+	if m.factsCache == nil {
+		m.factsCache = map[string]render.NodeFacts{}
+	}
+	m.factsCache[n.Name] = f
+	m.factsMu.Unlock()
+	return f, nil
+}
+
+// cachedFacts returns facts measured earlier in this run, else the
+// provider's defaults (render.DefaultFacts); it never contacts the node.
+func (m *Machines) cachedFacts(c *config.Cluster, n config.Node) (render.NodeFacts, error) {
+	m.factsMu.Lock()
+	f, ok := m.factsCache[n.Name]
+	m.factsMu.Unlock()
+	if ok {
+		return f, nil
+	}
+	return render.DefaultFacts(c.Provider)
+}
+
+// allFacts measures every node's facts in parallel.
+func (m *Machines) allFacts(ctx context.Context, c *config.Cluster) (map[string]render.NodeFacts, error) {
+	out := map[string]render.NodeFacts{}
+	var mu sync.Mutex
+	errs := make([]error, len(c.Nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.Nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f, err := m.facts(ctx, n)
+			if err != nil {
+				errs[i] = steps.OnNode(n.Name, err)
+				return
+			}
+			mu.Lock()
+			out[n.Name] = f
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out, firstErr(errs)
+}
+
+// componentSpec describes a step that runs systemd services on the nodes of
+// one role: binaries from the catalog, rendered files, input files from the
+// state directory, and units with the files each one reads at start.
+type componentSpec struct {
+	id, title string
+	role      string
+	// binaries are catalog artifact names.
+	binaries []string
+	// rendered are node paths of render.Node files.
+	rendered []string
+	// inputs keeps the render.Inputs the step installs (nil: none).
+	inputs func(render.Input) bool
+	units  []wantUnit
+	// packages are apt packages the role needs.
+	packages []wantPackage
+}
+
+// wants builds what spec wants on each node of its role.
+//
+// offline builds them without touching the network or the nodes, for
+// Commands: binaries without content (unless already fetched in this run)
+// and files rendered with facts measured earlier in the run or the
+// provider's defaults.
+func (m *Machines) componentWants(ctx context.Context, env *steps.Env, spec *componentSpec, offline bool) ([]*nodeWant, error) {
+	c := env.Cluster
+	var bins []*wantFile
+	var err error
+	if offline {
+		bins, err = m.art.describe(env.Cluster, spec.binaries...)
+	} else {
+		bins, err = m.art.binaries(ctx, env, spec.binaries...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var wants []*nodeWant
+	for _, n := range c.Nodes {
+		if n.Role != spec.role {
+			continue
+		}
+		w := &nodeWant{Node: n, Units: spec.units, Packages: spec.packages}
+		w.Files = append(w.Files, bins...)
+		if len(spec.rendered) > 0 {
+			var f render.NodeFacts
+			if offline {
+				f, err = m.cachedFacts(c, n)
+			} else {
+				f, err = m.facts(ctx, n)
+			}
+			if err != nil {
+				return nil, steps.OnNode(n.Name, err)
+			}
+			files, err := render.Node(c, n.Name, f)
+			if err != nil {
+				return nil, err
+			}
+			for _, p := range spec.rendered {
+				var found *render.File
+				for i := range files {
+					if files[i].Path == p {
+						found = &files[i]
+					}
+				}
+				if found == nil {
+					return nil, fmt.Errorf("%s: render produced no %s (a khw bug)", n.Name, p)
+				}
+				wf := &wantFile{What: "the file rendered from " + found.Source, Src: filepath.Join(env.State.NodesDir(), n.Name, filepath.FromSlash(p))}
+				wf.Path, wf.Data, wf.Mode = found.Path, found.Data, found.Mode
+				w.Files = append(w.Files, wf)
+			}
+		}
+		if spec.inputs != nil {
+			ins, err := render.Inputs(c, n.Name)
+			if err != nil {
+				return nil, err
+			}
+			for _, in := range ins {
+				if !spec.inputs(in) {
+					continue
+				}
+				wf, ok, err := stateFile(env.State, in.Source, in.Path, in.Mode, in.What)
+				if err != nil {
+					return nil, err
+				}
+				if !ok && offline {
+					continue
+				}
+				if !ok {
+					return nil, steps.OnNode(n.Name, fmt.Errorf("%s is missing on the jumpbox (%s): run steps 02-pki and 03-kubeconfig first (khw up --from 02)", in.Source, in.What))
+				}
+				w.Files = append(w.Files, wf)
+			}
+		}
+		wants = append(wants, w)
+	}
+	return wants, nil
+}
+
+// renderState writes D/nodes and D/manifests (render.All) with the measured
+// facts, so the files a learner copies by hand are the ones khw installs.
+func (m *Machines) renderState(ctx context.Context, env *steps.Env) error {
+	facts, err := m.allFacts(ctx, env.Cluster)
+	if err != nil {
+		return err
+	}
+	_, err = render.All(env.Cluster, facts, env.State.Root)
+	return err
+}
+
+// inputUnder keeps render.Inputs whose node path is under one of dirs.
+func inputUnder(dirs ...string) func(render.Input) bool {
+	return func(in render.Input) bool {
+		for _, d := range dirs {
+			if strings.HasPrefix(in.Path, d) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// healthCheck is a step's cluster-level check, run once the files and
+// units are right: it returns one diff per problem.
+type healthCheck func(ctx context.Context, env *steps.Env) ([]steps.Diff, error)
+
+// componentStep runs a componentSpec: Check = node files and units, then
+// the health check; Apply = install, restart, wait for the units and the
+// health check (bounded by wait).
+type componentStep struct {
+	m      *Machines
+	spec   *componentSpec
+	health healthCheck
+	// wait bounds Apply's wait for the units and the health check.
+	wait time.Duration
+	// after runs in Apply once the units are active and before the health
+	// wait (e.g. apply the RBAC manifest); nil for none.
+	after func(ctx context.Context, env *steps.Env) error
+	// extraCommands are appended to the shell equivalents.
+	extraCommands func(env *steps.Env) []steps.Command
+}
+
+func (s *componentStep) ID() string    { return s.spec.id }
+func (s *componentStep) Title() string { return s.spec.title }
+
+func (s *componentStep) Check(ctx context.Context, env *steps.Env) ([]steps.Diff, error) {
+	wants, err := s.m.componentWants(ctx, env, s.spec, false)
+	if err != nil {
+		return nil, err
+	}
+	diffs, err := checkNodes(ctx, s.m, wants)
+	if err != nil || len(diffs) > 0 || s.health == nil {
+		return diffs, err
+	}
+	return s.health(ctx, env)
+}
+
+func (s *componentStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.Diff) error {
+	if err := s.m.renderState(ctx, env); err != nil {
+		return err
+	}
+	wants, err := s.m.componentWants(ctx, env, s.spec, false)
+	if err != nil {
+		return err
+	}
+	nd, err := checkNodes(ctx, s.m, wants)
+	if err != nil {
+		return err
+	}
+	rs, err := applyNodes(ctx, env, s.m, s.ID(), wants, nd)
+	if err != nil {
+		return err
+	}
+	if err := waitActive(ctx, s.m, rs, s.wait); err != nil {
+		return err
+	}
+	if s.after != nil {
+		if err := s.after(ctx, env); err != nil {
+			return err
+		}
+	}
+	if s.health == nil {
+		return nil
+	}
+	return waitHealthy(ctx, env, s.health, s.wait)
+}
+
+// waitHealthy polls check twice a second until it returns no diff, at most
+// timeout; then it fails with the diffs of the last round.
+func waitHealthy(ctx context.Context, env *steps.Env, check healthCheck, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last []steps.Diff
+	var lastErr error
+	for {
+		last, lastErr = check(ctx, env)
+		if lastErr == nil && len(last) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if lastErr != nil {
+				return fmt.Errorf("not healthy within %v: %w", timeout, lastErr)
+			}
+			var ss []string
+			for _, d := range last {
+				ss = append(ss, d.String())
+			}
+			return fmt.Errorf("not healthy within %v:\n  %s", timeout, strings.Join(ss, "\n  "))
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (s *componentStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {
+	wants, err := s.m.componentWants(context.Background(), env, s.spec, true)
+	var cmds []steps.Command
+	if err == nil {
+		cmds = diffCommands(wants, nodeOnly(diffs))
+	} else {
+		cmds = append(cmds, steps.Command{Shell: "# (shell equivalents unavailable: " + err.Error() + ")"})
+	}
+	if s.extraCommands != nil {
+		cmds = append(cmds, s.extraCommands(env)...)
+	}
+	return cmds
+}

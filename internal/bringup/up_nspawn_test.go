@@ -1,0 +1,262 @@
+package bringup
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/khw-dev/khw/internal/components"
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/fsutil"
+	"github.com/khw-dev/khw/internal/health"
+	"github.com/khw-dev/khw/internal/remote"
+	"github.com/khw-dev/khw/internal/state"
+	"github.com/khw-dev/khw/internal/steps"
+	"github.com/khw-dev/khw/internal/vm"
+)
+
+// requireRealCluster skips unless this host can run a real nspawn cluster
+// offline: root, systemd-nspawn, the cached node image, and an offline
+// mirror in $KHW_MIRROR (make test builds it: hack/build-mirror.sh).
+func requireRealCluster(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("SKIP (needs root): nspawn nodes need network namespaces and cgroups")
+	}
+	if err := vm.CheckHost(); err != nil {
+		t.Skipf("SKIP: %v", err)
+	}
+	cache, err := vm.CacheDir()
+	if err != nil {
+		t.Skipf("SKIP: %v", err)
+	}
+	if _, err := os.Stat(vm.RootfsPath(cache, runtime.GOARCH)); err != nil {
+		t.Skipf("SKIP: no node image at %s (go test ./internal/vm -run Nspawn builds it)", vm.RootfsPath(cache, runtime.GOARCH))
+	}
+	if os.Getenv(components.EnvMirror) == "" {
+		t.Skipf("SKIP: $%s is not set (make test builds the offline mirror and sets it)", components.EnvMirror)
+	}
+}
+
+// fiveNodes is the default cluster cut to lb, cp1-3 and w1: an HA control
+// plane (three etcd members, three apiservers behind HAProxy) without the
+// workers that steps 01-06 do not use.
+func fiveNodes(t *testing.T) (*config.Cluster, state.Dir) {
+	t.Helper()
+	b := make([]byte, 3)
+	rand.Read(b)
+	name := "u" + hex.EncodeToString(b)
+	c := config.Default(name, runtime.GOARCH, config.ProviderNspawn)
+	keep := c.Nodes[:0]
+	for _, n := range c.Nodes {
+		if n.Role != config.RoleWorker || n.Name == "w1" {
+			keep = append(keep, n)
+		}
+	}
+	c.Nodes = keep
+	base := t.TempDir()
+	d := state.New(base, name)
+	if err := fsutil.EnsureDir(d.Root); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Save(d.ConfigPath()); err != nil {
+		t.Fatal(err)
+	}
+	return c, d
+}
+
+func openMachines(t *testing.T, c *config.Cluster, d state.Dir, env *steps.Env) *Machines {
+	t.Helper()
+	m, err := Open(c, d, env.NodeLog(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// unitStarts reads ExecMainStartTimestamp of every unit of steps 04-06.
+func unitStarts(t *testing.T, m *Machines, c *config.Cluster) map[string]time.Time {
+	t.Helper()
+	out := map[string]time.Time{}
+	for _, n := range c.Nodes {
+		var units []string
+		switch n.Role {
+		case config.RoleControlPlane:
+			units = []string{"etcd.service", "kube-apiserver.service", "kube-controller-manager.service", "kube-scheduler.service"}
+		case config.RoleLoadBalancer:
+			units = []string{"haproxy.service"}
+		default:
+			continue
+		}
+		cl, err := m.Pool.Get(context.Background(), remoteNode(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := probe(context.Background(), cl, nil, units)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range units {
+			if st.Units[u].Started.IsZero() || st.Units[u].Active != "active" {
+				t.Errorf("%s: %s is %+v", n.Name, u, st.Units[u])
+			}
+			out[n.Name+"/"+u] = st.Units[u].Started
+		}
+	}
+	return out
+}
+
+func runSteps(t *testing.T, env *steps.Env, m *Machines) (*steps.Report, string) {
+	t.Helper()
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	rep, err := steps.NewRunner(env, &out).Run(ctx, Steps(m), steps.Options{})
+	if err != nil {
+		t.Fatalf("khw up: %v\n%s", err, out.String())
+	}
+	return rep, out.String()
+}
+
+// TestUpControlPlaneNspawn builds steps 01-06 on real nspawn nodes from the
+// offline mirror, then proves the reconcile contract: a second run changes
+// nothing (zero uploads, no unit restarted), and a khw up killed with
+// SIGKILL in the middle of a step converges on the next run.
+func TestUpControlPlaneNspawn(t *testing.T) {
+	requireRealCluster(t)
+	c, d := fiveNodes(t)
+	env := steps.NewEnv(c, d)
+	t.Cleanup(func() { env.Close() })
+	t.Cleanup(func() {
+		p, err := NewProvider(c, d, "", nil)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if _, err := Down(ctx, p, d, c.Name); err != nil {
+			t.Errorf("cleanup: down: %v", err)
+		}
+	})
+
+	// 1. From nothing to a control plane behind the load balancer.
+	m := openMachines(t, c, d, env)
+	t0 := time.Now()
+	rep, out := runSteps(t, env, m)
+	cold := time.Since(t0)
+	for _, s := range rep.Steps {
+		if !s.Applied {
+			t.Errorf("cold run: step %s was not applied:\n%s", s.ID, out)
+		}
+	}
+	m.Close()
+
+	// The cluster answers as cluster.yaml says, asked independently of the
+	// steps' own checks.
+	m = openMachines(t, c, d, env)
+	defer m.Close()
+	tgt := m.target(env)
+	er, err := health.Etcd(context.Background(), tgt)
+	if err != nil || len(er.Members) != 3 || er.Leader == "" || er.Healthy != 3 {
+		t.Errorf("etcd: %+v, %v", er, err)
+	}
+	for _, r := range health.APIServers(context.Background(), tgt, adminKubeconfig(env)) {
+		if !r.OK {
+			t.Errorf("/readyz %s: %+v", r.Target, r)
+		}
+	}
+
+	// 2. A second run: every step clean, nothing uploaded, nothing restarted.
+	before := unitStarts(t, m, c)
+	t0 = time.Now()
+	rep, out = runSteps(t, env, m)
+	again := time.Since(t0)
+	for _, s := range rep.Steps {
+		if !s.Clean || s.Applied {
+			t.Errorf("second run: step %s not clean:\n%s", s.ID, out)
+		}
+	}
+	if n := m.Pool.Uploads(); n != 0 {
+		t.Errorf("second run uploaded %d files, want 0", n)
+	}
+	after := unitStarts(t, m, c)
+	for k, v := range before {
+		if !after[k].Equal(v) {
+			t.Errorf("second run restarted %s (started %v, now %v)", k, v, after[k])
+		}
+	}
+
+	// 3. Kill khw up (SIGKILL: no defer, no cleanup) in the middle of
+	// 05-control-plane, after it replaced a binary but before it could
+	// restart the unit; the next run must notice and converge.
+	for _, n := range c.ControlPlanes() {
+		cl, err := m.Pool.Get(context.Background(), remoteNode(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := cl.Run(context.Background(), "rm -f /usr/local/bin/kube-scheduler && printf '#!/bin/sh\\nexit 1\\n' > /usr/local/bin/kube-scheduler", remote.RunOptions{Sudo: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "khw")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/khw").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "--state-dir", filepath.Dir(d.Root), "--cluster", c.Name, "up")
+	var cout bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &cout, &cout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(d.LogsDir(), "cp1.log")
+	deadline := time.Now().Add(3 * time.Minute)
+	killed := false
+	for time.Now().Before(deadline) {
+		data, _ := os.ReadFile(log)
+		if bytes.Contains(data, []byte("05-control-plane: installed /usr/local/bin/kube-scheduler")) {
+			cmd.Process.Kill()
+			killed = true
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	err = cmd.Wait()
+	if !killed {
+		t.Fatalf("khw up never reached the scheduler install (exit %v):\n%s", err, cout.String())
+	}
+	t.Logf("killed khw up mid-step; its output:\n%s", cout.String())
+
+	// Whatever state the kill left, the next run converges and the one
+	// after it is clean.
+	m.Close()
+	m = openMachines(t, c, d, env)
+	defer m.Close()
+	_, out = runSteps(t, env, m)
+	t.Logf("run after the kill:\n%s", out)
+	rep, out = runSteps(t, env, m)
+	for _, s := range rep.Steps {
+		if !s.Clean {
+			t.Errorf("run after recovery: step %s not clean:\n%s", s.ID, out)
+		}
+	}
+	final := unitStarts(t, m, c)
+	for _, n := range c.ControlPlanes() {
+		k := n.Name + "/kube-scheduler.service"
+		if !final[k].After(after[k]) {
+			t.Errorf("%s was not restarted onto the repaired binary (started %v)", k, final[k])
+		}
+	}
+	if !strings.Contains(out, "✓ 06-lb") {
+		t.Errorf("output lacks 06-lb:\n%s", out)
+	}
+	t.Logf("wall times: cold up %v, no-op up %v", cold.Round(time.Millisecond), again.Round(time.Millisecond))
+}

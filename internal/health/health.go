@@ -1,0 +1,191 @@
+// Package health reads the live health of a khw cluster from the jumpbox:
+// the etcd members and their raft state (Etcd), each kube-apiserver's
+// /readyz and the one behind the load balancer (APIServers), the
+// leader-election Leases of kube-controller-manager and kube-scheduler
+// (Leases), and the systemd units of each node (Units).
+//
+// Every function only reads, never changes the cluster, and bounds each
+// network call with a short timeout so that one dead node shows up as a
+// failed row instead of stalling the whole report. They are safe to call in
+// parallel and are used both by `khw status` and by the bring-up steps
+// (04-etcd, 05-control-plane, 06-lb) to check their outcome.
+//
+// The nodes may be reachable only through a dial function (provider nspawn:
+// they live in the network namespace khw-<cluster>), so every connection
+// goes through Target.Dialer, which also maps node names (lb, cp1,
+// cp1.kubernetes.local) to their IPs from cluster.yaml: TLS then verifies the
+// name, as on a node whose /etc/hosts names every other node.
+package health
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/remote"
+)
+
+// Ports and timeouts. The ports are the upstream defaults (etcd's
+// --listen-client-urls, kube-apiserver's --secure-port); cluster.yaml's
+// kubernetes.apiServerPort overrides the apiserver one.
+const (
+	// EtcdClientPort is etcd's client port (https://<cp IP>:2379).
+	EtcdClientPort = 2379
+	// DefaultAPIServerPort is used when the cluster's apiServerPort is 0.
+	DefaultAPIServerPort = 6443
+	// EtcdEndpointTimeout bounds the connect + Status call of one etcd
+	// endpoint, and separately the one MemberList call.
+	EtcdEndpointTimeout = 2 * time.Second
+	// HTTPTimeout bounds one HTTPS request to an apiserver (/readyz, a
+	// Lease GET), connection and TLS handshake included.
+	HTTPTimeout = 3 * time.Second
+)
+
+// PKI files read from Target.PKIDir (the layout of <state>/pki made by
+// `khw pki`).
+const (
+	CAFile         = "ca.pem"
+	ClientCertFile = "admin.pem"
+	ClientKeyFile  = "admin-key.pem"
+)
+
+// Target says how to reach the cluster.
+type Target struct {
+	// Cluster is the parsed cluster.yaml: node names, roles, IPs and the
+	// apiserver port come from here.
+	Cluster *config.Cluster
+	// PKIDir is the state directory's pki/ (state.Dir.PKIDir()). Etcd uses
+	// ca.pem as the trust anchor and admin.pem / admin-key.pem as its client
+	// certificate (etcd runs with --client-cert-auth and only checks that the
+	// certificate chains to its --trusted-ca-file).
+	PKIDir string
+	// Dial opens a TCP connection to "ip:port" inside the cluster network
+	// (vm.Provider.Dialer()). Nil means a plain net.Dialer.
+	Dial remote.DialFunc
+}
+
+// Resolve maps a host name used in the cluster (a node name such as "lb" or
+// "cp1", or its FQDN "cp1.kubernetes.local", see config.Cluster.FQDN) to that
+// node's IP from cluster.yaml. The match ignores case and a trailing dot.
+// ok is false for any other host (IP literals included).
+func (t Target) Resolve(host string) (netip.Addr, bool) {
+	if t.Cluster == nil {
+		return netip.Addr{}, false
+	}
+	h := strings.TrimSuffix(strings.ToLower(host), ".")
+	if h == "" {
+		return netip.Addr{}, false
+	}
+	for _, n := range t.Cluster.Nodes {
+		if h == strings.ToLower(n.Name) || h == strings.ToLower(t.Cluster.FQDN(n)) {
+			a := n.Addr()
+			return a, a.IsValid()
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// Dialer returns a DialFunc that replaces a cluster node name in addr
+// ("lb:6443", "cp1.kubernetes.local:2379") with the node's IP from
+// cluster.yaml (see Resolve), then calls t.Dial (a net.Dialer when nil).
+// Other hosts are passed through unchanged. So an HTTPS client for
+// https://lb:6443 connects to the load balancer's IP and still verifies the
+// server certificate against the name "lb", which is one of the apiserver
+// certificate's SANs. An addr without a port is an error.
+func (t Target) Dialer() remote.DialFunc {
+	dial := t.Dial
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, fmt.Errorf("dial %q: %w (want host:port)", addr, err)
+		}
+		if ip, ok := t.Resolve(host); ok {
+			addr = net.JoinHostPort(ip.String(), port)
+		}
+		return dial(ctx, network, addr)
+	}
+}
+
+// apiServerPort is the cluster's apiserver port, DefaultAPIServerPort if unset.
+func (t Target) apiServerPort() int {
+	if t.Cluster != nil && t.Cluster.Kubernetes.APIServerPort > 0 {
+		return t.Cluster.Kubernetes.APIServerPort
+	}
+	return DefaultAPIServerPort
+}
+
+// apiServerURL is https://<name>:<port>.
+func (t Target) apiServerURL(name string) string {
+	return "https://" + net.JoinHostPort(name, strconv.Itoa(t.apiServerPort()))
+}
+
+// clientTLS loads ca.pem as the only root and admin.pem/admin-key.pem as the
+// client certificate.
+func (t Target) clientTLS() (*tls.Config, error) {
+	if t.PKIDir == "" {
+		return nil, errors.New("health: Target.PKIDir is empty; set it to the state directory's pki/ (state.Dir.PKIDir())")
+	}
+	caPath := filepath.Join(t.PKIDir, CAFile)
+	ca, err := os.ReadFile(caPath)
+	if err != nil {
+		return nil, fmt.Errorf("read the cluster CA: %w (fix: run `khw pki`)", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("%s holds no PEM certificate (fix: run `khw pki` to check and reissue it)", caPath)
+	}
+	certPath, keyPath := filepath.Join(t.PKIDir, ClientCertFile), filepath.Join(t.PKIDir, ClientKeyFile)
+	pair, err := tls.LoadX509KeyPair(certPath, keyPath)
+	if err != nil {
+		// The error of LoadX509KeyPair names files or PEM problems, never
+		// key material.
+		return nil, fmt.Errorf("load the admin client certificate %s / %s: %w (fix: run `khw pki`)", certPath, keyPath, err)
+	}
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// requireCluster checks the Target has a cluster.
+func (t Target) requireCluster() error {
+	if t.Cluster == nil {
+		return errors.New("health: Target.Cluster is nil; load cluster.yaml first (state.Dir.Load)")
+	}
+	return nil
+}
+
+// nodeName maps a host name as the cluster reports it (a kube-controller-
+// manager's hostname, possibly an FQDN) to the node name of cluster.yaml;
+// other names are returned unchanged.
+func (t Target) nodeName(host string) string {
+	if t.Cluster == nil {
+		return host
+	}
+	h := strings.TrimSuffix(strings.ToLower(host), ".")
+	for _, n := range t.Cluster.Nodes {
+		if h == strings.ToLower(n.Name) || h == strings.ToLower(t.Cluster.FQDN(n)) {
+			return n.Name
+		}
+	}
+	return host
+}
+
+// errText is err.Error() on one line, "" for nil.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
