@@ -141,6 +141,9 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 		newUpCmd(a),
 		newDownCmd(a),
 		newStatusCmd(a),
+		newShellCmd(a),
+		newKubectlCmd(a),
+		newPowerCmd(a),
 		newVersionCmd(a),
 	)
 	return root

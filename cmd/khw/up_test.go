@@ -87,11 +87,25 @@ func statusRows(t *testing.T, base string) []statusRow {
 	if code != 0 {
 		t.Fatalf("status -o json: exit %d: %s", code, errOut)
 	}
-	var rows []statusRow
-	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+	var rep statusReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("status -o json: %v\n%s", err, out)
 	}
-	return rows
+	if rep.Nodes == nil {
+		t.Fatalf("status -o json has no nodes: %s", out)
+	}
+	return rep.Nodes
+}
+
+// nodesSection returns the lines of the NODES table of `khw status` (header
+// included), up to the first empty line.
+func nodesSection(out string) []string {
+	_, rest, ok := strings.Cut(out, "NODES\n")
+	if !ok {
+		return nil
+	}
+	table, _, _ := strings.Cut(rest, "\n\n")
+	return strings.Split(strings.TrimRight(table, "\n"), "\n")
 }
 
 // TestUpStatusDownNspawn boots a real 3-node nspawn cluster with khw up,
@@ -158,14 +172,15 @@ func TestUpStatusDownNspawn(t *testing.T) {
 		t.Fatalf("status: %d nodes, want 3: %+v", len(rows), rows)
 	}
 	for _, r := range rows {
-		if r.State != "running" || r.IP != wantIP[r.Name] || r.PID <= 0 {
+		wantRole := map[string]string{"lb": "loadbalancer", "cp1": "controlplane", "w1": "worker"}[r.Name]
+		if r.State != "running" || r.IP != wantIP[r.Name] || r.PID <= 0 || r.Role != wantRole {
 			t.Errorf("status: %+v, want running at %s with a pid", r, wantIP[r.Name])
 		} else if err := syscall.Kill(r.PID, 0); err != nil {
 			t.Errorf("status: %s pid %d is not alive: %v", r.Name, r.PID, err)
 		}
 	}
 	out, _, code = run(t, base, "status")
-	if code != 0 || strings.Count(out, "running") != 3 || !strings.Contains(out, "192.168.122.21") {
+	if nodes := nodesSection(out); code != 0 || len(nodes) != 4 || strings.Count(strings.Join(nodes, "\n"), " running ") != 3 || !strings.Contains(out, "192.168.122.21") {
 		t.Errorf("status text: exit %d:\n%s", code, out)
 	}
 
@@ -215,6 +230,9 @@ func TestUpStatusDownNspawn(t *testing.T) {
 		if r.State != "absent" || r.PID != 0 {
 			t.Errorf("after down: %+v, want absent", r)
 		}
+	}
+	if out, _, code := run(t, base, "status"); code != 0 || !strings.Contains(out, notUp) || strings.Contains(out, "ETCD") {
+		t.Errorf("status after down: exit %d, want 0 with %q and no health sections:\n%s", code, notUp, out)
 	}
 	if _, err := os.Stat(nsPath); err == nil {
 		t.Errorf("after down: %s still exists", nsPath)

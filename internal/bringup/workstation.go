@@ -182,6 +182,10 @@ func (s *PKIStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.Diff)
 // the CSR JSON files khw writes into D/pki, then the copies to the nodes.
 func (s *PKIStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {
 	dir := env.State.PKIDir()
+	wants, werr := inputWants(env.Cluster, env.State, isPKIInput, true)
+	if diffs != nil && !hasWorkstationDiff(diffs) && werr == nil {
+		return diffCommands(wants, diffs)
+	}
 	cmds := []steps.Command{{
 		Why:   "khw does this with cfssl as a library; by hand, in " + dir + ", with the CSR JSON files khw wrote there",
 		Shell: "cd " + dir + "\ncfssl gencert -initca ca-csr.json | cfssljson -bare ca",
@@ -194,11 +198,20 @@ func (s *PKIStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {
 		gen = append(gen, fmt.Sprintf("cfssl gencert -ca=ca.pem -ca-key=ca-key.pem -config=ca-config.json -profile=%s %s-csr.json | cfssljson -bare %s", sp.Profile, sp.Name, sp.Name))
 	}
 	cmds = append(cmds, steps.Command{Why: "every component cert, signed by the CA (profile = key usages, see ca-config.json)", Shell: strings.Join(gen, "\n")})
-	wants, err := inputWants(env.Cluster, env.State, isPKIInput, true)
-	if err != nil {
+	if werr != nil {
 		return cmds
 	}
 	return append(cmds, diffCommands(wants, nodeOnly(diffs))...)
+}
+
+// hasWorkstationDiff reports whether a diff is about the jumpbox's files.
+func hasWorkstationDiff(diffs []steps.Diff) bool {
+	for _, d := range diffs {
+		if d.Node == "" {
+			return true
+		}
+	}
+	return false
 }
 
 // nodeOnly returns the node diffs (nil stays nil: the whole step).
@@ -331,6 +344,11 @@ func (s *KubeconfigStep) Apply(ctx context.Context, env *steps.Env, diffs []step
 // the encryption config, then the copies to the nodes.
 func (s *KubeconfigStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {
 	c := env.Cluster
+	if diffs != nil && !hasWorkstationDiff(diffs) {
+		if wants, err := s.wants(env, true); err == nil {
+			return diffCommands(wants, diffs)
+		}
+	}
 	var kc []string
 	for _, sp := range kubeconfig.Specs(c) {
 		out := "kubeconfigs/" + sp.File

@@ -285,7 +285,28 @@ func waitFor(t *testing.T, what string, timeout time.Duration, f func() error) {
 	t.Fatalf("%s: not within %s: %v", what, timeout, err)
 }
 
-func TestControlPlane(t *testing.T) {
+// controlPlane is a running test control plane made by startControlPlane.
+type controlPlane struct {
+	c    *config.Cluster
+	d    state.Dir
+	cps  []config.Node
+	etcd *clientv3.Client // all three members, client cert kubernetes.pem
+	// etcdProcs holds each member's process by node name (cp1 …).
+	etcdProcs map[string]*proc
+	ca        []byte         // ca.pem
+	pool      *x509.CertPool // ca.pem as a pool
+	server    string         // https://<cp1 IP>:6443, the one apiserver
+	adminCfg  *rest.Config   // admin.kubeconfig pointed at server
+	admin     *kubernetes.Clientset
+}
+
+// startControlPlane makes khw's PKI, kubeconfigs and encryption config for
+// loopbackCluster, starts etcd on cp1-3 (waiting for the 3 members), then one
+// kube-apiserver (waiting for /readyz), kube-controller-manager and
+// kube-scheduler on cp1. Everything stops when the test ends. It skips like
+// binDir without binaries, and with -short.
+func startControlPlane(t *testing.T) *controlPlane {
+	t.Helper()
 	bins := binDir(t)
 	if testing.Short() {
 		t.Skip("-short")
@@ -311,9 +332,10 @@ func TestControlPlane(t *testing.T) {
 		units[n.Name] = installNode(t, c, d, n, filepath.Join(base, "nodes", n.Name))
 	}
 	// etcd x3, started together (each waits for the others to form quorum).
+	etcdProcs := map[string]*proc{}
 	for i, n := range cps {
 		args := localize(execArgs(t, units[n.Name]["etcd.service"]), n.IP, i == 0)
-		start(t, "etcd-"+n.Name, filepath.Join(bins, "etcd"), args, logs)
+		etcdProcs[n.Name] = start(t, "etcd-"+n.Name, filepath.Join(bins, "etcd"), args, logs)
 	}
 	ca, _ := os.ReadFile(filepath.Join(d.PKIDir(), "ca.pem"))
 	pool := x509.NewCertPool()
@@ -331,7 +353,7 @@ func TestControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer etcd.Close()
+	t.Cleanup(func() { etcd.Close() })
 	waitFor(t, "etcd member list shows 3 started members", 60*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
@@ -376,6 +398,12 @@ func TestControlPlane(t *testing.T) {
 	})
 	start(t, "kube-controller-manager", filepath.Join(bins, "kube-controller-manager"), localize(execArgs(t, units[cp1.Name]["kube-controller-manager.service"]), cp1.IP, true), logs)
 	start(t, "kube-scheduler", filepath.Join(bins, "kube-scheduler"), localize(execArgs(t, units[cp1.Name]["kube-scheduler.service"]), cp1.IP, true), logs)
+	return &controlPlane{c: c, d: d, cps: cps, etcd: etcd, etcdProcs: etcdProcs, ca: ca, pool: pool, server: server, adminCfg: adminCfg, admin: admin}
+}
+
+func TestControlPlane(t *testing.T) {
+	cp := startControlPlane(t)
+	c, d, etcd, ca, pool, server, adminCfg, admin := cp.c, cp.d, cp.etcd, cp.ca, cp.pool, cp.server, cp.adminCfg, cp.admin
 	ctx := context.Background()
 
 	t.Run("admin is cluster-admin", func(t *testing.T) {

@@ -1,0 +1,519 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/khw-dev/khw/internal/bringup"
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/health"
+	"github.com/khw-dev/khw/internal/kubeconfig"
+	"github.com/khw-dev/khw/internal/remote"
+	"github.com/khw-dev/khw/internal/vm"
+)
+
+// statusTimeout bounds the whole `khw status`; the SSH section gets
+// statusUnitsTimeout of it so that it reports before the end.
+const (
+	statusTimeout      = 10 * time.Second
+	statusUnitsTimeout = 8 * time.Second
+)
+
+const statusLong = `Show what the cluster is doing right now. khw status only reads: it changes
+nothing on the nodes or in the state directory. Sections, in order:
+
+NODES      Each node of cluster.yaml with its role, its state as the provider
+           sees it (running, stopped or absent), its IP and the host process
+           holding it (nspawn: the systemd-nspawn pid). No node is contacted.
+
+UNITS      For every running node, over SSH, the systemd units of its role
+           (control plane: etcd, kube-apiserver, kube-controller-manager,
+           kube-scheduler; lb: haproxy; worker: containerd, kubelet,
+           kube-proxy) as "systemctl show" reports them: active/running is
+           healthy; activating/auto-restart with a growing RESTARTS count is a
+           crash loop (read the unit's log on the node with journalctl -u
+           <unit>: open khw shell, then ssh to the node); not-found means the
+           unit file was never installed.
+
+ETCD       The members (etcdctl member list) and each member's status
+           (etcdctl endpoint status), asked at https://<cp IP>:2379 with the
+           admin client certificate:
+             LEADER  * marks the member that currently leads. Every write goes
+                     through the leader, which replicates it to the others.
+             TERM    the raft term: it goes up by one at every election, so a
+                     jump means leaders were lost (a member died, or the
+                     network between members broke).
+             INDEX   the last raft log entry the member holds; members that
+                     keep up show nearly the same index.
+           The summary line says who leads and whether there is quorum: a
+           cluster of n members needs n/2+1 of them (2 of 3) to agree on every
+           write and every linearizable read. One of three down: it keeps
+           working. Two down: no leader, the apiserver times out on reads and
+           writes, while running pods keep serving.
+
+APISERVER  GET /readyz?verbose on each control plane directly
+           (https://cpN:6443) and through the load balancer (https://lb:6443),
+           with the latency. A failing apiserver lists its failed checks, e.g.
+           "etcd failed: reason withheld" (the reason is only in the
+           apiserver's own log). If every cp is ready but lb is not, look at
+           HAProxy; if lb is ready while a cp is not, HAProxy is routing
+           around it, as it should.
+
+LEASES     The leader-election Leases of kube-controller-manager and
+           kube-scheduler (kube-system, coordination.k8s.io/v1), read through
+           the load balancer. Three instances run, one leads: the Lease holder
+           ("<hostname>_<uuid>", shown as the node). The leader renews the
+           Lease every 2 s; if it stops for the lease duration (15 s) another
+           instance takes over and TRANSITIONS goes up by one. A renewal older
+           than the lease duration (FRESH no) means the leader is gone and no
+           one has taken over yet.
+
+Every section stands alone: one that cannot be read prints its error and
+the others still run. The sections that contact the nodes are skipped when
+no node is running. The whole command is bounded to 10 s; each etcd member
+gets 2 s and each HTTPS request 3 s, so a dead node shows up as an error
+row rather than a hang.
+
+Exit status: 0 when the nodes could be listed, even if the cluster is
+unhealthy (read the sections); 1 when nothing at all could be read.
+
+-o json prints one object:
+  {"nodes": [{"name", "role", "state", "ip", "pid"}],
+   "units": {"<node>": [{"name", "load", "active", "sub", "enabled", "since", "started", "restarts"}]},
+   "etcd": {"members", "endpoints", "leader", "raftTerm", "healthy", "size", "quorumSize", "quorum"},
+   "apiservers": [{"target", "url", "ok", "httpStatus", "failed", "error", "latencyNs"}],
+   "leases": [{"name", "found", "holder", "holderNode", "renewTime", "transitions", "durationSeconds", "fresh"}],
+   "errors": {"<section>": "<message>"}}
+A section that was skipped or could not be read is null and has its message
+in "errors" (sections: nodes, cluster, units, etcd, apiservers, leases).`
+
+// statusRow is one node in `khw status -o json`.
+type statusRow struct {
+	Name  string `json:"name"`
+	Role  string `json:"role"`
+	State string `json:"state"`
+	IP    string `json:"ip"`
+	PID   int    `json:"pid,omitempty"`
+}
+
+// statusReport is the whole `khw status -o json` object.
+type statusReport struct {
+	Nodes      []statusRow              `json:"nodes"`
+	Units      map[string][]health.Unit `json:"units"`
+	Etcd       *health.EtcdReport       `json:"etcd"`
+	APIServers []health.Readyz          `json:"apiservers"`
+	Leases     []health.Lease           `json:"leases"`
+	Errors     map[string]string        `json:"errors"`
+}
+
+func newStatusCmd(a *app) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:     "status",
+		Short:   "Show the nodes, their units, etcd quorum, apiserver readiness and leader Leases",
+		Long:    statusLong,
+		Example: "  khw status\n  khw status -o json\n  khw status -o json | jq .etcd.leader",
+		Args:    exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "" && output != "text" && output != "json" {
+				return usagef("-o %q: use text or json", output)
+			}
+			d, c, err := a.load()
+			if err != nil {
+				return err
+			}
+			p, err := bringup.NewProvider(c, d, "", nil)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), statusTimeout)
+			defer cancel()
+			rep, read := collectStatus(ctx, c, p, func() (*remote.Pool, func(), error) {
+				m, err := bringup.Open(c, d, io.Discard)
+				if err != nil {
+					return nil, nil, err
+				}
+				return m.Pool, func() { m.Close() }, nil
+			}, health.Target{Cluster: c, PKIDir: d.PKIDir()}, filepath.Join(d.KubeconfigDir(), kubeconfig.AdminFile))
+			if output == "json" {
+				enc := json.NewEncoder(a.out)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			} else if err := printStatus(a.out, c, rep, time.Now()); err != nil {
+				return err
+			}
+			if !read {
+				return fmt.Errorf("cluster %s: nothing could be read (%s)", c.Name, joinErrors(rep.Errors))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return cmd
+}
+
+// notUp is the message of the "cluster" error when no node runs.
+const notUp = "cluster is not up: no node is running (run khw up)"
+
+// collectStatus fills every section of the report. openPool opens the SSH
+// pool (only called when a node runs). target lacks Dial: the provider's
+// Dialer is used, refusing at once the IPs of nodes the provider reports as
+// not running. read is false when no section could be read at all.
+func collectStatus(ctx context.Context, c *config.Cluster, p vm.Provider, openPool func() (*remote.Pool, func(), error), target health.Target, adminKubeconfig string) (rep statusReport, read bool) {
+	rep.Errors = map[string]string{}
+	roles := map[string]string{}
+	for _, n := range c.Nodes {
+		roles[n.Name] = n.Role
+	}
+	st, err := p.Status(ctx)
+	if err != nil {
+		rep.Errors["nodes"] = err.Error()
+	} else {
+		read = true
+		rep.Nodes = make([]statusRow, 0, len(st))
+	}
+	down := map[string]string{} // IP -> node, for nodes known not to run
+	var running []string
+	for _, n := range st {
+		rep.Nodes = append(rep.Nodes, statusRow{Name: n.Name, Role: roles[n.Name], State: string(n.State), IP: n.IP.String(), PID: n.PID})
+		if n.State == vm.StateRunning {
+			running = append(running, n.Name)
+		} else {
+			down[n.IP.String()] = n.Name + " is " + string(n.State)
+		}
+	}
+	if err != nil {
+		// The provider could not say which nodes run: ask them all.
+		for _, n := range c.Nodes {
+			running = append(running, n.Name)
+		}
+	}
+	if len(running) == 0 {
+		rep.Errors["cluster"] = notUp
+		return rep, read
+	}
+
+	provDial := p.Dialer()
+	target.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			if why, ok := down[host]; ok {
+				return nil, fmt.Errorf("dial %s: node %s (provider state; start it with khw up)", addr, why)
+			}
+		}
+		return provDial(ctx, network, addr)
+	}
+
+	var mu sync.Mutex
+	setErr := func(section string, err error) {
+		mu.Lock()
+		rep.Errors[section] = err.Error()
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	wg.Add(4)
+	go func() {
+		defer wg.Done()
+		pool, closePool, err := openPool()
+		if err != nil {
+			setErr("units", fmt.Errorf("open SSH: %w", err))
+			return
+		}
+		defer closePool()
+		uctx, cancel := context.WithTimeout(ctx, statusUnitsTimeout)
+		defer cancel()
+		units, err := health.Units(uctx, pool, c, running)
+		if err != nil {
+			setErr("units", err)
+		}
+		if len(units) > 0 {
+			mu.Lock()
+			rep.Units = units
+			mu.Unlock()
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		e, err := health.Etcd(ctx, target)
+		if err != nil {
+			setErr("etcd", err)
+		}
+		mu.Lock()
+		rep.Etcd = e
+		mu.Unlock()
+	}()
+	go func() {
+		defer wg.Done()
+		r := health.APIServers(ctx, target, adminKubeconfig)
+		mu.Lock()
+		rep.APIServers = r
+		mu.Unlock()
+	}()
+	go func() {
+		defer wg.Done()
+		l, err := health.Leases(ctx, target, adminKubeconfig)
+		if err != nil {
+			setErr("leases", err)
+		}
+		mu.Lock()
+		rep.Leases = l
+		mu.Unlock()
+	}()
+	wg.Wait()
+
+	if len(rep.Units) > 0 || len(rep.Leases) > 0 {
+		read = true
+	}
+	if rep.Etcd != nil {
+		for _, e := range rep.Etcd.Endpoints {
+			read = read || e.OK
+		}
+	}
+	answered := false
+	for _, r := range rep.APIServers {
+		answered = answered || r.HTTPStatus != 0
+	}
+	read = read || answered
+	if !answered && len(rep.APIServers) > 0 {
+		rep.Errors["apiservers"] = "no apiserver answered"
+	}
+	return rep, read
+}
+
+// joinErrors lists the section errors on one line, sections sorted.
+func joinErrors(errs map[string]string) string {
+	var parts []string
+	for _, s := range []string{"nodes", "cluster", "units", "etcd", "apiservers", "leases"} {
+		if e, ok := errs[s]; ok {
+			parts = append(parts, s+": "+strings.Join(strings.Fields(e), " "))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// printStatus writes the text report, section by section.
+func printStatus(w io.Writer, c *config.Cluster, rep statusReport, now time.Time) error {
+	var errs []error
+	tw := func() *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
+	flush := func(t *tabwriter.Writer) { errs = append(errs, t.Flush()) }
+	sectionErr := func(section string) {
+		if e, ok := rep.Errors[section]; ok {
+			for i, line := range strings.Split(strings.TrimRight(e, "\n"), "\n") {
+				if i == 0 {
+					fmt.Fprintf(w, "error: %s\n", line)
+				} else {
+					fmt.Fprintf(w, "  %s\n", line)
+				}
+			}
+		}
+	}
+
+	fmt.Fprintln(w, "NODES")
+	sectionErr("nodes")
+	if rep.Nodes != nil {
+		t := tw()
+		fmt.Fprintln(t, "NODE\tROLE\tSTATE\tIP\tPID")
+		for _, r := range rep.Nodes {
+			pid := "-"
+			if r.PID != 0 {
+				pid = strconv.Itoa(r.PID)
+			}
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.Role, r.State, r.IP, pid)
+		}
+		flush(t)
+	}
+	if msg, ok := rep.Errors["cluster"]; ok {
+		fmt.Fprintf(w, "\n%s\n", msg)
+		return errors.Join(errs...)
+	}
+
+	fmt.Fprintln(w, "\nUNITS")
+	if len(rep.Units) > 0 {
+		t := tw()
+		fmt.Fprintln(t, "NODE\tUNIT\tSTATE\tENABLED\tRESTARTS\tSTARTED")
+		for _, node := range health.SortedNodes(c, rep.Units) {
+			for _, u := range rep.Units[node] {
+				state := u.Active + "/" + u.Sub
+				if u.Load != "" && u.Load != "loaded" {
+					state = u.Load
+				}
+				fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%d\t%s\n", node, u.Name, state, dash(u.Enabled), u.Restarts, started(u, now))
+			}
+		}
+		flush(t)
+	}
+	sectionErr("units")
+
+	fmt.Fprintln(w, "\nETCD")
+	if e := rep.Etcd; e != nil {
+		if len(e.Members) > 0 {
+			var names []string
+			for _, m := range e.Members {
+				name := m.Name
+				if name == "" {
+					name = "(not started)"
+				}
+				if m.IsLearner {
+					name += " (learner)"
+				}
+				names = append(names, name+" "+m.ID)
+			}
+			fmt.Fprintf(w, "members: %s\n", strings.Join(names, ", "))
+		} else if e.MembersErr != "" {
+			fmt.Fprintf(w, "members: unknown (%s)\n", e.MembersErr)
+		}
+		t := tw()
+		fmt.Fprintln(t, "NODE\tENDPOINT\tOK\tLEADER\tTERM\tINDEX\tDB SIZE\tVERSION\tLATENCY\tERROR")
+		for _, ep := range e.Endpoints {
+			if !ep.OK {
+				fmt.Fprintf(t, "%s\t%s\tno\t-\t-\t-\t-\t-\t-\t%s\n", ep.Node, ep.Endpoint, ep.Err)
+				continue
+			}
+			lead := "-"
+			switch {
+			case ep.IsLeader:
+				lead = "*"
+			case ep.LeaderID == "":
+				lead = "none"
+			}
+			fmt.Fprintf(t, "%s\t%s\tyes\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", ep.Node, ep.Endpoint, lead, ep.RaftTerm, ep.RaftIndex,
+				humanBytes(ep.DBSizeBytes), ep.Version, ms(ep.Latency), ep.Err)
+		}
+		flush(t)
+		fmt.Fprintln(w, etcdSummary(e))
+	}
+	if rep.Etcd == nil {
+		// With a report, its endpoint rows already say why each failed.
+		sectionErr("etcd")
+	}
+
+	fmt.Fprintln(w, "\nAPISERVER")
+	if len(rep.APIServers) > 0 {
+		t := tw()
+		fmt.Fprintln(t, "TARGET\tURL\tREADY\tHTTP\tLATENCY\tDETAIL")
+		for _, r := range rep.APIServers {
+			ready, code, lat := "no", "-", "-"
+			if r.OK {
+				ready = "yes"
+			}
+			if r.HTTPStatus != 0 {
+				code = strconv.Itoa(r.HTTPStatus)
+			}
+			if r.HTTPStatus != 0 || r.Latency >= time.Millisecond {
+				lat = ms(r.Latency)
+			}
+			detail := r.Err
+			if len(r.Failed) > 0 {
+				detail = strings.Join(r.Failed, "; ")
+			}
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Target, r.URL, ready, code, lat, detail)
+		}
+		flush(t)
+	}
+	sectionErr("apiservers")
+
+	fmt.Fprintln(w, "\nLEASES")
+	if len(rep.Leases) > 0 {
+		t := tw()
+		fmt.Fprintln(t, "LEASE\tHOLDER\tRENEWED\tTRANSITIONS\tFRESH")
+		for _, l := range rep.Leases {
+			if !l.Found {
+				fmt.Fprintf(t, "%s\t(no Lease: never elected)\t-\t-\tno\n", l.Name)
+				continue
+			}
+			renewed, fresh := "-", "no"
+			if !l.RenewTime.IsZero() {
+				renewed = age(now.Sub(l.RenewTime)) + " ago"
+			}
+			if l.Fresh {
+				fresh = "yes"
+			}
+			fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\n", l.Name, dash(l.HolderNode), renewed, l.Transitions, fresh)
+		}
+		flush(t)
+	}
+	sectionErr("leases")
+	return errors.Join(errs...)
+}
+
+// etcdSummary is the one-line verdict, e.g. "leader cp2, term 7, quorum
+// 3/3 healthy (2 needed)".
+func etcdSummary(e *health.EtcdReport) string {
+	leader := "no leader"
+	if e.Leader != "" {
+		leader = "leader " + e.Leader
+	}
+	q := fmt.Sprintf("quorum %d/%d healthy (%d needed)", e.Healthy, e.Size, e.QuorumSize)
+	if !e.Quorum {
+		q = "NO QUORUM: " + q + "; writes and linearizable reads block until enough members are back"
+	}
+	return fmt.Sprintf("%s, term %d, %s", leader, e.RaftTerm, q)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// started is "<age> ago" of a unit's main process start, or its raw
+// timestamp, or "-".
+func started(u health.Unit, now time.Time) string {
+	switch {
+	case !u.Started.IsZero():
+		return age(now.Sub(u.Started)) + " ago"
+	case u.Since != "":
+		return u.Since
+	}
+	return "-"
+}
+
+// age is a short duration: 12s, 5m3s, 2h7m, 3d4h.
+func age(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	switch {
+	case d < time.Minute:
+		return strconv.Itoa(int(d.Seconds())) + "s"
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// ms prints a latency in milliseconds, e.g. 12.3ms.
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + "ms"
+}
+
+// humanBytes prints a size in bytes with a binary unit (KiB, MiB, GiB).
+func humanBytes(n int64) string {
+	if n < 1024 {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	v := float64(n)
+	for _, unit := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		v /= 1024
+		if v < 1024 || unit == "TiB" {
+			return strconv.FormatFloat(v, 'f', 1, 64) + " " + unit
+		}
+	}
+	return ""
+}

@@ -1,0 +1,342 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/health"
+	"github.com/khw-dev/khw/internal/kubeconfig"
+	"github.com/khw-dev/khw/internal/pki"
+	"github.com/khw-dev/khw/internal/remote"
+	"github.com/khw-dev/khw/internal/state"
+	"github.com/khw-dev/khw/internal/vm"
+)
+
+// fakeProvider reports fixed node states and records every dial; each dial
+// is refused, as on a network where nothing listens.
+type fakeProvider struct {
+	c         *config.Cluster
+	states    map[string]vm.State
+	statusErr error
+
+	mu     sync.Mutex
+	dialed []string
+}
+
+func (p *fakeProvider) Name() string                             { return "fake" }
+func (p *fakeProvider) Create(context.Context) error             { return vm.ErrNotSupported }
+func (p *fakeProvider) Start(context.Context, string) error      { return vm.ErrNotSupported }
+func (p *fakeProvider) Stop(context.Context, string, bool) error { return vm.ErrNotSupported }
+func (p *fakeProvider) Addresses() map[string]netip.Addr         { return nil }
+func (p *fakeProvider) Snapshot(context.Context, string) error   { return vm.ErrNotSupported }
+func (p *fakeProvider) Revert(context.Context, string) error     { return vm.ErrNotSupported }
+func (p *fakeProvider) DeleteSnapshot(context.Context, string) error {
+	return vm.ErrNotSupported
+}
+func (p *fakeProvider) Destroy(context.Context) error { return vm.ErrNotSupported }
+
+func (p *fakeProvider) Status(context.Context) ([]vm.NodeStatus, error) {
+	if p.statusErr != nil {
+		return nil, p.statusErr
+	}
+	var out []vm.NodeStatus
+	for i, n := range p.c.Nodes {
+		st := p.states[n.Name]
+		if st == "" {
+			st = vm.StateAbsent
+		}
+		pid := 0
+		if st == vm.StateRunning {
+			pid = 1000 + i
+		}
+		out = append(out, vm.NodeStatus{Name: n.Name, State: st, IP: n.Addr(), PID: pid})
+	}
+	return out, nil
+}
+
+func (p *fakeProvider) Dialer() remote.DialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		p.mu.Lock()
+		p.dialed = append(p.dialed, addr)
+		p.mu.Unlock()
+		return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+	}
+}
+
+// withPKI returns the default cluster and a state directory holding its
+// real PKI and kubeconfigs.
+func withPKI(t *testing.T) (*config.Cluster, state.Dir) {
+	t.Helper()
+	c := config.Default("st", config.ArchAMD64, config.ProviderNspawn)
+	d := state.New(t.TempDir(), c.Name)
+	if _, err := pki.Reconcile(c, d.PKIDir(), time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kubeconfig.Reconcile(c, d.PKIDir(), d.KubeconfigDir()); err != nil {
+		t.Fatal(err)
+	}
+	return c, d
+}
+
+func noPool(t *testing.T) func() (*remote.Pool, func(), error) {
+	return func() (*remote.Pool, func(), error) {
+		t.Error("SSH pool opened although no node runs")
+		return nil, nil, errors.New("unexpected")
+	}
+}
+
+func TestCollectStatusNotUp(t *testing.T) {
+	c, d := withPKI(t)
+	p := &fakeProvider{c: c, states: map[string]vm.State{"cp1": vm.StateStopped}}
+	start := time.Now()
+	rep, read := collectStatus(context.Background(), c, p, noPool(t), health.Target{Cluster: c, PKIDir: d.PKIDir()}, filepath.Join(d.KubeconfigDir(), kubeconfig.AdminFile))
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("took %v with no node running", took)
+	}
+	if !read || rep.Errors["cluster"] != notUp || len(rep.Errors) != 1 || len(rep.Nodes) != 7 || rep.Etcd != nil || rep.APIServers != nil || rep.Leases != nil || rep.Units != nil {
+		t.Fatalf("read %v report %+v", read, rep)
+	}
+	if len(p.dialed) != 0 {
+		t.Errorf("dialed %v with no node running", p.dialed)
+	}
+	if rep.Nodes[1] != (statusRow{Name: "cp1", Role: config.RoleControlPlane, State: "stopped", IP: "192.168.122.11"}) {
+		t.Errorf("cp1 row %+v", rep.Nodes[1])
+	}
+	var out bytes.Buffer
+	if err := printStatus(&out, c, rep, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	if !strings.Contains(text, "NODES\nNODE  ROLE") || !strings.Contains(text, "cp1   controlplane  stopped  192.168.122.11  -") ||
+		!strings.Contains(text, notUp) || strings.Contains(text, "ETCD") || strings.Contains(text, "UNITS") {
+		t.Errorf("text:\n%s", text)
+	}
+}
+
+// TestCollectStatusDialsOnlyRunningNodes: stopped nodes are refused without
+// touching the network, running ones are dialed through the provider; every
+// section reports its failure and the report still counts as read (the nodes
+// were listed).
+func TestCollectStatusDialsOnlyRunningNodes(t *testing.T) {
+	c, d := withPKI(t)
+	p := &fakeProvider{c: c, states: map[string]vm.State{"lb": vm.StateRunning, "cp1": vm.StateRunning, "cp2": vm.StateStopped}}
+	pools := 0
+	openPool := func() (*remote.Pool, func(), error) {
+		pools++
+		return nil, nil, errors.New("no SSH key (test)")
+	}
+	rep, read := collectStatus(context.Background(), c, p, openPool, health.Target{Cluster: c, PKIDir: d.PKIDir()}, filepath.Join(d.KubeconfigDir(), kubeconfig.AdminFile))
+	if !read || pools != 1 {
+		t.Fatalf("read %v, pool opened %d times", read, pools)
+	}
+	for _, a := range p.dialed {
+		if strings.HasPrefix(a, "192.168.122.12:") || strings.HasPrefix(a, "192.168.122.13:") || strings.HasPrefix(a, "cp") || strings.HasPrefix(a, "lb") {
+			t.Errorf("dialed %s: a stopped/absent node, or a name instead of an IP", a)
+		}
+	}
+	dialed := strings.Join(p.dialed, " ")
+	for _, want := range []string{"192.168.122.11:2379", "192.168.122.11:6443", "192.168.122.10:6443"} {
+		if !strings.Contains(dialed, want) {
+			t.Errorf("dialed %v, want %s among them", p.dialed, want)
+		}
+	}
+	if rep.Etcd == nil || len(rep.Etcd.Endpoints) != 3 || rep.Etcd.Quorum {
+		t.Fatalf("etcd %+v", rep.Etcd)
+	}
+	if e := rep.Etcd.Endpoints; !strings.Contains(e[0].Err, "connection refused") || !strings.Contains(e[1].Err, "cp2 is stopped") || !strings.Contains(e[2].Err, "cp3 is absent") {
+		t.Errorf("etcd endpoints %+v", e)
+	}
+	if len(rep.APIServers) != 4 || !strings.Contains(rep.APIServers[1].Err, "cp2 is stopped") || !strings.Contains(rep.APIServers[3].Err, "connection refused") {
+		t.Errorf("apiservers %+v", rep.APIServers)
+	}
+	for _, s := range []string{"units", "etcd", "apiservers", "leases"} {
+		if rep.Errors[s] == "" {
+			t.Errorf("no %s error: %v", s, rep.Errors)
+		}
+	}
+	if !strings.Contains(rep.Errors["units"], "no SSH key (test)") || !strings.Contains(rep.Errors["leases"], "https://lb:6443") {
+		t.Errorf("errors %v", rep.Errors)
+	}
+
+	// JSON: one object with every section.
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"nodes", "units", "etcd", "apiservers", "leases", "errors"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("JSON lacks %q: %s", k, b)
+		}
+	}
+}
+
+func TestCollectStatusNothingRead(t *testing.T) {
+	c, d := withPKI(t)
+	p := &fakeProvider{c: c, statusErr: errors.New("pid files unreadable (test)")}
+	rep, read := collectStatus(context.Background(), c, p, func() (*remote.Pool, func(), error) {
+		return nil, nil, errors.New("no SSH (test)")
+	}, health.Target{Cluster: c, PKIDir: d.PKIDir()}, filepath.Join(d.KubeconfigDir(), kubeconfig.AdminFile))
+	if read {
+		t.Fatalf("read with nothing answering: %+v", rep)
+	}
+	if rep.Errors["nodes"] != "pid files unreadable (test)" || rep.Errors["apiservers"] != "no apiserver answered" || rep.Nodes != nil {
+		t.Errorf("report %+v", rep)
+	}
+	// Not knowing which nodes run, it asks them all.
+	if !strings.Contains(strings.Join(p.dialed, " "), "192.168.122.13:2379") {
+		t.Errorf("dialed %v", p.dialed)
+	}
+	if msg := joinErrors(rep.Errors); !strings.HasPrefix(msg, "nodes: pid files unreadable (test); units: open SSH: no SSH (test); etcd: ") {
+		t.Errorf("joinErrors: %s", msg)
+	}
+}
+
+func TestPrintStatus(t *testing.T) {
+	c := config.Default("st", config.ArchAMD64, config.ProviderNspawn)
+	now := time.Date(2025, 3, 4, 10, 0, 0, 0, time.UTC)
+	rep := statusReport{
+		Nodes: []statusRow{{Name: "lb", Role: config.RoleLoadBalancer, State: "running", IP: "192.168.122.10", PID: 42}},
+		Units: map[string][]health.Unit{
+			"cp1": {
+				{Name: "etcd.service", Load: "loaded", Active: "active", Sub: "running", Enabled: "enabled", Started: now.Add(-5*time.Minute - 3*time.Second)},
+				{Name: "kube-scheduler.service", Load: "not-found", Active: "inactive", Sub: "dead"},
+				{Name: "kube-apiserver.service", Load: "loaded", Active: "activating", Sub: "auto-restart", Enabled: "enabled", Restarts: 12, Since: "weird"},
+			},
+			"lb": {{Name: "haproxy.service", Load: "loaded", Active: "active", Sub: "running", Enabled: "enabled", Started: now.Add(-26 * time.Hour)}},
+		},
+		Etcd: &health.EtcdReport{
+			Members: []health.EtcdMember{{ID: "a1", Name: "cp1"}, {ID: "b2", Name: "cp2"}, {ID: "c3"}},
+			Endpoints: []health.EtcdEndpoint{
+				{Node: "cp1", Endpoint: "https://192.168.122.11:2379", OK: true, LeaderID: "b2", RaftTerm: 7, RaftIndex: 1234, DBSizeBytes: 2202009, Version: "3.6.5", Latency: 12300 * time.Microsecond},
+				{Node: "cp2", Endpoint: "https://192.168.122.12:2379", OK: true, LeaderID: "b2", IsLeader: true, RaftTerm: 7, RaftIndex: 1234, DBSizeBytes: 512, Version: "3.6.5", Latency: time.Millisecond},
+				{Node: "cp3", Endpoint: "https://192.168.122.13:2379", Err: "connect: connection refused"},
+			},
+			Leader: "cp2", RaftTerm: 7, Healthy: 2, Size: 3, QuorumSize: 2, Quorum: true,
+		},
+		APIServers: []health.Readyz{
+			{Target: "cp1", URL: "https://cp1:6443", OK: true, HTTPStatus: 200, Latency: 8 * time.Millisecond},
+			{Target: "cp2", URL: "https://cp2:6443", HTTPStatus: 500, Failed: []string{"etcd failed: reason withheld"}, Latency: 9 * time.Millisecond},
+			{Target: "cp3", URL: "https://cp3:6443", Err: "dial tcp 192.168.122.13:6443: connect: connection refused"},
+		},
+		Leases: []health.Lease{
+			{Name: "kube-controller-manager", Found: true, HolderNode: "cp2", RenewTime: now.Add(-3 * time.Second), Transitions: 4, DurationSeconds: 15, Fresh: true},
+			{Name: "kube-scheduler"},
+		},
+		Errors: map[string]string{"units": "node w1: connect: timeout\nsecond line"},
+	}
+	var out bytes.Buffer
+	if err := printStatus(&out, c, rep, now); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	for _, want := range []string{
+		"NODES\nNODE  ROLE          STATE    IP              PID\nlb    loadbalancer  running  192.168.122.10  42\n",
+		"lb    haproxy.service         active/running           enabled  0         1d2h ago",
+		"cp1   etcd.service            active/running           enabled  0         5m3s ago",
+		"cp1   kube-scheduler.service  not-found                -        0         -",
+		"cp1   kube-apiserver.service  activating/auto-restart  enabled  12        weird",
+		"error: node w1: connect: timeout\n  second line\n",
+		"members: cp1 a1, cp2 b2, (not started) c3",
+		"cp2   https://192.168.122.12:2379  yes  *",
+		"7     1234   2.1 MiB  3.6.5    12.3ms",
+		"cp3   https://192.168.122.13:2379  no   -",
+		"connect: connection refused",
+		"leader cp2, term 7, quorum 2/3 healthy (2 needed)",
+		"cp2     https://cp2:6443  no     500   9.0ms    etcd failed: reason withheld",
+		"cp3     https://cp3:6443  no     -     -        dial tcp",
+		"kube-controller-manager  cp2                        3s ago   4            yes",
+		"kube-scheduler           (no Lease: never elected)  -        -            no",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	// Sections in order.
+	last := -1
+	for _, s := range []string{"NODES\n", "\nUNITS\n", "\nETCD\n", "\nAPISERVER\n", "\nLEASES\n"} {
+		i := strings.Index(text, s)
+		if i <= last {
+			t.Errorf("section %q at %d, after %d", s, i, last)
+		}
+		last = i
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s", text)
+	}
+}
+
+func TestEtcdSummary(t *testing.T) {
+	for _, tc := range []struct {
+		rep  health.EtcdReport
+		want string
+	}{
+		{health.EtcdReport{Leader: "cp2", RaftTerm: 7, Healthy: 3, Size: 3, QuorumSize: 2, Quorum: true}, "leader cp2, term 7, quorum 3/3 healthy (2 needed)"},
+		{health.EtcdReport{RaftTerm: 9, Healthy: 0, Size: 3, QuorumSize: 2}, "no leader, term 9, NO QUORUM: quorum 0/3 healthy (2 needed); writes and linearizable reads block until enough members are back"},
+		{health.EtcdReport{Leader: "cp1", RaftTerm: 2, Healthy: 3, Size: 5, QuorumSize: 3, Quorum: true}, "leader cp1, term 2, quorum 3/5 healthy (3 needed)"},
+	} {
+		if got := etcdSummary(&tc.rep); got != tc.want {
+			t.Errorf("got  %q\nwant %q", got, tc.want)
+		}
+	}
+}
+
+func TestStatusHelpers(t *testing.T) {
+	for d, want := range map[time.Duration]string{0: "0s", -time.Second: "0s", 59 * time.Second: "59s", 61 * time.Second: "1m1s", 2*time.Hour + 7*time.Minute: "2h7m", 76 * time.Hour: "3d4h"} {
+		if got := age(d); got != want {
+			t.Errorf("age(%v) = %q, want %q", d, got, want)
+		}
+	}
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 2202009: "2.1 MiB", 3 << 30: "3.0 GiB"} {
+		if got := humanBytes(n); got != want {
+			t.Errorf("humanBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// TestStatusNotUpNspawn runs the real command on a fresh nspawn cluster
+// (nothing created): exit 0, the nodes absent, the health sections skipped.
+func TestStatusNotUpNspawn(t *testing.T) {
+	if err := vm.CheckHost(); err != nil {
+		t.Skipf("SKIP: %v", err)
+	}
+	base := t.TempDir()
+	if _, errOut, code := run(t, base, "init", "--name", "su", "--arch", runtime.GOARCH, "--provider", "nspawn"); code != 0 {
+		t.Fatalf("init: %s", errOut)
+	}
+	start := time.Now()
+	out, errOut, code := run(t, base, "status", "-o", "json")
+	if code != 0 || time.Since(start) > 3*time.Second {
+		t.Fatalf("status -o json: exit %d after %v: %s", code, time.Since(start), errOut)
+	}
+	var rep map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var nodes []statusRow
+	var errs map[string]string
+	json.Unmarshal(rep["nodes"], &nodes)
+	json.Unmarshal(rep["errors"], &errs)
+	if len(nodes) != 7 || nodes[0].State != "absent" || nodes[0].Role != config.RoleLoadBalancer || errs["cluster"] != notUp || string(rep["etcd"]) != "null" {
+		t.Errorf("json: %s", out)
+	}
+	out, _, code = run(t, base, "status")
+	if code != 0 || !strings.Contains(out, notUp) || len(nodesSection(out)) != 8 {
+		t.Errorf("text: exit %d\n%s", code, out)
+	}
+}
