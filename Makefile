@@ -7,7 +7,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X main.version=$(VERSION)
 PKGS     := ./...
 
-.PHONY: all build test test-unit testbins lint fmt vet fuzz bench deps clean
+.PHONY: all build test test-unit testbins lint fmt vet fuzz bench deps clean e2e up
 
 include hack/mirror.mk
 
@@ -69,3 +69,13 @@ bench:
 
 clean:
 	rm -rf bin
+
+## e2e: a real cluster on nspawn nodes, offline (root): build, mirror, init,
+## up, status, up again (no-op), down; prints the wall time of each phase
+e2e: deps mirror-deps
+	hack/e2e.sh
+
+## up: the main job (root): host packages, khw, the offline mirror, then a
+## cluster on nspawn nodes with khw up, and how to use it
+up: deps mirror-deps build
+	hack/up.sh

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# make up: the README's main job. On a Debian/Ubuntu machine (root, for
+# nspawn nodes), with nothing but Go and make: install the host packages,
+# build khw, build or reuse the offline mirror, make the cluster's
+# cluster.yaml if there is none (provider nspawn), run khw up, show khw
+# status, and say how to use and remove the cluster. Re-running it is safe:
+# khw up changes only what differs.
+#
+# Env: KHW_CLUSTER (default khw), KHW_STATE_DIR, MIRROR_DIR
+# (default ~/.cache/khw/mirror), UP_ONLY (mirror components to build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+  echo "make up needs root: nspawn nodes need network namespaces and cgroups (run: sudo make up)" >&2
+  exit 2
+fi
+MIRROR_DIR=${MIRROR_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/khw/mirror}
+UP_ONLY=${UP_ONLY:-kubernetes,etcd}
+export KHW_MIRROR=${KHW_MIRROR:-$MIRROR_DIR}
+export KHW_CLUSTER=${KHW_CLUSTER:-khw}
+KHW=$PWD/bin/khw
+
+echo "== offline mirror ($UP_ONLY) in $MIRROR_DIR (first time: ~20 min on 2 cores; then seconds)"
+hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$(go env GOARCH)" --only "$UP_ONLY"
+
+if ! "$KHW" config show >/dev/null 2>&1; then
+  echo "== khw init --provider nspawn (cluster $KHW_CLUSTER)"
+  "$KHW" init --provider nspawn
+fi
+echo "== khw up"
+"$KHW" up
+echo "== khw status"
+"$KHW" status
+
+cat <<MSG
+
+The cluster $KHW_CLUSTER is up. Its nodes live in the network namespace khw-$KHW_CLUSTER.
+  sudo bin/khw kubectl get --raw /readyz      kubectl with the admin kubeconfig, through the load balancer
+  sudo bin/khw shell                          a shell in the cluster network (KUBECONFIG set; ssh -F \$KHW_SSH_CONFIG cp1)
+  sudo bin/khw status                         nodes, units, etcd members and leader, /readyz, Lease holders
+  sudo bin/khw up --dry-run                   what differs from cluster.yaml (nothing, right now)
+  sudo bin/khw power off cp2                  pull a node's plug; sudo bin/khw up brings it back
+  sudo bin/khw down                           remove the nodes and the network (keeps certs and cluster.yaml)
+MSG
