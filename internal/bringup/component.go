@@ -259,10 +259,17 @@ func (s *componentStep) Apply(ctx context.Context, env *steps.Env, diffs []steps
 			return err
 		}
 	}
-	if s.health == nil {
-		return nil
-	}
-	return waitHealthy(ctx, env, s.health, s.wait)
+	// Wait for the whole Check to pass at once: a unit that was active a
+	// moment ago may be crash-looping (a controller-manager that started
+	// before its apiserver answered), and the health check alone would not
+	// see it.
+	return waitHealthy(ctx, env, func(ctx context.Context, env *steps.Env) ([]steps.Diff, error) {
+		d, err := checkNodes(ctx, s.m, wants)
+		if err != nil || len(d) > 0 || s.health == nil {
+			return d, err
+		}
+		return s.health(ctx, env)
+	}, s.wait)
 }
 
 // waitHealthy polls check twice a second until it returns no diff, at most
