@@ -79,7 +79,7 @@ func newUpCmd(a *app) *cobra.Command {
 			defer m.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			rep, err := steps.NewRunner(env, a.out).Run(ctx, bringup.Steps(m), opts)
+			rep, err := steps.NewRunner(env, a.out).Run(ctx, bringup.Steps(m, c), opts)
 			if err != nil {
 				return err
 			}

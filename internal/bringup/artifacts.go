@@ -218,3 +218,5 @@ func splitPath(p string) []string {
 	}
 	return out
 }
+
+func readFile(p string) ([]byte, error) { return os.ReadFile(p) }

@@ -103,9 +103,10 @@ func (m *Machines) Close() error {
 	return m.Pool.Close()
 }
 
-// Steps returns the steps of `khw up` in order: 01-machines, 02-pki,
-// 03-kubeconfig, 04-etcd, 05-control-plane, 06-lb.
-func Steps(m *Machines) []steps.Step {
+// Steps returns the steps of `khw up` for cluster c in order: 01-machines,
+// 02-pki, 03-kubeconfig, 04-etcd, 05-control-plane, 06-lb, 07-workers,
+// 08-pod-network, 09-coredns, 10-tls-bootstrap, 11-smoke.
+func Steps(m *Machines, c *config.Cluster) []steps.Step {
 	return []steps.Step{
 		NewMachinesStep(m),
 		NewPKIStep(m),
@@ -113,5 +114,8 @@ func Steps(m *Machines) []steps.Step {
 		NewEtcdStep(m),
 		NewControlPlaneStep(m),
 		NewLBStep(m),
+		NewWorkersStep(m, c),
+		NewPodNetworkStep(m, c),
+		NewTLSBootstrapStep(m, c),
 	}
 }

@@ -94,6 +94,14 @@ type componentSpec struct {
 	units  []wantUnit
 	// packages are apt packages the role needs.
 	packages []wantPackage
+	// only, when set, selects the nodes of the role the step handles (e.g.
+	// the workers without TLS bootstrap).
+	only func(config.Node) bool
+	// extras builds node state checked by commands (kernel settings,
+	// images) for one node; nil for none.
+	extras func(n config.Node) []nodeExtra
+	// unitsFor, when set, replaces units for one node.
+	unitsFor func(n config.Node) []wantUnit
 }
 
 // wants builds what spec wants on each node of its role.
@@ -116,10 +124,16 @@ func (m *Machines) componentWants(ctx context.Context, env *steps.Env, spec *com
 	}
 	var wants []*nodeWant
 	for _, n := range c.Nodes {
-		if n.Role != spec.role {
+		if n.Role != spec.role || (spec.only != nil && !spec.only(n)) {
 			continue
 		}
 		w := &nodeWant{Node: n, Units: spec.units, Packages: spec.packages}
+		if spec.unitsFor != nil {
+			w.Units = spec.unitsFor(n)
+		}
+		if spec.extras != nil {
+			w.Extras = spec.extras(n)
+		}
 		w.Files = append(w.Files, bins...)
 		if len(spec.rendered) > 0 {
 			var f render.NodeFacts
@@ -213,6 +227,13 @@ type componentStep struct {
 	health healthCheck
 	// wait bounds Apply's wait for the units and the health check.
 	wait time.Duration
+	// rolling: when the health check passes before Apply (the cluster is
+	// serving), nodes are changed one at a time, each waited for until the
+	// whole check passes, so a quorum (etcd) or a ready apiserver behind
+	// the load balancer remains. On a cluster that is not serving yet (the
+	// first bring-up: etcd members must start together) all nodes change
+	// at once.
+	rolling bool
 	// after runs in Apply once the units are active and before the health
 	// wait (e.g. apply the RBAC manifest); nil for none.
 	after func(ctx context.Context, env *steps.Env) error
@@ -247,11 +268,21 @@ func (s *componentStep) Apply(ctx context.Context, env *steps.Env, diffs []steps
 	if err != nil {
 		return err
 	}
+	if s.rolling && s.health != nil && len(nd) > 0 {
+		if hd, err := s.health(ctx, env); err == nil && len(hd) == 0 {
+			// The cluster is serving: change one node at a time, each
+			// checked healthy before the next, so it keeps serving.
+			return s.rollingApply(ctx, env, wants, nd)
+		}
+	}
 	rs, err := applyNodes(ctx, env, s.m, s.ID(), wants, nd)
 	if err != nil {
 		return err
 	}
 	if err := waitActive(ctx, s.m, rs, s.wait); err != nil {
+		return err
+	}
+	if err := s.fixAfterUnits(ctx, env, wants); err != nil {
 		return err
 	}
 	if s.after != nil {
@@ -311,4 +342,57 @@ func (s *componentStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Com
 		cmds = append(cmds, s.extraCommands(env)...)
 	}
 	return cmds
+}
+
+// fixAfterUnits runs, on every node in parallel, the extras that need the
+// units running (image imports).
+func (s *componentStep) fixAfterUnits(ctx context.Context, env *steps.Env, wants []*nodeWant) error {
+	errs := make([]error, len(wants))
+	var wg sync.WaitGroup
+	for i, w := range wants {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = steps.OnNode(w.Node.Name, fixExtras(ctx, env, s.m, w, true))
+		}()
+	}
+	wg.Wait()
+	return firstErr(errs)
+}
+
+// rollingApply applies the nodes named in diffs one at a time: install,
+// restart, wait for its units and for the whole check to pass.
+func (s *componentStep) rollingApply(ctx context.Context, env *steps.Env, wants []*nodeWant, diffs []steps.Diff) error {
+	for _, w := range wants {
+		var mine []steps.Diff
+		for _, d := range diffs {
+			if d.Node == w.Node.Name {
+				mine = append(mine, d)
+			}
+		}
+		if len(mine) == 0 {
+			continue
+		}
+		env.Notef("%s: rolling change, one node at a time (the cluster keeps serving)", w.Node.Name)
+		rs, err := applyNodes(ctx, env, s.m, s.ID(), []*nodeWant{w}, mine)
+		if err != nil {
+			return err
+		}
+		if err := waitActive(ctx, s.m, rs, s.wait); err != nil {
+			return err
+		}
+		if err := fixExtras(ctx, env, s.m, w, true); err != nil {
+			return steps.OnNode(w.Node.Name, err)
+		}
+		if err := waitHealthy(ctx, env, func(ctx context.Context, env *steps.Env) ([]steps.Diff, error) {
+			d, err := checkNodes(ctx, s.m, []*nodeWant{w})
+			if err != nil || len(d) > 0 {
+				return d, err
+			}
+			return s.health(ctx, env)
+		}, s.wait); err != nil {
+			return steps.OnNode(w.Node.Name, err)
+		}
+	}
+	return nil
 }

@@ -50,7 +50,7 @@ func NewEtcdStep(m *Machines) steps.Step {
 			"/usr/local/bin/etcd", "/etc/systemd/system/etcd.service",
 			"/etc/etcd/ca.pem", "/etc/etcd/kubernetes.pem", "/etc/etcd/kubernetes-key.pem"}}},
 	}
-	s := &componentStep{m: m, spec: spec, wait: EtcdWait}
+	s := &componentStep{m: m, spec: spec, wait: EtcdWait, rolling: true}
 	s.health = func(ctx context.Context, env *steps.Env) ([]steps.Diff, error) {
 		rep, err := health.Etcd(ctx, m.target(env))
 		if rep == nil {
@@ -160,7 +160,7 @@ func NewControlPlaneStep(m *Machines) steps.Step {
 		inputs: inputUnder("/var/lib/kubernetes/"),
 		units:  controlPlaneUnits,
 	}
-	s := &componentStep{m: m, spec: spec, wait: ControlPlaneWait}
+	s := &componentStep{m: m, spec: spec, wait: ControlPlaneWait, rolling: true}
 	s.health = func(ctx context.Context, env *steps.Env) ([]steps.Diff, error) {
 		return controlPlaneDiffs(ctx, m, env)
 	}
@@ -260,12 +260,18 @@ func (m *Machines) restConfig(env *steps.Env, server string) (*rest.Config, erro
 	return cfg, nil
 }
 
-// rbacDiffs server-side-applies the manifest as a dry run: an object that
-// would be created or changed is a diff.
+// rbacDiffs is manifestDiffs of the apiserver-to-kubelet RBAC.
 func rbacDiffs(ctx context.Context, m *Machines, env *steps.Env, server string) ([]steps.Diff, error) {
-	data, err := os.ReadFile(filepath.Join(env.State.ManifestsDir(), rbacManifest))
+	return manifestDiffs(ctx, m, env, server, rbacManifest)
+}
+
+// manifestDiffs server-side-applies manifests/<name> as a dry run through
+// server ("" = the admin kubeconfig's, the load balancer): an object that
+// would be created or changed is a diff.
+func manifestDiffs(ctx context.Context, m *Machines, env *steps.Env, server, name string) ([]steps.Diff, error) {
+	data, err := os.ReadFile(filepath.Join(env.State.ManifestsDir(), name))
 	if err != nil {
-		return []steps.Diff{{What: "manifests/" + rbacManifest + " is not rendered yet", Fix: "render and apply it"}}, nil
+		return []steps.Diff{{What: "manifests/" + name + " is not rendered yet", Fix: "render and apply it"}}, nil
 	}
 	cfg, err := m.restConfig(env, server)
 	if err != nil {
@@ -278,7 +284,7 @@ func rbacDiffs(ctx context.Context, m *Machines, env *steps.Env, server string) 
 	var diffs []steps.Diff
 	for _, a := range res {
 		if a.Action != "unchanged" {
-			diffs = append(diffs, steps.Diff{What: fmt.Sprintf("%s/%s would be %s by manifests/%s", a.Kind, a.Name, a.Action, rbacManifest), Fix: "apply it (server-side)"})
+			diffs = append(diffs, steps.Diff{What: fmt.Sprintf("%s/%s would be %s by manifests/%s", a.Kind, a.Name, a.Action, name), Fix: "apply it (server-side)"})
 		}
 	}
 	sort.Slice(diffs, func(i, j int) bool { return diffs[i].What < diffs[j].What })
@@ -286,7 +292,13 @@ func rbacDiffs(ctx context.Context, m *Machines, env *steps.Env, server string) 
 }
 
 func applyRBAC(ctx context.Context, m *Machines, env *steps.Env, server string) error {
-	data, err := os.ReadFile(filepath.Join(env.State.ManifestsDir(), rbacManifest))
+	return applyManifest(ctx, m, env, server, rbacManifest, "05-control-plane")
+}
+
+// applyManifest server-side-applies manifests/<name> through server ("" =
+// the load balancer) and logs each object's outcome for step id.
+func applyManifest(ctx context.Context, m *Machines, env *steps.Env, server, name, id string) error {
+	data, err := os.ReadFile(filepath.Join(env.State.ManifestsDir(), name))
 	if err != nil {
 		return err
 	}
@@ -296,10 +308,10 @@ func applyRBAC(ctx context.Context, m *Machines, env *steps.Env, server string) 
 	}
 	res, err := kube.Apply(ctx, cfg, data)
 	if err != nil {
-		return fmt.Errorf("apply manifests/%s: %w", rbacManifest, err)
+		return fmt.Errorf("apply manifests/%s: %w", name, err)
 	}
 	for _, a := range res {
-		fmt.Fprintf(env.NodeLog(""), "%s 05-control-plane: %s\n", time.Now().Format(time.RFC3339), a)
+		fmt.Fprintf(env.NodeLog(""), "%s %s: %s\n", time.Now().Format(time.RFC3339), id, a)
 	}
 	return nil
 }

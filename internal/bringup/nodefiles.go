@@ -83,6 +83,23 @@ type nodeWant struct {
 	Units []wantUnit
 	// Packages are distribution packages the node needs (apt).
 	Packages []wantPackage
+	// Extras are node state that is neither a file nor a unit (kernel
+	// settings, imported images).
+	Extras []nodeExtra
+}
+
+// nodeExtra is a piece of node state checked and fixed by commands.
+type nodeExtra struct {
+	// Check returns one diff per difference, for node w.Node.
+	Check func(ctx context.Context, cl *remote.Client, w *nodeWant) ([]steps.Diff, error)
+	// Fix makes the differences go away; it must be idempotent.
+	Fix func(ctx context.Context, env *steps.Env, cl *remote.Client, w *nodeWant) error
+	// AfterUnits runs Fix once the units are active (an image import needs
+	// containerd running); otherwise Fix runs after the files are installed
+	// and before the units are (re)started (kernel settings).
+	AfterUnits bool
+	// Commands is the shell equivalent of Fix.
+	Commands func(w *nodeWant) []steps.Command
 }
 
 // wantPackage is a distribution package, present when Path exists.
@@ -184,6 +201,10 @@ func unitDiffs(w *nodeWant, st nodeState, changing map[string]bool) []steps.Diff
 		if got.Enabled != "enabled" {
 			diffs = append(diffs, steps.Diff{Node: node, What: fmt.Sprintf("%s is not enabled (%s)", u.Name, orNone(got.Enabled)), Fix: "systemctl enable " + u.Name})
 		}
+		if starting(got) {
+			diffs = append(diffs, steps.Diff{Node: node, What: fmt.Sprintf("%s is starting (%s/%s)", u.Name, got.Active, got.Sub), Fix: "wait for it"})
+			continue
+		}
 		if got.Active != "active" {
 			diffs = append(diffs, steps.Diff{Node: node, What: fmt.Sprintf("%s is not running (%s/%s)", u.Name, got.Active, got.Sub), Fix: "systemctl restart " + u.Name})
 			continue
@@ -205,6 +226,13 @@ func unitDiffs(w *nodeWant, st nodeState, changing map[string]bool) []steps.Diff
 		}
 	}
 	return diffs
+}
+
+// starting reports a unit on its way up (after a boot or a power-on):
+// restarting it would only delay it. A unit waiting to be restarted after
+// a crash (auto-restart) is not starting.
+func starting(u unitState) bool {
+	return u.Active == "activating" && u.Sub != "auto-restart"
 }
 
 func orNone(s string) string {
@@ -235,8 +263,43 @@ func checkNode(ctx context.Context, m *Machines, w *nodeWant) ([]steps.Diff, nod
 			changing[f.Path] = true
 		}
 	}
+	for _, x := range w.Extras {
+		d, err := x.Check(ctx, cl, w)
+		if err != nil {
+			return nil, st, err
+		}
+		diffs = append(diffs, d...)
+	}
 	diffs = append(diffs, unitDiffs(w, st, changing)...)
 	return diffs, st, nil
+}
+
+// fixExtras runs the Fix of every extra of w with AfterUnits == after whose
+// Check reports a difference.
+func fixExtras(ctx context.Context, env *steps.Env, m *Machines, w *nodeWant, after bool) error {
+	if len(w.Extras) == 0 {
+		return nil
+	}
+	cl, err := m.Pool.Get(ctx, remoteNode(w.Node))
+	if err != nil {
+		return err
+	}
+	for _, x := range w.Extras {
+		if x.AfterUnits != after {
+			continue
+		}
+		d, err := x.Check(ctx, cl, w)
+		if err != nil {
+			return err
+		}
+		if len(d) == 0 {
+			continue
+		}
+		if err := x.Fix(ctx, env, cl, w); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // allPaths is every wanted file plus every unit dep (deps are usually among
@@ -363,6 +426,9 @@ func applyNode(ctx context.Context, env *steps.Env, m *Machines, stepID string, 
 			return nil, fmt.Errorf("record the installed files' SHA-256 in %s: %w", sumCache, err)
 		}
 	}
+	if err := fixExtras(ctx, env, m, w, false); err != nil {
+		return nil, err
+	}
 	if len(w.Units) == 0 {
 		return nil, nil
 	}
@@ -390,6 +456,11 @@ func applyNode(ctx context.Context, env *steps.Env, m *Machines, stepID string, 
 		g := st.Units[u.Name]
 		if g.Enabled != "enabled" {
 			enable = append(enable, u.Name)
+		}
+		if starting(g) && !g.Started.IsZero() {
+			// On its way up: wait for it instead of restarting it.
+			out = append(out, restarted{Node: w.Node, Unit: u.Name})
+			continue
 		}
 		need := g.Active != "active"
 		for _, dep := range u.Deps {
@@ -577,10 +648,20 @@ func fileCommands(w *nodeWant, only map[string]bool) []steps.Command {
 			steps.Command{Why: fmt.Sprintf("copy %d file(s) to %s", len(copies), node), Shell: strings.Join(copies, "\n")},
 			steps.Command{Node: node, Why: "put each file in place with its mode and owner", Shell: strings.Join(installs, "\n")})
 	}
+	for _, x := range w.Extras {
+		if x.Commands != nil && !x.AfterUnits {
+			cmds = append(cmds, x.Commands(w)...)
+		}
+	}
 	if len(w.Units) > 0 {
 		names := strings.Join(w.unitNames(), " ")
 		cmds = append(cmds, steps.Command{Node: node, Why: "(re)load the units, enable them at boot and (re)start them",
 			Shell: "sudo systemctl daemon-reload\nsudo systemctl enable " + names + "\nsudo systemctl restart " + names})
+	}
+	for _, x := range w.Extras {
+		if x.Commands != nil && x.AfterUnits {
+			cmds = append(cmds, x.Commands(w)...)
+		}
 	}
 	return cmds
 }

@@ -59,7 +59,8 @@ const sumCache = "/var/lib/khw/sha256sums"
 
 // probeScript returns one POSIX shell script that prints, for every path,
 // "F <path> <mode> <owner> <group> <mtime sec.usec> <sha256>" (a regular
-// file), "X <path>" (something else) or "A <path>" (absent); then the
+// file, or a symlink to one: iptables is one through Debian's alternatives),
+// "X <path>" (something else) or "A <path>" (absent); then the
 // `systemctl show` blocks of the units (blank-line separated). Paths must not
 // contain whitespace (khw's node paths never do). The SHA-256 comes from
 // sumCache when it has the file's size and mtime, else from sha256sum.
@@ -74,8 +75,8 @@ func probeScriptWith(cache string, paths, units []string) string {
 			b.WriteString(" " + quote(p))
 		}
 		b.WriteString(`; do
-  if [ -f "$p" ] && [ ! -L "$p" ]; then
-    a=$(stat -c '%a %U %G %.6Y' -- "$p") && k=$(stat -c '%s %.9Y' -- "$p") || exit 1
+  if [ -f "$p" ]; then
+    a=$(stat -L -c '%a %U %G %.6Y' -- "$p") && k=$(stat -L -c '%s %.9Y' -- "$p") || exit 1
     s=
     [ -f "$c" ] && s=$(awk -v k="$k $p" 'substr($0, 66) == k { print substr($0, 1, 64); exit }' "$c")
     [ -n "$s" ] || { s=$(sha256sum < "$p") || exit 1; }
@@ -224,7 +225,7 @@ func recordSumsScriptWith(cache string, files []*wantFile) string {
 	var b strings.Builder
 	b.WriteString("set -eu\nc=" + quote(cache) + "\nmkdir -p -m 0755 \"${c%/*}\"\ntouch \"$c\"\n")
 	for _, f := range files {
-		fmt.Fprintf(&b, "printf '%%s %%s %%s\\n' %s \"$(stat -c '%%s %%.9Y' -- %s)\" %s >> \"$c\"\n", f.sumOf(), quote(f.Path), quote(f.Path))
+		fmt.Fprintf(&b, "printf '%%s %%s %%s\\n' %s \"$(stat -L -c '%%s %%.9Y' -- %s)\" %s >> \"$c\"\n", f.sumOf(), quote(f.Path), quote(f.Path))
 	}
 	// Keep the last line per path (the path is everything after the third
 	// space-separated field).

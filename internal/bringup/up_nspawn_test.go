@@ -119,7 +119,7 @@ func runSteps(t *testing.T, env *steps.Env, m *Machines) (*steps.Report, string)
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	rep, err := steps.NewRunner(env, &out).Run(ctx, Steps(m), steps.Options{})
+	rep, err := steps.NewRunner(env, &out).Run(ctx, Steps(m, env.Cluster), steps.Options{Until: "06-lb"})
 	if err != nil {
 		t.Fatalf("khw up: %v\n%s", err, out.String())
 	}

@@ -175,6 +175,7 @@ var nodeSpecs = []fileSpec{
 	{src: "node/worker/kubelet-config.yaml.tmpl", path: "/var/lib/kubelet/kubelet-config.yaml", want: isWorker},
 	{src: "node/worker/kube-proxy-config.yaml.tmpl", path: "/var/lib/kube-proxy/kube-proxy-config.yaml", want: isWorker},
 	{src: "node/worker/kube-proxy.service.tmpl", path: "/etc/systemd/system/kube-proxy.service", want: isWorker},
+	{src: "node/worker/khw-pod-routes.service.tmpl", path: "/etc/systemd/system/khw-pod-routes.service", want: isWorker},
 	{src: "node/worker/10-bridge.conf.tmpl", path: "/etc/cni/net.d/10-bridge.conf", want: workerWithCNI(config.CNIBridge)},
 	{src: "node/worker/99-loopback.conf.tmpl", path: "/etc/cni/net.d/99-loopback.conf", want: workerWithCNI(config.CNIBridge)},
 	{src: "node/worker/10-mybridge.conf.tmpl", path: "/etc/cni/net.d/10-mybridge.conf", want: workerWithCNI(config.CNIMyBridge)},
@@ -244,6 +245,30 @@ type nodeData struct {
 	// LBInterval is loadBalancer.interval in HAProxy's time syntax (2s, 500ms).
 	LBInterval string
 	PauseImage string
+	// PodRoutes are the other workers' podCIDRs, each via that worker's IP
+	// (workers only): the routes of the pod network without an overlay.
+	PodRoutes []PodRoute
+}
+
+// PodRoute is one route of the pod network: Dest (a worker's podCIDR) via
+// Via (that worker's IP), on every other worker.
+type PodRoute struct{ Worker, Dest, Via string }
+
+// PodRoutes returns the pod-network routes worker node needs: every other
+// worker's podCIDR via that worker's IP, in cluster.yaml order. Nil for a
+// node that is not a worker.
+func PodRoutes(c *config.Cluster, node string) []PodRoute {
+	n, ok := c.Node(node)
+	if !ok || n.Role != config.RoleWorker {
+		return nil
+	}
+	var out []PodRoute
+	for _, w := range c.Workers() {
+		if w.Name != n.Name {
+			out = append(out, PodRoute{Worker: w.Name, Dest: w.PodCIDR, Via: w.IP})
+		}
+	}
+	return out
 }
 
 // manifestData is what manifest templates see.
@@ -286,6 +311,7 @@ func newNodeData(c *config.Cluster, n config.Node, f NodeFacts) *nodeData {
 		KubeletClientUser:    KubeletClientUser,
 		LBInterval:           haproxyDuration(c.LoadBalancer.Interval),
 		PauseImage:           PauseImage(c),
+		PodRoutes:            PodRoutes(c, n.Name),
 	}
 	for _, h := range c.Nodes {
 		names := h.Name

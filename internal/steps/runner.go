@@ -215,6 +215,14 @@ func (r *Runner) Run(ctx context.Context, steps []Step, opts Options) (*Report, 
 		return nil, err
 	}
 	r.Env.DryRun = opts.DryRun
+	r.Env.mu.Lock()
+	r.Env.note = func(msg string) { r.line("    " + msg) }
+	r.Env.mu.Unlock()
+	defer func() {
+		r.Env.mu.Lock()
+		r.Env.note = nil
+		r.Env.mu.Unlock()
+	}()
 	rep := &Report{DryRun: opts.DryRun}
 	wouldChange := ""
 	for i, s := range sel {

@@ -165,6 +165,22 @@ type Env struct {
 
 	mu   sync.Mutex
 	logs map[string]*logFile
+	note func(string)
+}
+
+// Notef shows a line to the person running the step, above its status line
+// (the Runner indents it under the step), and writes it to the cluster log.
+// Steps use it sparingly, for what a learner should watch happen (e.g. the
+// CSRs of a TLS bootstrap as they appear). Safe for concurrent use.
+func (e *Env) Notef(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	fmt.Fprintln(e.NodeLog(""), msg)
+	e.mu.Lock()
+	note := e.note
+	e.mu.Unlock()
+	if note != nil {
+		note(msg)
+	}
 }
 
 // NewEnv returns an Env for cluster c with state directory dir.

@@ -139,7 +139,13 @@ func (p *Nspawn) Create(ctx context.Context) error {
 	if err != nil || !cidr.Contains(gw) {
 		return fmt.Errorf("cluster %s: network.gateway %q is not an address inside network.cidr %s", p.c.Name, p.c.Network.Gateway, cidr)
 	}
+	if err := p.checkOwner(); err != nil {
+		return err
+	}
 	if err := EnsureNetwork(p.c.Name, netip.PrefixFrom(gw, cidr.Bits())); err != nil {
+		return err
+	}
+	if err := p.claim(); err != nil {
 		return err
 	}
 	imageID, _ := os.ReadFile(filepath.Join(image, "etc/machine-id"))
@@ -241,9 +247,13 @@ func (p *Nspawn) Start(ctx context.Context, node string) error {
 	if _, err := p.node(node); err != nil {
 		return err
 	}
+	if err := p.checkOwner(); err != nil {
+		return err
+	}
 	if p.nspawnPid(node) != 0 {
 		return nil
 	}
+	raiseInotifyLimits(p.opts.Log)
 	root := p.NodeRoot(node)
 	if _, err := os.Stat(filepath.Join(root, "usr/bin/systemctl")); err != nil {
 		return fmt.Errorf("node %s: no root directory at %s; run Create (khw up) first", node, root)
@@ -338,6 +348,9 @@ func (p *Nspawn) Stop(ctx context.Context, node string, force bool) error {
 	if _, err := p.node(node); err != nil {
 		return err
 	}
+	if err := p.checkOwner(); err != nil {
+		return err
+	}
 	pid := p.nspawnPid(node)
 	dirs := p.cgroupDirs(node)
 	if force {
@@ -382,9 +395,13 @@ func (p *Nspawn) Stop(ctx context.Context, node string, force bool) error {
 // file), stopped (root directory exists) or absent.
 func (p *Nspawn) Status(ctx context.Context) ([]NodeStatus, error) {
 	var out []NodeStatus
+	foreign := p.checkOwner() != nil
 	for _, n := range p.c.Nodes {
 		s := NodeStatus{Name: n.Name, IP: n.Addr(), State: StateAbsent}
-		if pid := p.nspawnPid(n.Name); pid != 0 {
+		if foreign {
+			// The running machines of that name are another state
+			// directory's (see OwnerDir); Create says so.
+		} else if pid := p.nspawnPid(n.Name); pid != 0 {
 			s.State, s.PID = StateRunning, pid
 		} else if _, err := os.Stat(filepath.Join(p.NodeRoot(n.Name), "usr/bin/systemctl")); err == nil {
 			s.State = StateStopped
@@ -422,6 +439,9 @@ func (p *Nspawn) DeleteSnapshot(ctx context.Context, name string) error {
 // logs) and the network namespace. The shared image in CacheDir stays. It
 // refuses to delete a node root that still has something mounted below it.
 func (p *Nspawn) Destroy(ctx context.Context) error {
+	if err := p.checkOwner(); err != nil {
+		return err
+	}
 	var errs []error
 	for _, n := range p.c.Nodes {
 		if err := p.Stop(ctx, n.Name, true); err != nil {
@@ -438,8 +458,92 @@ func (p *Nspawn) Destroy(ctx context.Context) error {
 	}
 	if err := DeleteNetwork(p.c.Name); err != nil {
 		errs = append(errs, err)
+	} else if err := os.Remove(ownerPath(p.c.Name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// OwnerDir holds one file per cluster network namespace made by khw,
+// <OwnerDir>/khw-<cluster>.owner, naming the state directory of the cluster
+// that made it. Namespaces and machine names are per host, state
+// directories are not: two state directories with a cluster of the same
+// name (two students on one server, both keeping the default name "khw")
+// would otherwise share a namespace, and one's khw down would destroy the
+// other's nodes. /run is a tmpfs, like the namespaces themselves.
+const OwnerDir = "/run/khw"
+
+func ownerPath(cluster string) string { return filepath.Join(OwnerDir, NetnsName(cluster)+".owner") }
+
+// owner returns the state directory recorded for the cluster's namespace,
+// or "" when none is.
+func owner(cluster string) string {
+	data, err := os.ReadFile(ownerPath(cluster))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(data))
+}
+
+// ForeignOwnerError says that the cluster's network namespace and nodes
+// belong to another state directory.
+type ForeignOwnerError struct {
+	Cluster, Namespace, Owner, StateDir string
+}
+
+func (e *ForeignOwnerError) Error() string {
+	return fmt.Sprintf("cluster %s: the network namespace %s and the nodes %s-* on this host belong to the cluster in %s, not to this state directory (%s); give this cluster another name (khw init --name <other> in a new state directory) or run khw down with --state-dir for that one",
+		e.Cluster, e.Namespace, e.Cluster, e.Owner, e.StateDir)
+}
+
+// checkOwner fails with *ForeignOwnerError when another state directory
+// made the namespace.
+func (p *Nspawn) checkOwner() error {
+	if o := owner(p.c.Name); o != "" && o != p.opts.StateDir {
+		return &ForeignOwnerError{Cluster: p.c.Name, Namespace: NetnsName(p.c.Name), Owner: o, StateDir: p.opts.StateDir}
+	}
+	return nil
+}
+
+// claim records this state directory as the namespace's owner.
+func (p *Nspawn) claim() error {
+	if err := os.MkdirAll(OwnerDir, 0o755); err != nil {
+		return err
+	}
+	return fsutil.WriteFileAtomic(ownerPath(p.c.Name), []byte(p.opts.StateDir+"\n"), fsutil.PublicMode)
+}
+
+// Inotify limits a host running nspawn nodes needs: every node's systemd,
+// containerd (its CNI config watcher) and kubelet take inotify instances
+// from one per-user host-wide pool, 128 by default, and containerd's CRI
+// plugin fails to load without one ("failed to create fsnotify watcher: too
+// many open files"). kind documents the same host settings
+// (https://kind.sigs.k8s.io/docs/user/known-issues/#pod-errors-due-to-too-many-open-files).
+const (
+	MinInotifyInstances = 1024
+	MinInotifyWatches   = 524288
+)
+
+// raiseInotifyLimits raises fs.inotify.max_user_instances and
+// max_user_watches to the minimums above when they are lower (host-wide,
+// until reboot; never lowered), saying so in log.
+func raiseInotifyLimits(log io.Writer) {
+	for _, l := range []struct {
+		path string
+		min  int
+	}{{"/proc/sys/fs/inotify/max_user_instances", MinInotifyInstances}, {"/proc/sys/fs/inotify/max_user_watches", MinInotifyWatches}} {
+		data, err := os.ReadFile(l.path)
+		if err != nil {
+			continue
+		}
+		cur, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		if err != nil || cur >= l.min {
+			continue
+		}
+		if err := os.WriteFile(l.path, []byte(strconv.Itoa(l.min)), 0o644); err == nil && log != nil {
+			fmt.Fprintf(log, "host: raised %s from %d to %d (each nspawn node's systemd and containerd need inotify instances)\n", l.path, cur, l.min)
+		}
+	}
 }
 
 func mountsBelow(dir string) []string {

@@ -1,0 +1,345 @@
+package bringup
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/khw-dev/khw/internal/components"
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/kube"
+	"github.com/khw-dev/khw/internal/remote"
+	"github.com/khw-dev/khw/internal/render"
+	"github.com/khw-dev/khw/internal/steps"
+)
+
+// WorkerWait bounds the worker steps' Apply: units active, images imported,
+// nodes Ready.
+const WorkerWait = 3 * time.Minute
+
+// workerBinaries are the catalog artifacts every worker runs.
+var workerBinaries = []string{"containerd", "runc", "cni-plugins", "crictl", "kubelet", "kube-proxy"}
+
+// workerImages are the catalog images imported on every worker: the nodes
+// pull nothing, so an offline classroom works (pause = the pod sandbox,
+// CoreDNS, agnhost = the smoke tests' workload).
+var workerImages = []string{"pause-image", "coredns-image", "agnhost-image"}
+
+// workerRendered are the worker files of render.Node for the cluster's CNI.
+func workerRendered(c *config.Cluster) []string {
+	files := []string{
+		"/etc/modules-load.d/k8s.conf", "/etc/sysctl.d/k8s.conf",
+		"/etc/containerd/config.toml", "/etc/systemd/system/containerd.service",
+		"/etc/systemd/system/kubelet.service", "/var/lib/kubelet/kubelet-config.yaml",
+		"/var/lib/kube-proxy/kube-proxy-config.yaml", "/etc/systemd/system/kube-proxy.service",
+	}
+	if c.Kubernetes.CNI == config.CNIMyBridge {
+		return append(files, "/etc/cni/net.d/10-mybridge.conf", "/etc/cni/net.d/99-myloopback.conf",
+			"/opt/cni/bin/mybridge", "/opt/cni/bin/myloopback")
+	}
+	return append(files, "/etc/cni/net.d/10-bridge.conf", "/etc/cni/net.d/99-loopback.conf")
+}
+
+// workerUnits are the units of a worker and what each reads at start. A
+// TLS-bootstrap worker's kubelet reads a bootstrap kubeconfig only until it
+// has its own cert, so that file is not a restart reason.
+func workerUnits(n config.Node) []wantUnit {
+	kubelet := []string{"/usr/local/bin/kubelet", "/etc/systemd/system/kubelet.service",
+		"/var/lib/kubelet/kubelet-config.yaml", "/var/lib/kubernetes/ca.pem"}
+	if !n.TLSBootstrap {
+		kubelet = append(kubelet, "/var/lib/kubelet/kubelet.pem", "/var/lib/kubelet/kubelet-key.pem", "/var/lib/kubelet/kubeconfig")
+	}
+	return []wantUnit{
+		{Name: "containerd.service", Deps: []string{"/usr/local/bin/containerd", "/usr/local/bin/containerd-shim-runc-v2",
+			"/etc/systemd/system/containerd.service", "/etc/containerd/config.toml"}},
+		{Name: "kubelet.service", Deps: kubelet},
+		{Name: "kube-proxy.service", Deps: []string{"/usr/local/bin/kube-proxy", "/etc/systemd/system/kube-proxy.service",
+			"/var/lib/kube-proxy/kube-proxy-config.yaml", "/var/lib/kube-proxy/kubeconfig"}},
+	}
+}
+
+// workerPackages are the distribution tools the worker components call:
+// conntrack and iptables (kube-proxy), socat (port-forward), jq (the
+// mybridge CNI plugin).
+func workerPackages(c *config.Cluster) []wantPackage {
+	p := []wantPackage{{Name: "conntrack", Path: "/usr/sbin/conntrack"}, {Name: "iptables", Path: "/usr/sbin/iptables"},
+		{Name: "socat", Path: "/usr/bin/socat"}}
+	if c.Kubernetes.CNI == config.CNIMyBridge {
+		p = append(p, wantPackage{Name: "jq", Path: "/usr/bin/jq"})
+	}
+	return p
+}
+
+// workerSysctls are the kernel settings every worker needs
+// (https://kubernetes.io/docs/setup/production-environment/container-runtimes/#prerequisite-ipv4-forwarding-optional
+// and the bridge netfilter settings that let kube-proxy's iptables rules see
+// traffic between pods on one bridge).
+var workerSysctls = []string{"net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables", "net.ipv4.ip_forward"}
+
+const hostPrepProbe = `[ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] || echo "module br_netfilter"
+grep -qw overlay /proc/filesystems || echo "module overlay"
+for k in KEYS; do v=$(cat "/proc/sys/$(echo "$k" | tr . /)" 2>/dev/null); [ "$v" = 1 ] || echo "sysctl $k ${v:-missing}"; done
+[ -z "$(swapon --noheadings --show 2>/dev/null)" ] || echo "swap on"
+grep -Eq '^[^#]\S*\s+\S+\s+swap\s' /etc/fstab && echo "swap fstab"
+true
+`
+
+// hostPrep is the kernel side of a worker: overlay and br_netfilter
+// present, the three sysctls 1, swap off now and in /etc/fstab (the kubelet
+// refuses to start with swap on unless told otherwise).
+func hostPrep() nodeExtra {
+	return nodeExtra{
+		Check: func(ctx context.Context, cl *remote.Client, w *nodeWant) ([]steps.Diff, error) {
+			out, _, err := cl.Run(ctx, strings.ReplaceAll(hostPrepProbe, "KEYS", strings.Join(workerSysctls, " ")), remote.RunOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("check kernel settings: %w", err)
+			}
+			var diffs []steps.Diff
+			for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				f := strings.Fields(line)
+				switch {
+				case len(f) == 2 && f[0] == "module":
+					diffs = append(diffs, steps.Diff{Node: w.Node.Name, What: "kernel module " + f[1] + " is not loaded", Fix: "modprobe " + f[1]})
+				case len(f) == 3 && f[0] == "sysctl":
+					diffs = append(diffs, steps.Diff{Node: w.Node.Name, What: fmt.Sprintf("sysctl %s is %s, want 1", f[1], f[2]), Fix: "sysctl -p /etc/sysctl.d/k8s.conf"})
+				case line == "swap on":
+					diffs = append(diffs, steps.Diff{Node: w.Node.Name, What: "swap is on", Fix: "swapoff -a"})
+				case line == "swap fstab":
+					diffs = append(diffs, steps.Diff{Node: w.Node.Name, What: "/etc/fstab turns swap on at boot", Fix: "comment out its swap lines"})
+				}
+			}
+			return diffs, nil
+		},
+		Fix: func(ctx context.Context, env *steps.Env, cl *remote.Client, w *nodeWant) error {
+			// modprobe fails on a system container and where the module is
+			// built in; the check afterwards says whether it matters.
+			script := "modprobe overlay 2>/dev/null; modprobe br_netfilter 2>/dev/null\n" +
+				"sysctl -q -p /etc/sysctl.d/k8s.conf\n" +
+				"swapoff -a\n" +
+				`sed -i -E 's/^([^#]\S*\s+\S+\s+swap\s)/# khw: swap off for the kubelet: \1/' /etc/fstab` + "\n"
+			if _, _, err := cl.Run(ctx, script, remote.RunOptions{Sudo: true}); err != nil {
+				return fmt.Errorf("kernel settings: %w", err)
+			}
+			fmt.Fprintf(env.NodeLog(w.Node.Name), "%s worker: modules, sysctls, swap off\n", time.Now().Format(time.RFC3339))
+			return nil
+		},
+		Commands: func(w *nodeWant) []steps.Command {
+			return []steps.Command{{Node: w.Node.Name, Why: "kernel prerequisites: overlay (containerd's snapshots), br_netfilter + sysctls (bridged pod traffic through iptables, routing), no swap",
+				Shell: "sudo modprobe overlay\nsudo modprobe br_netfilter\nsudo sysctl -p /etc/sysctl.d/k8s.conf\nsudo swapoff -a\nsudo sed -i '/ swap / s/^/#/' /etc/fstab"}}
+		},
+	}
+}
+
+// imagesExtra imports the worker images into containerd's k8s.io namespace
+// (the one the CRI uses) when `ctr images ls` does not list them.
+func (m *Machines) imagesExtra(c *config.Cluster) nodeExtra {
+	return nodeExtra{
+		AfterUnits: true,
+		Check: func(ctx context.Context, cl *remote.Client, w *nodeWant) ([]steps.Diff, error) {
+			refs, err := imageRefs(c)
+			if err != nil {
+				return nil, err
+			}
+			have, err := importedImages(ctx, cl)
+			if err != nil {
+				// containerd not running yet: every image counts as missing.
+				have = map[string]bool{}
+			}
+			var diffs []steps.Diff
+			for _, ref := range refs {
+				if !have[ref] {
+					diffs = append(diffs, steps.Diff{Node: w.Node.Name, What: "image " + ref + " is not imported", Fix: "ctr -n k8s.io images import"})
+				}
+			}
+			return diffs, nil
+		},
+		Fix: func(ctx context.Context, env *steps.Env, cl *remote.Client, w *nodeWant) error {
+			imgs, err := m.art.images(ctx, env, workerImages...)
+			if err != nil {
+				return err
+			}
+			have, err := importedImages(ctx, cl)
+			if err != nil {
+				return fmt.Errorf("list images (is containerd running?): %w", err)
+			}
+			for _, im := range imgs {
+				if have[im.ref] {
+					continue
+				}
+				data, err := im.load()
+				if err != nil {
+					return err
+				}
+				p := "/var/lib/khw/images/" + im.file
+				if _, err := cl.Install(ctx, remote.File{Path: p, Data: data, Mode: 0o644}); err != nil {
+					return err
+				}
+				if _, _, err := cl.Run(ctx, "ctr -n k8s.io images import "+quote(p), remote.RunOptions{Sudo: true}); err != nil {
+					return fmt.Errorf("import %s: %w", im.ref, err)
+				}
+				fmt.Fprintf(env.NodeLog(w.Node.Name), "%s worker: imported %s\n", time.Now().Format(time.RFC3339), im.ref)
+			}
+			return nil
+		},
+		Commands: func(w *nodeWant) []steps.Command {
+			refs, _ := imageRefs(c)
+			var sh []string
+			for _, r := range refs {
+				sh = append(sh, "sudo ctr -n k8s.io images import <the image tarball of "+r+">")
+			}
+			return []steps.Command{{Node: w.Node.Name, Why: "the node pulls nothing: import the images (from the mirror's MIRROR/<registry>/<repo>/<tag>/image-linux-<arch>.tar)",
+				Shell: strings.Join(sh, "\n") + "\nsudo crictl images"}}
+		},
+	}
+}
+
+func imageRefs(c *config.Cluster) ([]string, error) {
+	rs, err := resolve(c, workerImages)
+	if err != nil {
+		return nil, err
+	}
+	var refs []string
+	for _, r := range rs {
+		refs = append(refs, r.Image)
+	}
+	return refs, nil
+}
+
+// importedImages lists the image references in containerd's k8s.io
+// namespace.
+func importedImages(ctx context.Context, cl *remote.Client) (map[string]bool, error) {
+	out, _, err := cl.Run(ctx, "ctr -n k8s.io images ls -q", remote.RunOptions{Sudo: true})
+	if err != nil {
+		return nil, err
+	}
+	have := map[string]bool{}
+	for _, l := range strings.Fields(string(out)) {
+		have[l] = true
+	}
+	return have, nil
+}
+
+// workerSpec is the component spec of the workers chosen by only.
+func workerSpec(m *Machines, c *config.Cluster, id, title string, only func(config.Node) bool, inputs func(render.Input) bool) *componentSpec {
+	return &componentSpec{
+		id: id, title: title,
+		role:     config.RoleWorker,
+		only:     only,
+		binaries: workerBinaries,
+		rendered: workerRendered(c),
+		inputs:   inputs,
+		packages: workerPackages(c),
+		unitsFor: workerUnits,
+		extras: func(n config.Node) []nodeExtra {
+			return []nodeExtra{hostPrep(), m.imagesExtra(c)}
+		},
+	}
+}
+
+// NewWorkersStep returns lab 07-workers: on every worker that does not join
+// by TLS bootstrap (w1, w2), the kernel prerequisites, containerd, runc, the
+// CNI plugins and config, crictl, kubelet and kube-proxy with their configs,
+// certs and kubeconfigs, the images imported; then each Node registered and
+// Ready.
+func NewWorkersStep(m *Machines, c *config.Cluster) steps.Step {
+	spec := workerSpec(m, c, "07-workers", "Bootstrap the worker nodes",
+		func(n config.Node) bool { return !n.TLSBootstrap },
+		func(in render.Input) bool { return !strings.HasSuffix(in.Path, "/bootstrap-kubeconfig") })
+	s := &componentStep{m: m, spec: spec, wait: WorkerWait}
+	s.health = func(ctx context.Context, env *steps.Env) ([]steps.Diff, error) {
+		var names []string
+		for _, n := range env.Cluster.Workers() {
+			if !n.TLSBootstrap {
+				names = append(names, n.Name)
+			}
+		}
+		return nodesReady(ctx, m, env, names)
+	}
+	s.extraCommands = func(env *steps.Env) []steps.Command {
+		return []steps.Command{{Why: "every worker registered itself and is Ready", Shell: "kubectl --kubeconfig " + adminKubeconfig(env) + " get nodes -o wide"}}
+	}
+	return s
+}
+
+// nodesReady returns one diff per node that is not registered or not Ready,
+// with the kubelet's reason.
+func nodesReady(ctx context.Context, m *Machines, env *steps.Env, names []string) ([]steps.Diff, error) {
+	cfg, err := m.restConfig(env, "")
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kube.Clientset(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var diffs []steps.Diff
+	for _, name := range names {
+		nd, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			diffs = append(diffs, steps.Diff{Node: name, What: "Node " + name + " is not registered", Fix: "start the kubelet; read journalctl -u kubelet"})
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get Node %s: %w", name, err)
+		}
+		if ok, why := nodeReady(nd); !ok {
+			diffs = append(diffs, steps.Diff{Node: name, What: "Node " + name + " is not Ready: " + why, Fix: "wait; read journalctl -u kubelet -u containerd"})
+		}
+	}
+	return diffs, nil
+}
+
+func nodeReady(n *corev1.Node) (bool, string) {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			if c.Status == corev1.ConditionTrue {
+				return true, ""
+			}
+			return false, strings.TrimSpace(c.Reason + " " + c.Message)
+		}
+	}
+	return false, "no Ready condition yet"
+}
+
+// image is one worker image's tarball.
+type image struct {
+	ref, file string
+	load      func() ([]byte, error)
+}
+
+// images fetches the named image artifacts (tarballs importable with ctr).
+func (a *artifacts) images(ctx context.Context, env *steps.Env, names ...string) ([]image, error) {
+	sel, err := resolve(env.Cluster, names)
+	if err != nil {
+		return nil, err
+	}
+	f := a.Fetcher
+	if f == nil {
+		f = &components.Fetcher{Mirror: components.DefaultMirror()}
+	}
+	fc := *f
+	if fc.Progress == nil {
+		fc.Progress = env.NodeLog("")
+	}
+	fetched, err := fc.Fetch(ctx, sel)
+	if err != nil {
+		return nil, fmt.Errorf("fetch images: %w (set %s to an offline mirror)", err, components.EnvMirror)
+	}
+	var out []image
+	for _, ft := range fetched {
+		if ft.Err != nil {
+			return nil, fmt.Errorf("fetch %s: %w", ft.Resolved.Image, ft.Err)
+		}
+		p := ft.Path
+		out = append(out, image{ref: ft.Resolved.Image, file: ft.Resolved.Artifact.Name + "-" + ft.SHA256[:12] + ".tar",
+			load: func() ([]byte, error) { return readFile(p) }})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ref < out[j].ref })
+	return out, nil
+}
