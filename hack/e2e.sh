@@ -7,14 +7,14 @@
 # (network namespace, nspawn processes, node roots). It cleans up on failure
 # and Ctrl-C too. Needs root (nspawn) and a Debian/Ubuntu host.
 #
-# Env: MIRROR_DIR (default ~/.cache/khw/mirror), E2E_ONLY (mirror components,
-# default kubernetes,etcd: what steps 01-06 install), E2E_KEEP=1 keeps the
+# Env: MIRROR_DIR (default ~/.cache/khw/mirror), E2E_ONLY (mirror components
+# to build, default all), E2E_KEEP=1 keeps the
 # cluster up at the end (tear it down with the printed khw down).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MIRROR_DIR=${MIRROR_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/khw/mirror}
-E2E_ONLY=${E2E_ONLY:-kubernetes,etcd}
+E2E_ONLY=${E2E_ONLY:-}
 KHW=$PWD/bin/khw
 STATE=$(mktemp -d /tmp/khw-e2e.XXXXXX)
 NAME=e2e$$
@@ -74,7 +74,7 @@ status_check() {
 }
 
 phase "build khw"       make -s build
-phase "offline mirror"  hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$(go env GOARCH)" --only "$E2E_ONLY"
+phase "offline mirror"  hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$(go env GOARCH)" ${E2E_ONLY:+--only "$E2E_ONLY"}
 phase "khw init"        "$KHW" init --name "$NAME" --provider nspawn
 phase "khw up"          "$KHW" up
 phase "khw status"      status_check

@@ -7,7 +7,8 @@
 # khw up changes only what differs.
 #
 # Env: KHW_CLUSTER (default khw), KHW_STATE_DIR, MIRROR_DIR
-# (default ~/.cache/khw/mirror), UP_ONLY (mirror components to build).
+# (default ~/.cache/khw/mirror), UP_ONLY (mirror components to build;
+# default all of them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,13 +17,13 @@ if [ "$(id -u)" != 0 ]; then
   exit 2
 fi
 MIRROR_DIR=${MIRROR_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/khw/mirror}
-UP_ONLY=${UP_ONLY:-kubernetes,etcd}
+UP_ONLY=${UP_ONLY:-}
 export KHW_MIRROR=${KHW_MIRROR:-$MIRROR_DIR}
 export KHW_CLUSTER=${KHW_CLUSTER:-khw}
 KHW=$PWD/bin/khw
 
-echo "== offline mirror ($UP_ONLY) in $MIRROR_DIR (first time: ~20 min on 2 cores; then seconds)"
-hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$(go env GOARCH)" --only "$UP_ONLY"
+echo "== offline mirror (${UP_ONLY:-every component}) in $MIRROR_DIR (first time: ~30 min on 2 cores; then seconds)"
+hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$(go env GOARCH)" ${UP_ONLY:+--only "$UP_ONLY"}
 
 if ! "$KHW" config show >/dev/null 2>&1; then
   echo "== khw init --provider nspawn (cluster $KHW_CLUSTER)"
@@ -36,10 +37,10 @@ echo "== khw status"
 cat <<MSG
 
 The cluster $KHW_CLUSTER is up. Its nodes live in the network namespace khw-$KHW_CLUSTER.
-  sudo bin/khw kubectl get --raw /readyz      kubectl with the admin kubeconfig, through the load balancer
-  sudo bin/khw shell                          a shell in the cluster network (KUBECONFIG set; ssh -F \$KHW_SSH_CONFIG cp1)
-  sudo bin/khw status                         nodes, units, etcd members and leader, /readyz, Lease holders
-  sudo bin/khw up --dry-run                   what differs from cluster.yaml (nothing, right now)
-  sudo bin/khw power off cp2                  pull a node's plug; sudo bin/khw up brings it back
-  sudo bin/khw down                           remove the nodes and the network (keeps certs and cluster.yaml)
+  sudo -E bin/khw kubectl get --raw /readyz      kubectl with the admin kubeconfig, through the load balancer
+  sudo -E bin/khw shell                          a shell in the cluster network (KUBECONFIG set; ssh -F \$KHW_SSH_CONFIG cp1)
+  sudo -E bin/khw status                         nodes, units, etcd members and leader, /readyz, Lease holders
+  sudo -E bin/khw up --dry-run                   what differs from cluster.yaml (nothing, right now)
+  sudo -E bin/khw power off cp2                  pull a node's plug; sudo bin/khw up brings it back
+  sudo -E bin/khw down                           remove the nodes and the network (keeps certs and cluster.yaml)
 MSG

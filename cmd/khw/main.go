@@ -4,6 +4,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -15,10 +16,11 @@ import (
 // Exit codes. They are part of the interface: scripts and the classroom
 // grader rely on them.
 const (
-	exitOK      = 0
-	exitFailed  = 1 // the operation ran and failed (a node, a cert, a check)
-	exitUsage   = 2 // bad command line: unknown flag, wrong arguments
-	exitInvalid = 3 // cluster.yaml or another input file is invalid; nothing was changed
+	exitOK          = 0
+	exitFailed      = 1   // the operation ran and failed (a node, a cert, a check)
+	exitUsage       = 2   // bad command line: unknown flag, wrong arguments
+	exitInvalid     = 3   // cluster.yaml or another input file is invalid; nothing was changed
+	exitInterrupted = 130 // interrupted by Ctrl-C or SIGTERM; run the command again to continue
 )
 
 // usageError marks command-line mistakes (exit 2).
@@ -39,6 +41,9 @@ func exitCode(err error) int {
 	var ie invalidInputError
 	var ve *config.ValidationError
 	switch {
+	case errors.Is(err, context.Canceled):
+		// Interrupted (Ctrl-C, SIGTERM): the shell convention 128+SIGINT.
+		return exitInterrupted
 	case errors.As(err, &ue), strings.HasPrefix(err.Error(), "unknown command "):
 		return exitUsage
 	case errors.As(err, &ie), errors.As(err, &ve):

@@ -44,7 +44,8 @@ Binaries come from the download cache (~/.cache/khw/artifacts), filled from
 $KHW_MIRROR (an offline mirror, see khw mirror) or the official URLs, each
 checked against its published SHA-256.
 
-Logs: <state>/logs/<node>.log per node and <state>/logs/_khw.log.
+Logs: <state>/<cluster>/logs/<node>.log per node and
+<state>/<cluster>/logs/_khw.log (the runner's trail).
 Provider nspawn needs root (sudo); the first run builds the Debian node image
 with debootstrap into ~/.cache/khw/nspawn (a few minutes).`
 
@@ -69,6 +70,11 @@ func newUpCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer unlock()
+			// Step names are checked before anything is touched (the
+			// constructors do not use the machines).
+			if _, err := steps.Select(bringup.Steps(nil, c), opts.From, opts.Until); err != nil {
+				return usagef("%v", err)
+			}
 			env := steps.NewEnv(c, d)
 			env.Verbosity = a.verbosity
 			defer env.Close()

@@ -274,3 +274,21 @@ func TestStatusRejectsBadOutput(t *testing.T) {
 		t.Errorf("status -o yaml: exit %d: %s", code, errOut)
 	}
 }
+
+// TestUpBadStepNamesAreUsageErrors: a bad --from/--until is exit 2 and
+// touches nothing (not even the SSH key), whatever the provider.
+func TestUpBadStepNamesAreUsageErrors(t *testing.T) {
+	base := t.TempDir()
+	if _, errOut, code := run(t, base, "init", "--name", "bs", "--provider", "libvirt"); code != 0 {
+		t.Fatalf("init: %s", errOut)
+	}
+	for _, args := range [][]string{{"up", "--from", "99"}, {"up", "--until", "bogus"}, {"up", "--from", "05", "--until", "04"}} {
+		_, errOut, code := run(t, base, args...)
+		if code != exitUsage || !strings.Contains(errOut, "valid steps are") && !strings.Contains(errOut, "comes after") {
+			t.Errorf("%v: exit %d, want %d: %s", args, code, exitUsage, errOut)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(base, "bs", "ssh")); err == nil {
+		t.Errorf("a usage error created the SSH key directory")
+	}
+}

@@ -126,7 +126,7 @@ func goTypeWord(t string) string {
 
 // fieldComments are written above keys by Marshal so cluster.yaml teaches.
 var fieldComments = map[string]string{
-	"name":                     "Cluster name: state dir, network namespace khw-<name>, VM names khw-<name>-<node>.",
+	"name":                     "Cluster name: state dir, network namespace khw-<name>, nspawn machines <name>-<node>, VM names khw-<name>-<node>.",
 	"arch":                     "CPU architecture of the nodes: arm64 or amd64.",
 	"provider":                 "What makes the machines: libvirt (VMs, needs KVM) or nspawn (systemd-nspawn containers).",
 	"network":                  "The node network. The host (jumpbox) is the gateway.",

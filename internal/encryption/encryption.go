@@ -342,7 +342,7 @@ func Prune(path string) (*Result, error) {
 	res.Removed = removed
 	res.Reason = "removed " + strings.Join(removed, ", ")
 	res.NextSteps = fmt.Sprintf(`Old keys removed: %s. Remaining step by hand (%s):
-  Copy this file to every control plane and restart each kube-apiserver.
+  Run khw up: it copies this file to every control plane and restarts the apiservers one at a time (by hand: copy it and restart each kube-apiserver).
   A Secret still encrypted with a removed key can no longer be read; if one shows up, put the key back from your backup.`,
 		strings.Join(removed, ", "), DocURL)
 	return res, nil
@@ -476,11 +476,11 @@ func addKey(path string, rnd io.Reader, first bool) (*Result, error) {
 		res.Reason = "staged " + name + " as a decrypt-only key"
 		res.NextSteps = fmt.Sprintf(`Key %s is staged: every apiserver that loads this file can decrypt with it, none encrypts with it yet.
 Remaining steps (HA rotation, %s):
-  1. Copy this file to every control plane and restart each kube-apiserver.
-  2. Promote %s (it becomes the first key), copy the file again and restart each kube-apiserver.
+  1. Run khw up: it copies this file to every control plane and restarts the apiservers one at a time (by hand: copy it and restart each kube-apiserver).
+  2. Promote %s (it becomes the first key), run khw up again.
   3. Rewrite every Secret with %s:
        %s
-  4. Prune the old keys (%s), copy the file again and restart each kube-apiserver.`,
+  4. Prune the old keys (%s), run khw up again.`,
 			name, DocURL, name, name, RewriteCommand, strings.Join(old, ", "))
 	}
 	return res, nil
@@ -489,24 +489,24 @@ Remaining steps (HA rotation, %s):
 func afterRotate(f *file, name string, old []string) string {
 	return fmt.Sprintf(`Key %s now encrypts new writes; the old keys (%s) stay listed to decrypt what they wrote.
 Remaining steps by hand (%s):
-  1. Copy this file to every control plane and restart each kube-apiserver.
+  1. Run khw up: it copies this file to every control plane and restarts the apiservers one at a time (by hand: copy it and restart each kube-apiserver).
      (With several apiservers, one restarted first writes with %s while the others cannot read it yet;
      Stage then Promote avoids that window.)
   2. Rewrite every Secret so it is stored with %s:
        %s
   3. Check that the raw etcd value of a Secret starts with k8s:enc:%s:v1:%s:
-  4. Prune the old keys (%s), copy the file again and restart each kube-apiserver.`,
+  4. Prune the old keys (%s), run khw up again.`,
 		name, strings.Join(old, ", "), DocURL, name, name, RewriteCommand, f.provider, name, strings.Join(old, ", "))
 }
 
 func afterPromote(f *file, name string) string {
 	others := f.keyNames()[1:]
 	return fmt.Sprintf(`Key %s now encrypts new writes. Remaining steps by hand (%s):
-  1. Copy this file to every control plane and restart each kube-apiserver.
+  1. Run khw up: it copies this file to every control plane and restarts the apiservers one at a time (by hand: copy it and restart each kube-apiserver).
   2. Rewrite every Secret so it is stored with %s:
        %s
   3. Check that the raw etcd value of a Secret starts with k8s:enc:%s:v1:%s:
-  4. Prune the old keys (%s), copy the file again and restart each kube-apiserver.`,
+  4. Prune the old keys (%s), run khw up again.`,
 		name, DocURL, name, RewriteCommand, f.provider, name, strings.Join(others, ", "))
 }
 

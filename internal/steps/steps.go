@@ -279,7 +279,7 @@ func (l *logFile) close() error {
 }
 
 // Lookup finds the step named name: its exact ID ("04-etcd"), else the
-// unique step whose number ("04") or name ("etcd") part matches. The error
+// unique step whose number ("04", or "4") or name ("etcd") part matches. The error
 // lists the valid IDs.
 func Lookup(steps []Step, name string) (Step, error) {
 	for _, s := range steps {
@@ -290,7 +290,7 @@ func Lookup(steps []Step, name string) (Step, error) {
 	var found []Step
 	for _, s := range steps {
 		num, rest, _ := strings.Cut(s.ID(), "-")
-		if name != "" && (num == name || rest == name) {
+		if name != "" && (num == name || rest == name || strings.TrimLeft(num, "0") == strings.TrimLeft(name, "0") && strings.Trim(name, "0123456789") == "" && strings.TrimLeft(name, "0") != "") {
 			found = append(found, s)
 		}
 	}
