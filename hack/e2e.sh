@@ -68,6 +68,29 @@ noop_check() {
   fi
 }
 
+# Independent witnesses of the TLS bootstrap and the workers: kubectl (not
+# khw's client-go code) and openssl on w3 itself.
+witness() {
+  "$KHW" kubectl get nodes -o wide
+  local ready
+  ready=$("$KHW" kubectl get nodes --no-headers | awk '$2 == "Ready"' | wc -l)
+  if [ "$ready" != 3 ]; then
+    echo "e2e: $ready Ready nodes, want 3" >&2
+    return 1
+  fi
+  "$KHW" kubectl get csr
+  "$KHW" kubectl get csr --no-headers | grep -q 'kube-apiserver-client-kubelet.*system:bootstrap:.*Approved,Issued' || {
+    echo "e2e: no client CSR of w3 requested with a bootstrap token and issued" >&2; return 1; }
+  local subject
+  # shellcheck disable=SC2016 # expanded by the inner shell, where khw shell sets it
+  subject=$("$KHW" shell -- sh -c 'ssh -F "$KHW_SSH_CONFIG" w3 sudo openssl x509 -noout -subject -in /var/lib/kubelet/pki/kubelet-client-current.pem')
+  echo "w3 client cert: $subject"
+  case "$subject" in
+    *"O = system:nodes, CN = system:node:w3"*) ;;
+    *) echo "e2e: w3's client cert subject is not O=system:nodes, CN=system:node:w3" >&2; return 1 ;;
+  esac
+}
+
 status_check() {
   "$KHW" status
   "$KHW" status -o json | grep -q '"quorum": true'
@@ -76,7 +99,13 @@ status_check() {
 phase "build khw"       make -s build
 phase "offline mirror"  hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$(go env GOARCH)" ${E2E_ONLY:+--only "$E2E_ONLY"}
 phase "khw init"        "$KHW" init --name "$NAME" --provider nspawn
+UP_T0=$(date +%s%N)
 phase "khw up"          "$KHW" up
+if "$KHW" smoke --help >/dev/null 2>&1; then
+  phase "khw smoke"     "$KHW" smoke
+fi
+UP_T1=$(date +%s%N)
+phase "witnesses"       witness
 phase "khw status"      status_check
 phase "khw up (no-op)"  noop_check
 if [ "${E2E_KEEP:-}" != 1 ]; then
@@ -86,3 +115,5 @@ fi
 echo
 echo "e2e wall times ($(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ)):"
 printf '  %s\n' "${PHASES[@]}"
+ds=$(( (UP_T1 - UP_T0) / 100000000 ))
+printf '  %-22s %5d.%d s\n' "up start → smoke green" $((ds / 10)) $((ds % 10))
