@@ -141,6 +141,7 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 		newUpCmd(a),
 		newDownCmd(a),
 		newStatusCmd(a),
+		newSmokeCmd(a),
 		newShellCmd(a),
 		newKubectlCmd(a),
 		newPowerCmd(a),

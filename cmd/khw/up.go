@@ -27,6 +27,16 @@ const upLong = `Bring the cluster up, one lab step at a time, in order:
                     the RBAC that lets the apiserver reach kubelets
   06-lb             HAProxy on lb (TCP passthrough, HTTPS /readyz health
                     checks); /readyz through lb:6443 with the admin kubeconfig
+  07-workers        w1, w2: kernel prerequisites, containerd, runc, CNI,
+                    kubelet, kube-proxy, images imported; Nodes Ready
+  08-pod-network    routes to every other worker's podCIDR on each worker
+  09-coredns        CoreDNS (Service kube-dns at the cluster DNS IP) Available
+  10-tls-bootstrap  w3 joins with a bootstrap token: its client CSR is
+                    approved by the controller-manager, its serving CSR by
+                    khw after checking requestor and SANs; token deleted
+  11-smoke          encryption at rest, a Deployment, logs, exec,
+                    port-forward, NodePort on every worker, DNS, a pod on w3
+                    (also: khw smoke)
 
 Each step first checks the actual state against cluster.yaml: files on the
 nodes (SHA-256, mode, owner), systemd units (enabled, active, started after

@@ -116,6 +116,8 @@ func Steps(m *Machines, c *config.Cluster) []steps.Step {
 		NewLBStep(m),
 		NewWorkersStep(m, c),
 		NewPodNetworkStep(m, c),
+		NewCoreDNSStep(m),
 		NewTLSBootstrapStep(m, c),
+		NewSmokeStep(m),
 	}
 }

@@ -117,30 +117,16 @@ func Etcd(ctx context.Context, t Target) (*EtcdReport, error) {
 	if len(cps) == 0 {
 		return nil, fmt.Errorf("cluster %s has no node with role %s: no etcd member to ask", t.Cluster.Name, config.RoleControlPlane)
 	}
-	tlsCfg, err := t.clientTLS()
+	cli, err := t.EtcdClient()
 	if err != nil {
 		return nil, err
 	}
+	defer cli.Close()
 	dial := t.Dialer()
 	endpoints := make([]string, len(cps))
 	for i, n := range cps {
 		endpoints[i] = "https://" + net.JoinHostPort(n.IP, strconv.Itoa(EtcdClientPort))
 	}
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: endpoints,
-		TLS:       tlsCfg,
-		Logger:    zap.NewNop(),
-		// No retries beyond one round over the endpoints: a dead member
-		// must fail fast, not be retried until the deadline.
-		MaxUnaryRetries: 1,
-		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return dial(ctx, "tcp", addr)
-		})},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("etcd client for %v: %w", endpoints, err)
-	}
-	defer cli.Close()
 
 	rep := &EtcdReport{Endpoints: make([]EtcdEndpoint, len(cps))}
 	var wg sync.WaitGroup
@@ -179,6 +165,50 @@ func Etcd(ctx context.Context, t Target) (*EtcdReport, error) {
 		return rep, fmt.Errorf("etcd: no member answered on %v (is etcd running on the control planes? `khw status` shows the etcd unit; the first endpoint said: %s)", endpoints, rep.Endpoints[0].Err)
 	}
 	return rep, nil
+}
+
+// EtcdClient returns an etcd v3 client for every control-plane member of
+// t.Cluster (https://<cp IP>:2379, in cluster.yaml order), authenticating
+// with t.PKIDir's admin.pem / admin-key.pem and verifying the members'
+// serving certificate against ca.pem, every connection opened through
+// t.Dialer. The client makes one retry round over the endpoints, so a dead
+// member fails fast. It does not connect until the first request; bound each
+// request with a context deadline. Close it when done.
+//
+// Errors: no cluster, no control plane, or the PKI files cannot be loaded
+// (the message names the file and the fix).
+func (t Target) EtcdClient() (*clientv3.Client, error) {
+	if err := t.requireCluster(); err != nil {
+		return nil, err
+	}
+	cps := t.Cluster.ControlPlanes()
+	if len(cps) == 0 {
+		return nil, fmt.Errorf("cluster %s has no node with role %s: no etcd member to ask", t.Cluster.Name, config.RoleControlPlane)
+	}
+	tlsCfg, err := t.clientTLS()
+	if err != nil {
+		return nil, err
+	}
+	dial := t.Dialer()
+	endpoints := make([]string, len(cps))
+	for i, n := range cps {
+		endpoints[i] = "https://" + net.JoinHostPort(n.IP, strconv.Itoa(EtcdClientPort))
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: endpoints,
+		TLS:       tlsCfg,
+		Logger:    zap.NewNop(),
+		// No retries beyond one round over the endpoints: a dead member
+		// must fail fast, not be retried until the deadline.
+		MaxUnaryRetries: 1,
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return dial(ctx, "tcp", addr)
+		})},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client for %v: %w", endpoints, err)
+	}
+	return cli, nil
 }
 
 // etcdStatus probes one endpoint: a plain TCP connect first (so a stopped

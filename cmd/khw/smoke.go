@@ -1,0 +1,163 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/khw-dev/khw/internal/bringup"
+	"github.com/khw-dev/khw/internal/health"
+	"github.com/khw-dev/khw/internal/kube"
+	"github.com/khw-dev/khw/internal/kubeconfig"
+	"github.com/khw-dev/khw/internal/smoke"
+)
+
+const smokeLong = `Run the smoke tests of Kubernetes the Hard Way against the running cluster,
+as admin through the load balancer, and show what proves each one:
+
+  encryption          create Secret kubernetes-the-hard-way (mykey=mydata) and
+                      read its raw value from etcd: it must start with the
+                      prefix of the first key of encryption-config.yaml
+                      (k8s:enc:aescbc:v1:key1:) and hold no plaintext
+  deployment          a Deployment of agnhost (netexec on :80) gets a Ready
+                      pod; the image is imported on the workers, not pulled
+  logs                the pod's logs, which the apiserver fetches from the
+                      kubelet on :10250
+  exec                cat /etc/hostname in the container prints the pod name
+  port-forward        a local port on this machine reaches the pod's port 80
+  nodeport            a NodePort Service answers on every worker's IP, also
+                      on workers without the pod (kube-proxy, pod routes)
+  dns                 from the pod, kubernetes.default.svc.<domain> resolves
+                      to the kubernetes Service IP through the cluster DNS
+  tls-bootstrap-node  a pod pinned to the worker that joined by TLS bootstrap
+                      serves logs and exec, and that kubelet's serving
+                      certificate on :10250 verifies against ca.pem
+
+Everything is created in the namespace khw-smoke, which is deleted at the
+end (and before, if an earlier run left it); --keep leaves it to look at.
+Each wait is bounded (--wait for each pod, a minute for the NodePorts and
+DNS to answer), so a broken cluster fails with what was seen instead of
+hanging.
+
+Exit status: 0 when every check passed, 1 when one failed (or the cluster
+could not be reached). -o json prints
+  {"cluster", "namespace", "kept", "cleanupError",
+   "checks": [{"name", "ok", "skipped", "node", "evidence", "error", "durationNs"}]}`
+
+func newSmokeCmd(a *app) *cobra.Command {
+	var keep bool
+	var output string
+	var wait time.Duration
+	cmd := &cobra.Command{
+		Use:     "smoke",
+		Short:   "Smoke-test the cluster: encryption at rest, a Deployment, logs, exec, port-forward, NodePort, DNS",
+		Long:    smokeLong,
+		Example: "  khw smoke\n  khw smoke --keep\n  khw smoke -o json | jq '.checks[] | select(.ok | not)'",
+		Args:    exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "text" && output != "json" {
+				return usagef("-o %q: use text or json", output)
+			}
+			if wait <= 0 {
+				return usagef("--wait %v: use a positive duration such as 2m", wait)
+			}
+			d, c, err := a.load()
+			if err != nil {
+				return err
+			}
+			cfg, err := kube.RESTConfig(filepath.Join(d.KubeconfigDir(), kubeconfig.AdminFile), "")
+			if err != nil {
+				return fmt.Errorf("%w (fix: khw kubeconfig)", err)
+			}
+			p, err := bringup.NewProvider(c, d, "", nil)
+			if err != nil {
+				return err
+			}
+			target := health.Target{Cluster: c, PKIDir: d.PKIDir(), Dial: p.Dialer()}
+			cfg.Dial = target.Dialer()
+			cfg.Timeout = 10 * time.Second
+			r, err := smoke.New(c, d, cfg, p.Dialer())
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			opts := smoke.Options{Keep: keep, Wait: wait}
+			if output == "text" {
+				opts.Progress = func(ch smoke.Check) { printSmokeCheck(a.out, ch) }
+			}
+			rep := r.Run(ctx, opts)
+			if output == "json" {
+				enc := json.NewEncoder(a.out)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			} else {
+				printSmokeSummary(a.out, rep)
+			}
+			if rep.CleanupErr != "" {
+				fmt.Fprintf(a.errOut, "Warning: %s\n", rep.CleanupErr)
+			}
+			return smokeResult(c.Name, rep)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&keep, "keep", false, "leave the namespace "+smoke.Namespace+" and everything in it")
+	f.StringVarP(&output, "output", "o", "text", "output format: text or json")
+	f.DurationVar(&wait, "wait", smoke.DefaultWait, "how long each smoke pod may take to become Ready")
+	return cmd
+}
+
+// printSmokeCheck prints one check: "✓ name  evidence (1.2s)", or
+// "✗ name  error" with the evidence on a second line; "- name …" when
+// skipped.
+func printSmokeCheck(w io.Writer, c smoke.Check) {
+	mark, text := "✓", c.Evidence
+	switch {
+	case c.Skipped:
+		mark = "-"
+	case !c.OK:
+		mark, text = "✗", c.Err
+	}
+	fmt.Fprintf(w, "%s %-18s %s (%s)\n", mark, c.Name, text, c.Duration.Round(100*time.Millisecond))
+	if !c.OK && c.Evidence != "" {
+		fmt.Fprintf(w, "  %-18s seen: %s\n", "", c.Evidence)
+	}
+}
+
+// printSmokeSummary prints the closing line: how many checks passed and
+// what happened to the namespace.
+func printSmokeSummary(w io.Writer, rep *smoke.Report) {
+	passed := len(rep.Checks) - len(rep.Failed())
+	fmt.Fprintf(w, "%d of %d checks passed", passed, len(rep.Checks))
+	switch {
+	case rep.Kept:
+		fmt.Fprintf(w, "; namespace %s kept (kubectl delete namespace %s when done)", rep.Namespace, rep.Namespace)
+	case rep.CleanupErr == "":
+		fmt.Fprintf(w, "; namespace %s deleted", rep.Namespace)
+	}
+	fmt.Fprintln(w)
+}
+
+// smokeResult is the command's error: nil when every check passed, else
+// one naming the failed checks (exit status 1).
+func smokeResult(cluster string, rep *smoke.Report) error {
+	failed := rep.Failed()
+	if len(failed) == 0 {
+		return nil
+	}
+	var names []string
+	for _, c := range failed {
+		names = append(names, c.Name)
+	}
+	return fmt.Errorf("cluster %s: %d of %d smoke checks failed: %s", cluster, len(failed), len(rep.Checks), strings.Join(names, ", "))
+}
