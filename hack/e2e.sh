@@ -62,7 +62,7 @@ noop_check() {
   local out
   out=$("$KHW" up)
   echo "$out"
-  if echo "$out" | grep -v '(clean' | grep -q '^'; then
+  if [ "$(grep -vc '(clean' <<<"$out")" != 0 ]; then
     echo "e2e: the second khw up was not a no-op (every line must say clean)" >&2
     return 1
   fi
@@ -73,13 +73,16 @@ noop_check() {
 witness() {
   "$KHW" kubectl get nodes -o wide
   local ready
-  ready=$("$KHW" kubectl get nodes --no-headers | awk '$2 == "Ready"' | wc -l)
+  ready=$("$KHW" kubectl get nodes --no-headers | awk '$2 == "Ready" { n++ } END { print n + 0 }')
   if [ "$ready" != 3 ]; then
     echo "e2e: $ready Ready nodes, want 3" >&2
     return 1
   fi
-  "$KHW" kubectl get csr
-  "$KHW" kubectl get csr --no-headers | grep -q 'kube-apiserver-client-kubelet.*system:bootstrap:.*Approved,Issued' || {
+  local csrs
+  csrs=$("$KHW" kubectl get csr)
+  echo "$csrs"
+  # (captured first: grep -q in a pipe would end kubectl with SIGPIPE under pipefail)
+  grep -q 'kube-apiserver-client-kubelet.*system:bootstrap:.*Approved,Issued' <<<"$csrs" || {
     echo "e2e: no client CSR of w3 requested with a bootstrap token and issued" >&2; return 1; }
   local subject
   # shellcheck disable=SC2016 # expanded by the inner shell, where khw shell sets it
@@ -93,7 +96,9 @@ witness() {
 
 status_check() {
   "$KHW" status
-  "$KHW" status -o json | grep -q '"quorum": true'
+  local js
+  js=$("$KHW" status -o json)
+  grep -q '"quorum": true' <<<"$js"
 }
 
 phase "build khw"       make -s build
