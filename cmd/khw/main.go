@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/jumpbox"
 )
 
 // Exit codes. They are part of the interface: scripts and the classroom
@@ -20,6 +21,7 @@ const (
 	exitFailed      = 1   // the operation ran and failed (a node, a cert, a check)
 	exitUsage       = 2   // bad command line: unknown flag, wrong arguments
 	exitInvalid     = 3   // cluster.yaml or another input file is invalid; nothing was changed
+	exitNotFound    = 127 // khw shell -- CMD: CMD was not found (as in a shell)
 	exitInterrupted = 130 // interrupted by Ctrl-C or SIGTERM; run the command again to continue
 )
 
@@ -41,6 +43,10 @@ func exitCode(err error) int {
 	var ie invalidInputError
 	var ve *config.ValidationError
 	switch {
+	case errors.As(err, new(*jumpbox.NotFoundError)):
+		// khw shell -- CMD / khw kubectl: the command does not exist, as a
+		// shell says it.
+		return exitNotFound
 	case errors.Is(err, context.Canceled):
 		// Interrupted (Ctrl-C, SIGTERM): the shell convention 128+SIGINT.
 		return exitInterrupted

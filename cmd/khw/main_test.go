@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/khw-dev/khw/internal/jumpbox"
 	"github.com/khw-dev/khw/internal/state"
 )
 
@@ -254,5 +258,23 @@ func TestLostCAKeyIsRefused(t *testing.T) {
 	out, _, _ = run(t, base, "pki")
 	if !strings.Contains(out, "fixed mode") || !strings.Contains(out, "admin-key.pem") {
 		t.Fatalf("mode fix not reported:\n%s", out)
+	}
+}
+
+// TestExitCodesOfWrappedErrors: the exit code follows the cause through
+// the wrapping a step or a command adds.
+func TestExitCodesOfWrappedErrors(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want int
+	}{
+		{fmt.Errorf("step 04-etcd: apply failed: %w", context.Canceled), exitInterrupted},
+		{fmt.Errorf("cluster x: %w", &jumpbox.NotFoundError{File: "nosuch", Path: "/bin"}), exitNotFound},
+		{usagef("--from: no step %q", "99"), exitUsage},
+		{errors.New("plain failure"), exitFailed},
+	} {
+		if got := exitCode(tt.err); got != tt.want {
+			t.Errorf("exitCode(%v) = %d, want %d", tt.err, got, tt.want)
+		}
 	}
 }

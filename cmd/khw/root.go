@@ -95,7 +95,10 @@ Where things live:
                    in the state directory.
 
 Exit codes: 0 success, 1 the operation failed, 2 bad command line,
-3 an input file (cluster.yaml, a cert) is invalid and nothing was changed.`
+3 an input file (cluster.yaml, a cert) is invalid and nothing was changed,
+127 khw shell -- CMD: no such command, 130 interrupted (Ctrl-C; run the
+command again to continue). khw shell and khw kubectl pass on the exit
+code of what they ran.`
 
 const rootExample = `  # Describe a cluster, then make its certificates, kubeconfigs and node files
   khw init --provider nspawn

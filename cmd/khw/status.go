@@ -458,7 +458,14 @@ func etcdSummary(e *health.EtcdReport) string {
 	}
 	q := fmt.Sprintf("quorum %d/%d healthy (%d needed)", e.Healthy, e.Size, e.QuorumSize)
 	if !e.Quorum {
-		q = "NO QUORUM: " + q + "; writes and linearizable reads block until enough members are back"
+		answered := 0
+		for _, ep := range e.Endpoints {
+			if ep.OK {
+				answered++
+			}
+		}
+		q = fmt.Sprintf("NO QUORUM: %d/%d members answer, %d healthy, %d needed; writes and linearizable reads block until enough members are back",
+			answered, e.Size, e.Healthy, e.QuorumSize)
 	}
 	return fmt.Sprintf("%s, term %d, %s", leader, e.RaftTerm, q)
 }

@@ -260,7 +260,11 @@ func checkNode(ctx context.Context, m *Machines, w *nodeWant) ([]steps.Diff, nod
 	for _, f := range w.Files {
 		if d, ok := fileDiff(w.Node.Name, f, st.Files[f.Path]); !ok {
 			diffs = append(diffs, d)
-			changing[f.Path] = true
+			// Only new content makes a unit restart; a mode or owner fix
+			// does not change what the process read.
+			if got := st.Files[f.Path]; !got.Present || got.SHA256 != f.sumOf() {
+				changing[f.Path] = true
+			}
 		}
 	}
 	for _, x := range w.Extras {

@@ -273,7 +273,15 @@ func LookPath(file, path string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("command %q not found in PATH %s", file, path)
+	return "", &NotFoundError{File: file, Path: path}
+}
+
+// NotFoundError is LookPath's error for a command found nowhere in PATH;
+// khw exits 127 for it, as shells do.
+type NotFoundError struct{ File, Path string }
+
+func (e *NotFoundError) Error() string {
+	return fmt.Sprintf("command %q not found in PATH %s", e.File, e.Path)
 }
 
 func isExecutable(p string) error {
