@@ -8,8 +8,9 @@
 # and Ctrl-C too. Needs root (nspawn) and a Debian/Ubuntu host.
 #
 # Env: MIRROR_DIR (default ~/.cache/khw/mirror), E2E_ONLY (mirror components
-# to build, default all), E2E_KEEP=1 keeps the
-# cluster up at the end (tear it down with the printed khw down).
+# to build, default all), E2E_CNI=mybridge (the seed's teaching CNI plugin
+# instead of the standard bridge), E2E_KEEP=1 keeps the cluster up at the
+# end (tear it down with the printed khw down).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -104,6 +105,11 @@ status_check() {
 phase "build khw"       make -s build
 phase "offline mirror"  hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$(go env GOARCH)" ${E2E_ONLY:+--only "$E2E_ONLY"}
 phase "khw init"        "$KHW" init --name "$NAME" --provider nspawn
+if [ -n "${E2E_CNI:-}" ]; then
+  # kubernetes.cni: bridge (default) or mybridge (the teaching plugin)
+  sed -i -E "s/^(\s+cni:) .*/\1 $E2E_CNI/" "$STATE/$NAME/cluster.yaml"
+  grep -E '^\s+cni:' "$STATE/$NAME/cluster.yaml"
+fi
 UP_T0=$(date +%s%N)
 phase "khw up"          "$KHW" up
 if "$KHW" smoke --help >/dev/null 2>&1; then
