@@ -126,10 +126,13 @@ func newBinaryFile(r components.Resolved, file components.File) *wantFile {
 	return wf
 }
 
-func (a *artifacts) fetch(ctx context.Context, env *steps.Env, names []string) error {
+// fetchNamed resolves the named artifacts for the cluster and fetches them
+// (cache, then $KHW_MIRROR or the official URL), progress to the cluster
+// log. The caller checks each Fetched.Err.
+func (a *artifacts) fetchNamed(ctx context.Context, env *steps.Env, names []string) ([]components.Fetched, error) {
 	sel, err := resolve(env.Cluster, names)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	f := a.Fetcher
 	if f == nil {
@@ -141,7 +144,19 @@ func (a *artifacts) fetch(ctx context.Context, env *steps.Env, names []string) e
 	}
 	fetched, err := fc.Fetch(ctx, sel)
 	if err != nil {
-		return fmt.Errorf("fetch %v: %w (set %s to an offline mirror, or run khw fetch to see each download)", names, err, components.EnvMirror)
+		return nil, fmt.Errorf("fetch %v: %w (set %s to an offline mirror, or run khw fetch to see each download)", names, err, components.EnvMirror)
+	}
+	return fetched, nil
+}
+
+func (a *artifacts) fetch(ctx context.Context, env *steps.Env, names []string) error {
+	fetched, err := a.fetchNamed(ctx, env, names)
+	if err != nil {
+		return err
+	}
+	f := a.Fetcher
+	if f == nil {
+		f = &components.Fetcher{}
 	}
 	memoPath := filepath.Join(cacheDir(f), "member-sums.json")
 	memo := readMemo(memoPath)

@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/khw-dev/khw/internal/components"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/kube"
 	"github.com/khw-dev/khw/internal/remote"
@@ -315,21 +314,9 @@ type image struct {
 
 // images fetches the named image artifacts (tarballs importable with ctr).
 func (a *artifacts) images(ctx context.Context, env *steps.Env, names ...string) ([]image, error) {
-	sel, err := resolve(env.Cluster, names)
+	fetched, err := a.fetchNamed(ctx, env, names)
 	if err != nil {
 		return nil, err
-	}
-	f := a.Fetcher
-	if f == nil {
-		f = &components.Fetcher{Mirror: components.DefaultMirror()}
-	}
-	fc := *f
-	if fc.Progress == nil {
-		fc.Progress = env.NodeLog("")
-	}
-	fetched, err := fc.Fetch(ctx, sel)
-	if err != nil {
-		return nil, fmt.Errorf("fetch images: %w (set %s to an offline mirror)", err, components.EnvMirror)
 	}
 	var out []image
 	for _, ft := range fetched {
