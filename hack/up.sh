@@ -41,6 +41,6 @@ The cluster $KHW_CLUSTER is up. Its nodes live in the network namespace khw-$KHW
   sudo -E bin/khw shell                          a shell in the cluster network (KUBECONFIG set; ssh -F \$KHW_SSH_CONFIG cp1)
   sudo -E bin/khw status                         nodes, units, etcd members and leader, /readyz, Lease holders
   sudo -E bin/khw up --dry-run                   what differs from cluster.yaml (nothing, right now)
-  sudo -E bin/khw power off cp2                  pull a node's plug; sudo bin/khw up brings it back
+  sudo -E bin/khw power off cp2                  pull a node's plug; sudo -E bin/khw up brings it back
   sudo -E bin/khw down                           remove the nodes and the network (keeps certs and cluster.yaml)
 MSG

@@ -107,6 +107,10 @@ func newSmokeCmd(a *app) *cobra.Command {
 			if rep.CleanupErr != "" {
 				fmt.Fprintf(a.errOut, "Warning: %s\n", rep.CleanupErr)
 			}
+			if err := ctx.Err(); err != nil {
+				// Interrupted: the checks cut short say nothing about the cluster.
+				return fmt.Errorf("cluster %s: smoke checks interrupted: %w", c.Name, err)
+			}
 			return smokeResult(c.Name, rep)
 		},
 	}

@@ -337,6 +337,9 @@ func allPaths(w *nodeWant) []string {
 // checkNodes runs checkNode on every node in parallel and returns the diffs
 // in the order of wants.
 func checkNodes(ctx context.Context, m *Machines, wants []*nodeWant) ([]steps.Diff, error) {
+	if err := requireRunning(ctx, m, wants); err != nil {
+		return nil, err
+	}
 	res := make([][]steps.Diff, len(wants))
 	errs := make([]error, len(wants))
 	var wg sync.WaitGroup
@@ -357,6 +360,29 @@ func checkNodes(ctx context.Context, m *Machines, wants []*nodeWant) ([]steps.Di
 		all = append(all, d...)
 	}
 	return all, nil
+}
+
+// requireRunning fails at once, naming the node and the fix, when the
+// provider says a node of wants is not running: SSH to it would only retry
+// until its connect timeout.
+func requireRunning(ctx context.Context, m *Machines, wants []*nodeWant) error {
+	if m.Provider == nil {
+		return nil
+	}
+	st, err := m.Provider.Status(ctx)
+	if err != nil {
+		return err
+	}
+	state := map[string]string{}
+	for _, n := range st {
+		state[n.Name] = string(n.State)
+	}
+	for _, w := range wants {
+		if s, ok := state[w.Node.Name]; ok && s != "running" {
+			return steps.OnNode(w.Node.Name, fmt.Errorf("node %s is %s (provider %s): power it on with khw power on %s, or run khw up from 01-machines", w.Node.Name, s, m.Provider.Name(), w.Node.Name))
+		}
+	}
+	return nil
 }
 
 // firstErr returns the only error (keeping its *NodeError type) or all of

@@ -8,6 +8,10 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/khw-dev/khw/internal/kube"
 	"github.com/khw-dev/khw/internal/smoke"
 	"github.com/khw-dev/khw/internal/steps"
 )
@@ -49,7 +53,9 @@ func (s *smokeStep) run(ctx context.Context, env *steps.Env, wait time.Duration)
 		return nil, err
 	}
 	// A namespace of its own per run, deleted without waiting: a re-run of
-	// khw up does not wait for the namespace controller.
+	// khw up does not wait for the namespace controller. Those of earlier
+	// runs that were interrupted before their cleanup go now.
+	removeOldSmokeNamespaces(ctx, env, cfg)
 	b := make([]byte, 3)
 	rand.Read(b)
 	r.Namespace = smoke.Namespace + "-" + hex.EncodeToString(b)
@@ -92,8 +98,18 @@ func smokeDiffs(rep *smoke.Report) []steps.Diff {
 }
 
 func (s *smokeStep) Check(ctx context.Context, env *steps.Env) ([]steps.Diff, error) {
+	if env.DryRun {
+		// The checks create a namespace, a Secret and pods: not in a run
+		// that promises to change nothing.
+		env.Notef("11-smoke: not run in a dry-run (the checks create a namespace and pods); khw smoke runs them")
+		return nil, nil
+	}
 	rep, err := s.run(ctx, env, SmokeWait)
 	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		// Interrupted: the failed checks say nothing about the cluster.
 		return nil, err
 	}
 	return smokeDiffs(rep), nil
@@ -104,6 +120,9 @@ func (s *smokeStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.Dif
 	if err != nil {
 		return err
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	failed := rep.Failed()
 	if len(failed) == 0 {
 		return nil
@@ -112,7 +131,7 @@ func (s *smokeStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.Dif
 	for _, c := range failed {
 		lines = append(lines, checkLine(c))
 	}
-	return fmt.Errorf("%d of %d smoke checks failed (khw smoke --keep leaves the namespace %s to look at):\n  %s", len(failed), len(rep.Checks), rep.Namespace, strings.Join(lines, "\n  "))
+	return fmt.Errorf("%d of %d smoke checks failed (khw smoke --keep runs them again and leaves the namespace %s to look at):\n  %s", len(failed), len(rep.Checks), smoke.Namespace, strings.Join(lines, "\n  "))
 }
 
 func (s *smokeStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {
@@ -166,4 +185,25 @@ func workerIPs(env *steps.Env) string {
 		s += " " + w.IP
 	}
 	return s
+}
+
+// removeOldSmokeNamespaces deletes, without waiting, the namespaces
+// khw-smoke-<random> of earlier 11-smoke runs (labelled as khw's) that are
+// still active, e.g. after an interrupted run. Best effort.
+func removeOldSmokeNamespaces(ctx context.Context, env *steps.Env, cfg *rest.Config) {
+	cs, err := kube.Clientset(cfg)
+	if err != nil {
+		return
+	}
+	l, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=khw"})
+	if err != nil {
+		return
+	}
+	for _, ns := range l.Items {
+		if strings.HasPrefix(ns.Name, smoke.Namespace+"-") && ns.DeletionTimestamp == nil {
+			if err := cs.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}); err == nil {
+				fmt.Fprintf(env.NodeLog(""), "%s 11-smoke: deleted namespace %s left by an earlier run\n", time.Now().Format(time.RFC3339), ns.Name)
+			}
+		}
+	}
 }

@@ -249,6 +249,7 @@ func (s *TLSBootstrapStep) Check(ctx context.Context, env *steps.Env) ([]steps.D
 // checking it, waits for both certs and the Node Ready, and deletes the
 // token.
 func (s *TLSBootstrapStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.Diff) error {
+	since := time.Now().Add(-5 * time.Second) // CSRs of this join only (clock skew allowed)
 	if err := s.m.renderState(ctx, env); err != nil {
 		return err
 	}
@@ -282,7 +283,7 @@ func (s *TLSBootstrapStep) Apply(ctx context.Context, env *steps.Env, diffs []st
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = steps.OnNode(n.Name, s.watchCSRs(ctx, env, cs, n))
+			errs[i] = steps.OnNode(n.Name, s.watchCSRs(ctx, env, cs, n, since))
 		}()
 	}
 	wg.Wait()
@@ -299,6 +300,13 @@ func (s *TLSBootstrapStep) Apply(ctx context.Context, env *steps.Env, diffs []st
 				return fmt.Errorf("delete bootstrap token Secret %s: %w", t.Name, err)
 			}
 			env.Notef("%s: deleted bootstrap token %s (its job is done)", n.Name, string(t.Data[tb.KeyTokenID]))
+		}
+		// The kubelet has its own certs now; the bootstrap kubeconfig only
+		// holds a dead token (kubeadm removes its copy too).
+		if cl, err := s.m.Pool.Get(ctx, remoteNode(n)); err == nil {
+			if _, _, err := cl.Run(ctx, "rm -f "+bootstrapKubeconfig, remote.RunOptions{Sudo: true}); err != nil {
+				return steps.OnNode(n.Name, err)
+			}
 		}
 	}
 	return waitHealthy(ctx, env, func(ctx context.Context, env *steps.Env) ([]steps.Diff, error) {
@@ -360,7 +368,7 @@ func (s *TLSBootstrapStep) giveToken(ctx context.Context, env *steps.Env, cs kub
 // serving cert: it shows each CSR when it appears and when its state
 // changes, and approves the serving CSR if CheckServingCSR accepts it (a
 // refused one is an error naming the reasons).
-func (s *TLSBootstrapStep) watchCSRs(ctx context.Context, env *steps.Env, cs kubernetes.Interface, n config.Node) error {
+func (s *TLSBootstrapStep) watchCSRs(ctx context.Context, env *steps.Env, cs kubernetes.Interface, n config.Node, since time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, WorkerWait)
 	defer cancel()
 	expect := tb.ServingExpect{Node: n.Name, DNSNames: []string{n.Name}, IPs: []string{n.IP}}
@@ -370,7 +378,7 @@ func (s *TLSBootstrapStep) watchCSRs(ctx context.Context, env *steps.Env, cs kub
 		if err == nil {
 			for i := range list.Items {
 				csr := &list.Items[i]
-				if !csrOfNode(csr, n.Name) {
+				if !csrOfNode(csr, n.Name) || csr.CreationTimestamp.Time.Before(since) {
 					continue
 				}
 				st, issued := tb.State(csr)
@@ -399,7 +407,7 @@ func (s *TLSBootstrapStep) watchCSRs(ctx context.Context, env *steps.Env, cs kub
 			if list, err := cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{}); err == nil {
 				for i := range list.Items {
 					csr := &list.Items[i]
-					if !csrOfNode(csr, n.Name) {
+					if !csrOfNode(csr, n.Name) || csr.CreationTimestamp.Time.Before(since) {
 						continue
 					}
 					st, issued := tb.State(csr)
