@@ -114,6 +114,19 @@ func (m *Machines) componentWants(ctx context.Context, env *steps.Env, spec *com
 	c := env.Cluster
 	var bins []*wantFile
 	var err error
+	if !offline {
+		// Fail now for a stopped node: measuring its facts over SSH
+		// would retry until the connect timeout.
+		var mine []*nodeWant
+		for _, n := range c.Nodes {
+			if n.Role == spec.role && (spec.only == nil || spec.only(n)) {
+				mine = append(mine, &nodeWant{Node: n})
+			}
+		}
+		if err := requireRunning(ctx, m, mine); err != nil {
+			return nil, err
+		}
+	}
 	if offline {
 		bins, err = m.art.describe(env.Cluster, spec.binaries...)
 	} else {
