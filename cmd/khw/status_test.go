@@ -287,7 +287,10 @@ func TestEtcdSummary(t *testing.T) {
 		want string
 	}{
 		{health.EtcdReport{Leader: "cp2", RaftTerm: 7, Healthy: 3, Size: 3, QuorumSize: 2, Quorum: true}, "leader cp2, term 7, quorum 3/3 healthy (2 needed)"},
-		{health.EtcdReport{RaftTerm: 9, Healthy: 0, Size: 3, QuorumSize: 2}, "no leader, term 9, NO QUORUM: quorum 0/3 healthy (2 needed); writes and linearizable reads block until enough members are back"},
+		{health.EtcdReport{RaftTerm: 9, Healthy: 0, Size: 3, QuorumSize: 2}, "no leader, term 9, NO QUORUM: 0/3 members answer, 0 healthy, 2 needed; writes and linearizable reads block until enough members are back"},
+		// One member survives two stopped ones: it answers, but knows no leader.
+		{health.EtcdReport{RaftTerm: 11, Healthy: 0, Size: 3, QuorumSize: 2, Endpoints: []health.EtcdEndpoint{{OK: true}, {}, {}}},
+			"no leader, term 11, NO QUORUM: 1/3 members answer, 0 healthy, 2 needed; writes and linearizable reads block until enough members are back"},
 		{health.EtcdReport{Leader: "cp1", RaftTerm: 2, Healthy: 3, Size: 5, QuorumSize: 3, Quorum: true}, "leader cp1, term 2, quorum 3/5 healthy (3 needed)"},
 	} {
 		if got := etcdSummary(&tc.rep); got != tc.want {
