@@ -2,6 +2,9 @@
 # (`make deps`), so a fresh Debian 12 machine with Go needs nothing else.
 
 GO       ?= go
+# `sudo make up` runs with sudo's secure_path, which lacks Go: add where the
+# official Go installer puts it (the scripts below call go too).
+export PATH := $(PATH):/usr/local/go/bin
 BIN      ?= bin/khw
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
