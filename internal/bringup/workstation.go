@@ -72,6 +72,27 @@ func inputWants(c *config.Cluster, d state.Dir, keep func(render.Input) bool, sk
 	return wants, nil
 }
 
+// notChecked is one diff per node saying its copies of what were not
+// compared, because the jumpbox's files are about to change (by cmd).
+func notChecked(c *config.Cluster, what, cmd string) []steps.Diff {
+	var diffs []steps.Diff
+	for _, n := range c.Nodes {
+		diffs = append(diffs, steps.Diff{Node: n.Name, What: what + " not checked: the jumpbox's are about to change", Fix: "copy them after " + cmd})
+	}
+	return diffs
+}
+
+// copyToNodes installs the wanted state files on every node where they
+// differ (the node half of 02 and 03).
+func copyToNodes(ctx context.Context, env *steps.Env, m *Machines, id string, wants []*nodeWant) error {
+	nd, err := checkNodes(ctx, m, wants)
+	if err != nil {
+		return err
+	}
+	_, err = applyNodes(ctx, env, m, id, wants, nd)
+	return err
+}
+
 func isPKIInput(in render.Input) bool {
 	return strings.HasPrefix(in.Source, "pki/") || filepath.IsAbs(in.Source)
 }
@@ -143,10 +164,7 @@ func (s *PKIStep) Check(ctx context.Context, env *steps.Env) ([]steps.Diff, erro
 		return nil, err
 	}
 	if len(diffs) > 0 {
-		for _, n := range env.Cluster.Nodes {
-			diffs = append(diffs, steps.Diff{Node: n.Name, What: "certificates not checked: the jumpbox's are about to change", Fix: "copy them after khw pki"})
-		}
-		return diffs, nil
+		return append(diffs, notChecked(env.Cluster, "certificates", "khw pki")...), nil
 	}
 	wants, err := inputWants(env.Cluster, env.State, isPKIInput, false)
 	if err != nil {
@@ -170,12 +188,7 @@ func (s *PKIStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.Diff)
 	if err != nil {
 		return err
 	}
-	nd, err := checkNodes(ctx, s.M, wants)
-	if err != nil {
-		return err
-	}
-	_, err = applyNodes(ctx, env, s.M, s.ID(), wants, nd)
-	return err
+	return copyToNodes(ctx, env, s.M, s.ID(), wants)
 }
 
 // Commands returns the cfssl commands that make the CA and each cert from
@@ -272,10 +285,7 @@ func (s *KubeconfigStep) Check(ctx context.Context, env *steps.Env) ([]steps.Dif
 		return nil, err
 	}
 	if len(diffs) > 0 {
-		for _, n := range env.Cluster.Nodes {
-			diffs = append(diffs, steps.Diff{Node: n.Name, What: "kubeconfigs not checked: the jumpbox's are about to change", Fix: "copy them after khw kubeconfig"})
-		}
-		return diffs, nil
+		return append(diffs, notChecked(env.Cluster, "kubeconfigs", "khw kubeconfig")...), nil
 	}
 	wants, err := s.wants(env, false)
 	if err != nil {
@@ -332,12 +342,7 @@ func (s *KubeconfigStep) Apply(ctx context.Context, env *steps.Env, diffs []step
 	if err != nil {
 		return err
 	}
-	nd, err := checkNodes(ctx, s.M, wants)
-	if err != nil {
-		return err
-	}
-	_, err = applyNodes(ctx, env, s.M, s.ID(), wants, nd)
-	return err
+	return copyToNodes(ctx, env, s.M, s.ID(), wants)
 }
 
 // Commands returns the kubectl config commands that build each kubeconfig,
