@@ -148,6 +148,8 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 		newShellCmd(a),
 		newKubectlCmd(a),
 		newPowerCmd(a),
+		newBreakCmd(a),
+		newHealCmd(a),
 		newVersionCmd(a),
 	)
 	return root

@@ -94,8 +94,8 @@ func (c *Cluster) SetDefaults() {
 
 	lb := &c.LoadBalancer
 	def(&lb.HealthCheck, HealthCheckHTTPS)
-	defDur(&lb.Interval, 2*time.Second)
-	defInt(&lb.Fall, 3)
+	defDur(&lb.Interval, time.Second)
+	defInt(&lb.Fall, 2)
 	defInt(&lb.Rise, 2)
 
 	p := &c.PKI

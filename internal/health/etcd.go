@@ -185,7 +185,7 @@ func (t Target) EtcdClient() (*clientv3.Client, error) {
 	if len(cps) == 0 {
 		return nil, fmt.Errorf("cluster %s has no node with role %s: no etcd member to ask", t.Cluster.Name, config.RoleControlPlane)
 	}
-	tlsCfg, err := t.clientTLS()
+	tlsCfg, err := t.ClientTLS()
 	if err != nil {
 		return nil, err
 	}

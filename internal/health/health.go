@@ -133,9 +133,11 @@ func (t Target) apiServerURL(name string) string {
 	return "https://" + net.JoinHostPort(name, strconv.Itoa(t.apiServerPort()))
 }
 
-// clientTLS loads ca.pem as the only root and admin.pem/admin-key.pem as the
-// client certificate.
-func (t Target) clientTLS() (*tls.Config, error) {
+// ClientTLS returns a TLS client configuration that trusts only
+// t.PKIDir/ca.pem and presents admin.pem/admin-key.pem (O=system:masters) as
+// the client certificate. Errors name the missing or unreadable file and the
+// fix (khw pki); they never contain key material.
+func (t Target) ClientTLS() (*tls.Config, error) {
 	if t.PKIDir == "" {
 		return nil, errors.New("health: Target.PKIDir is empty; set it to the state directory's pki/ (state.Dir.PKIDir())")
 	}

@@ -340,3 +340,16 @@ func (p *Pool) ForEach(ctx context.Context, nodes []Node, limit int, fn func(ctx
 	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// DialContext opens a TCP connection from the node to addr ("127.0.0.1:8404")
+// through the SSH connection (an SSH "direct-tcpip" channel, RFC 4254 §7.2,
+// what `ssh -L` uses). It reaches services that listen only on the node's
+// loopback, such as HAProxy's stats page. network must be "tcp", "tcp4" or
+// "tcp6".
+func (c *Client) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	conn, err := c.conn.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: connect to %s through SSH: %w", c.Node.Name, addr, err)
+	}
+	return conn, nil
+}

@@ -211,7 +211,10 @@ func TestControllerManagerAndScheduler(t *testing.T) {
 	}
 }
 
-var serverLineRE = regexp.MustCompile(`(?m)^\s+server (\S+) (\S+) check$`)
+var (
+	serverLineRE = regexp.MustCompile(`(?m)^\s+server (\S+) (\S+) check$`)
+	backupLineRE = regexp.MustCompile(`(?m)^\s+server (\S+) (\S+) backup$`)
+)
 
 // TestHAProxy checks the backends (every control plane, growing with a 4th),
 // the health check of each kind, and, when haproxy is installed, that haproxy
@@ -222,14 +225,15 @@ func TestHAProxy(t *testing.T) {
 		change func(*config.Cluster)
 		https  bool
 		inter  string
+		fast   string
 	}{
-		{"default https check", nil, true, "2s"},
-		{"4 control planes", addCP4, true, "2s"},
+		{"default https check", nil, true, "1s", "250ms"},
+		{"4 control planes", addCP4, true, "1s", "250ms"},
 		{"tcp check, 1500ms", func(c *config.Cluster) {
 			c.LoadBalancer.HealthCheck = config.HealthCheckTCP
 			c.LoadBalancer.Interval = 1500 * time.Millisecond
 			c.LoadBalancer.Fall, c.LoadBalancer.Rise = 4, 1
-		}, false, "1500ms"},
+		}, false, "1500ms", "375ms"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := defaultCluster(t, config.ProviderLibvirt, tc.change)
@@ -245,13 +249,24 @@ func TestHAProxy(t *testing.T) {
 			if strings.Join(got, ",") != strings.Join(want, ",") {
 				t.Errorf("backend servers %q, want %q", got, want)
 			}
-			for _, line := range []string{"mode tcp", "balance roundrobin", "bind *:6443", "timeout tunnel 1h",
+			var backups []string
+			for _, m := range backupLineRE.FindAllStringSubmatch(cfg, -1) {
+				backups = append(backups, m[1]+" "+m[2])
+			}
+			var wantBackups []string
+			for _, cp := range c.ControlPlanes() {
+				wantBackups = append(wantBackups, cp.Name+"-last-resort "+cp.IP+":6443")
+			}
+			if strings.Join(backups, ",") != strings.Join(wantBackups, ",") {
+				t.Errorf("last-resort backup servers %q, want %q", backups, wantBackups)
+			}
+			for _, line := range []string{"option allbackups", "option redispatch 1", "timeout connect 1s", "mode tcp", "balance roundrobin", "bind *:6443", "timeout tunnel 1h",
 				"stats socket /run/haproxy/admin.sock", "bind 127.0.0.1:8404"} {
 				if !strings.Contains(cfg, line) {
 					t.Errorf("haproxy.cfg lacks %q", line)
 				}
 			}
-			timing := fmt.Sprintf("inter %s fall %d rise %d", tc.inter, c.LoadBalancer.Fall, c.LoadBalancer.Rise)
+			timing := fmt.Sprintf("inter %s fastinter %s fall %d rise %d on-marked-down shutdown-sessions", tc.inter, tc.fast, c.LoadBalancer.Fall, c.LoadBalancer.Rise)
 			if !strings.Contains(cfg, timing) {
 				t.Errorf("haproxy.cfg lacks %q", timing)
 			}

@@ -244,7 +244,10 @@ type nodeData struct {
 	KubeletClientUser    string
 	// LBInterval is loadBalancer.interval in HAProxy's time syntax (2s, 500ms).
 	LBInterval string
-	PauseImage string
+	// LBFastInterval is HAProxy's fastinter: a quarter of the interval, at
+	// least 100ms; checks run this often while a backend is changing state.
+	LBFastInterval string
+	PauseImage     string
 	// PodRoutes are the other workers' podCIDRs, each via that worker's IP
 	// (workers only): the routes of the pod network without an overlay.
 	PodRoutes []PodRoute
@@ -310,6 +313,7 @@ func newNodeData(c *config.Cluster, n config.Node, f NodeFacts) *nodeData {
 		ServiceAccountIssuer: c.APIServerURL(),
 		KubeletClientUser:    KubeletClientUser,
 		LBInterval:           haproxyDuration(c.LoadBalancer.Interval),
+		LBFastInterval:       haproxyDuration(max(100*time.Millisecond, c.LoadBalancer.Interval/4)),
 		PauseImage:           PauseImage(c),
 		PodRoutes:            PodRoutes(c, n.Name),
 	}

@@ -1,0 +1,433 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/khw-dev/khw/internal/bringup"
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/drill"
+	"github.com/khw-dev/khw/internal/health"
+	"github.com/khw-dev/khw/internal/kube"
+	"github.com/khw-dev/khw/internal/kubeconfig"
+	"github.com/khw-dev/khw/internal/remote"
+	"github.com/khw-dev/khw/internal/smoke"
+	"github.com/khw-dev/khw/internal/state"
+	"github.com/khw-dev/khw/internal/vm"
+)
+
+const breakLong = `Run a failover drill: break something real in the cluster, watch what the
+cluster does from outside, heal it, and report what happened against what
+etcd and Kubernetes promise.
+
+What can be broken:
+  etcd --count N [--nodes cp1,cp2]   stop etcd on N control planes. The
+                                     current leader goes first, so that
+                                     --count 1 shows an election. etcd needs
+                                     a quorum (2 of 3) for every write and
+                                     linearizable read: --count 2 takes it away.
+  apiserver --count N [--nodes …]    stop kube-apiserver on N control planes
+                                     (the holder of the controller-manager
+                                     Lease first). HAProxy routes around them.
+  node NAME                          power a node off at once (no shutdown),
+                                     through the provider: cp2, w1, lb …
+  lb                                 stop HAProxy on the load balancer.
+  kubelet WORKER                     stop the kubelet on one worker: its pods
+                                     keep running, the Node turns NotReady.
+
+While it runs, khw samples, at least twice a second and each on a new
+connection: an API read and an API write through the load balancer, every
+etcd member's status (leader, raft term), /readyz of each apiserver directly,
+the kube-controller-manager and kube-scheduler Leases (holder,
+leaseTransitions), HAProxy's view of its backends (its stats page, read on
+lb through SSH), a web pod on every worker through its node port (the data
+plane), and the Ready condition of every Node. Changes print as they happen.
+
+With --for, khw heals after that long; Ctrl-C heals early. Without it, the
+cluster stays broken until you run khw heal (from any shell, later: the
+drill is kept in the state directory); Ctrl-C then stops watching and leaves
+it broken.
+
+The report (Markdown and JSON) lands in <state>/drills/<id>/: detection time
+per signal, the windows of API unavailability, leader and raft term changes,
+Lease moves, time to recover after the heal, and a verdict per expectation.
+The probe workload (DaemonSet and NodePort Service "web", ConfigMap "probe")
+lives in the namespace khw-drill, kept between drills.
+
+Guard rails: khw refuses to start on an unhealthy cluster (khw status shows
+why) and to break every etcd member or apiserver, unless --force. Only nodes
+of cluster.yaml are touched, never the machine khw runs on. One drill at a
+time.
+
+Exit status: 0 when every expectation held, 1 when one failed (or the drill
+could not run), 2 for a bad command line, 130 when interrupted (with --for
+the cluster was healed first; without it, it is still broken).`
+
+func newBreakCmd(a *app) *cobra.Command {
+	var spec drill.Spec
+	var nodes string
+	cmd := &cobra.Command{
+		Use:   "break etcd|apiserver|node|lb|kubelet [NODE]",
+		Short: "Run a failover drill: break etcd, an apiserver, a node, the LB or a kubelet, and measure recovery",
+		Long:  breakLong,
+		Example: `  khw break etcd --count 1 --for 30s     # one member down: the API stays up, one election
+  khw break etcd --count 2 --for 30s     # quorum lost: reads and writes time out
+  khw break node cp2 --for 40s           # power cp2 off: HAProxy and the Leases move
+  khw break kubelet w2 --for 70s         # pods keep serving; w2 turns NotReady
+  khw break etcd --count 2               # stay broken; then, from any shell: khw heal`,
+		Args:      cobra.RangeArgs(1, 2),
+		ValidArgs: []string{"etcd", "apiserver", "node", "lb", "kubelet"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			kind, err := drill.ParseKind(args[0])
+			if err != nil {
+				return usageError{err}
+			}
+			spec.Kind = kind
+			if nodes != "" {
+				spec.Nodes = strings.Split(nodes, ",")
+			}
+			if len(args) == 2 {
+				if nodes != "" {
+					return usagef("give the node either as an argument or with --nodes, not both")
+				}
+				spec.Nodes = []string{args[1]}
+			}
+			if spec.For < 0 {
+				return usagef("--for %s: give a positive duration such as 30s", spec.For)
+			}
+			return runBreak(cmd.Context(), a, spec)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&spec.Count, "count", 0, "etcd/apiserver: how many control planes to break (default 1)")
+	f.StringVar(&nodes, "nodes", "", "etcd/apiserver: which control planes, comma-separated (default: the leader first)")
+	f.DurationVar(&spec.For, "for", 0, "heal automatically after this long (e.g. 30s); without it, run khw heal")
+	f.BoolVar(&spec.Force, "force", false, "allow breaking every member, and drilling an unhealthy cluster")
+	return cmd
+}
+
+const healLong = `Restore what the active drill broke: start the stopped units (systemctl
+start) or power the node back on. Works from any shell, any time after
+khw break: the drill is kept in <state>/drills/.
+
+When the khw break that started the drill is still watching, it sees the heal
+and writes the report. Otherwise khw heal watches until every signal is
+healthy again (at most 2 minutes) and writes the report itself.
+
+Exit status: 0 when healed (and, if it wrote the report, every expectation
+held) or when no drill is active; 1 otherwise.`
+
+func newHealCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:     "heal",
+		Short:   "Heal what khw break broke, watch the recovery and write the drill report",
+		Long:    healLong,
+		Example: "  khw heal",
+		Args:    exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, c, err := a.load()
+			if err != nil {
+				return err
+			}
+			store := drill.Store{Dir: drillsDir(d)}
+			rec, err := store.Active()
+			if errors.Is(err, drill.ErrNoActive) {
+				fmt.Fprintf(a.out, "Nothing to heal: no drill is active in cluster %s.\n", c.Name)
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			env, err := openDrill(a, d, c)
+			if err != nil {
+				return err
+			}
+			defer env.close()
+			env.prober.NodePort = rec.NodePort
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			r := &drill.Runner{Store: store, Prober: env.prober, Act: env.act, Out: a.out}
+			fmt.Fprintf(a.out, "Healing drill %s (%s)\n", rec.ID, rec.Spec.CommandLine())
+			rep, watching, err := r.Heal(ctx, rec)
+			if err != nil {
+				return err
+			}
+			if watching {
+				fmt.Fprintf(a.out, "Healed. The khw break that started the drill (pid %d) is watching and writes the report.\n", rec.WatcherPID)
+				return nil
+			}
+			return printDrillReport(a.out, store, rep)
+		},
+	}
+}
+
+func drillsDir(d state.Dir) string { return filepath.Join(d.Root, "drills") }
+
+// drillEnv is what both commands need: the SSH pool, the provider, the
+// prober and the actuator.
+type drillEnv struct {
+	c      *config.Cluster
+	m      *bringup.Machines
+	target health.Target
+	admin  string
+	prober *drill.Prober
+	act    drill.NodeActuator
+}
+
+func (e *drillEnv) close() { e.m.Close() }
+
+func openDrill(a *app, d state.Dir, c *config.Cluster) (*drillEnv, error) {
+	m, err := bringup.Open(c, d, io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	target := health.Target{Cluster: c, PKIDir: d.PKIDir(), Dial: m.Provider.Dialer()}
+	e := &drillEnv{c: c, m: m, target: target, admin: filepath.Join(d.KubeconfigDir(), kubeconfig.AdminFile)}
+	e.prober = &drill.Prober{Cluster: c, Target: target, AdminKubeconfig: e.admin, Workers: c.Workers()}
+	if lb, ok := c.LB(); ok {
+		node := remote.Node{Name: lb.Name, Addr: lb.IP}
+		e.prober.LBDial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			cl, err := m.Pool.Get(ctx, node)
+			if err != nil {
+				return nil, err
+			}
+			return cl.DialContext(ctx, network, addr)
+		}
+	}
+	if err := e.prober.Init(); err != nil {
+		m.Close()
+		return nil, err
+	}
+	e.act = drill.NodeActuator{Cluster: c, Pool: m.Pool, Provider: m.Provider}
+	return e, nil
+}
+
+func runBreak(parent context.Context, a *app, spec drill.Spec) error {
+	d, c, err := a.load()
+	if err != nil {
+		return err
+	}
+	store := drill.Store{Dir: drillsDir(d)}
+	if rec, err := store.Active(); err == nil {
+		return fmt.Errorf("drill %s (khw break %s) is still active: run khw heal first", rec.ID, rec.Spec.CommandLine())
+	} else if !errors.Is(err, drill.ErrNoActive) {
+		return err
+	}
+	// Plan once without the live cluster so that a bad command line fails
+	// before anything is contacted.
+	if _, err := drill.Plan(c, spec, drill.Live{}); err != nil {
+		return usageError{err}
+	}
+	env, err := openDrill(a, d, c)
+	if err != nil {
+		return err
+	}
+	defer env.close()
+
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	fmt.Fprintf(a.out, "Checking that cluster %s is healthy…\n", c.Name)
+	live, problems := drillPreflight(ctx, env)
+	if len(problems) > 0 {
+		if !spec.Force {
+			return fmt.Errorf("cluster %s is not healthy, so a drill would measure the wrong thing:\n  - %s\nfix it (khw status, khw up) or add --force", c.Name, strings.Join(problems, "\n  - "))
+		}
+		fmt.Fprintf(a.errOut, "Warning: drilling an unhealthy cluster (--force):\n  - %s\n", strings.Join(problems, "\n  - "))
+	}
+	actions, err := drill.Plan(c, spec, live)
+	if err != nil {
+		return usageError{err}
+	}
+
+	cfg, err := kube.RESTConfig(env.admin, "")
+	if err != nil {
+		return fmt.Errorf("%w (fix: khw kubeconfig)", err)
+	}
+	cfg.Dial = env.target.Dialer()
+	cfg.Timeout = 10 * time.Second
+	cs, err := kube.Clientset(cfg)
+	if err != nil {
+		return err
+	}
+	image, err := smoke.AgnhostImage(c)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.out, "Preparing the probe workload (namespace %s)…\n", drill.Namespace)
+	port, err := drill.EnsureWorkload(ctx, cs, image, 2*time.Minute)
+	if err != nil {
+		return fmt.Errorf("probe workload: %w", err)
+	}
+	env.prober.NodePort = port
+
+	now := time.Now()
+	rec := &drill.Record{
+		ID: drill.NewID(now, spec, actions), Cluster: c.Name, Spec: spec, Actions: actions,
+		LB: lbName(c), NodePort: port,
+		Facts: drill.Facts{
+			ControlPlanes: len(c.ControlPlanes()), LBInter: c.LoadBalancer.Interval, LBFall: c.LoadBalancer.Fall,
+			LeaseDuration: 15 * time.Second, NodeMonitorGracePeriod: 50 * time.Second,
+		},
+	}
+	for _, n := range c.ControlPlanes() {
+		rec.ControlPlanes = append(rec.ControlPlanes, n.Name)
+	}
+	if err := store.Save(rec); err != nil {
+		return err
+	}
+	if err := store.SetActive(rec.ID); err != nil {
+		return err
+	}
+	heal := "until khw heal"
+	if spec.For > 0 {
+		heal = "for " + spec.For.String() + " (Ctrl-C heals early)"
+	}
+	fmt.Fprintf(a.out, "Drill %s: %s, %s\n", rec.ID, describeActions(actions, live), heal)
+	fmt.Fprintf(a.out, "Sampling %s (every %s; /readyz, Leases, Nodes every %s)\n", signalList(env.prober), drill.FastInterval, drill.SlowInterval)
+	r := &drill.Runner{Store: store, Prober: env.prober, Act: env.act, Out: a.out}
+	rep, err := r.Run(ctx, rec)
+	if err != nil && rep.ID == "" {
+		return err
+	}
+	if perr := printDrillReport(a.out, store, rep); perr != nil && err == nil {
+		err = perr
+	}
+	return err
+}
+
+// drillPreflight reads the cluster's health and the facts Plan needs.
+func drillPreflight(ctx context.Context, e *drillEnv) (drill.Live, []string) {
+	var live drill.Live
+	var problems []string
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	st, err := e.m.Provider.Status(cctx)
+	if err != nil {
+		problems = append(problems, "provider: "+err.Error())
+	}
+	for _, n := range st {
+		if n.State != vm.StateRunning {
+			problems = append(problems, fmt.Sprintf("node %s is %s (khw power on %s)", n.Name, n.State, n.Name))
+		}
+	}
+	if len(problems) > 0 {
+		return live, problems
+	}
+	rep, err := health.Etcd(cctx, e.target)
+	switch {
+	case err != nil:
+		problems = append(problems, "etcd: "+err.Error())
+	case rep.Leader == "" || rep.Healthy < rep.Size:
+		problems = append(problems, fmt.Sprintf("etcd: %d of %d members healthy, leader %q", rep.Healthy, rep.Size, rep.Leader))
+	}
+	if rep != nil {
+		live.EtcdLeader = rep.Leader
+	}
+	for _, r := range health.APIServers(cctx, e.target, e.admin) {
+		if !r.OK {
+			why := r.Err
+			if why == "" {
+				why = strings.Join(r.Failed, ", ")
+			}
+			problems = append(problems, fmt.Sprintf("apiserver %s not ready: %s", r.Target, why))
+		}
+	}
+	ls, err := health.Leases(cctx, e.target, e.admin)
+	if err != nil {
+		problems = append(problems, "leases: "+err.Error())
+	}
+	for _, l := range ls {
+		live.LeaseHolders = append(live.LeaseHolders, l.HolderNode)
+		if !l.Found || !l.Fresh {
+			problems = append(problems, fmt.Sprintf("the %s Lease is not held (no leader)", l.Name))
+		}
+	}
+	return live, problems
+}
+
+func lbName(c *config.Cluster) string {
+	if lb, ok := c.LB(); ok {
+		return lb.Name
+	}
+	return ""
+}
+
+func describeActions(actions []drill.Action, live drill.Live) string {
+	var parts []string
+	for _, a := range actions {
+		s := a.String()
+		var roles []string
+		if a.Node == live.EtcdLeader {
+			roles = append(roles, "etcd leader")
+		}
+		for i, h := range live.LeaseHolders {
+			if h == a.Node {
+				roles = append(roles, []string{"controller-manager leader", "scheduler leader"}[min(i, 1)])
+			}
+		}
+		if len(roles) > 0 {
+			s += " (" + strings.Join(roles, ", ") + ")"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func signalList(p *drill.Prober) string {
+	s := []string{"api-read", "api-write", "etcd", "apiservers", "leases", "nodes"}
+	if p.LBDial != nil {
+		s = append(s, "haproxy")
+	}
+	if p.NodePort > 0 {
+		s = append(s, "workload")
+	}
+	return strings.Join(s, ", ")
+}
+
+// printDrillReport prints the verdict and where the report is, and returns
+// an error when an expectation failed.
+func printDrillReport(w io.Writer, store drill.Store, rep drill.Report) error {
+	md, js := store.ReportPaths(rep.ID)
+	fmt.Fprintf(w, "\nDrill %s: broken for %s", rep.ID, rep.BrokenFor)
+	if rep.Recovery != nil {
+		fmt.Fprintf(w, ", healthy again %s after the heal", *rep.Recovery)
+	}
+	fmt.Fprintln(w)
+	for _, s := range rep.Signals {
+		if s.Failed == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "  %-10s failed %d of %d samples, longest outage %s, total %s\n", s.Signal, s.Failed, s.Samples, s.Longest, s.Total)
+	}
+	fmt.Fprintf(w, "  etcd: raft term %d → %d", rep.Etcd.TermBefore, rep.Etcd.TermAfter)
+	for _, l := range rep.Leases {
+		fmt.Fprintf(w, "; %s %s → %s", l.Name, l.HolderBefore, l.HolderAfter)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Verdict:")
+	failed := 0
+	for _, e := range rep.Expectations {
+		mark := map[string]string{drill.Pass: "✓", drill.Fail: "✗", drill.Skip: "-"}[e.Result]
+		if e.Result == drill.Fail {
+			failed++
+		}
+		fmt.Fprintf(w, "  %s %s\n      %s\n", mark, e.Text, e.Evidence)
+	}
+	fmt.Fprintf(w, "Report: %s (JSON: %s)\n", md, js)
+	if failed > 0 {
+		return fmt.Errorf("drill %s: %d expectation(s) did not hold (see the report)", rep.ID, failed)
+	}
+	return nil
+}

@@ -1,0 +1,166 @@
+package drill
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/khw-dev/khw/internal/fsutil"
+)
+
+// Record is the persisted state of one drill: <state>/drills/<id>/drill.json.
+type Record struct {
+	// ID is "<UTC time>-<kind>[-<count>]", e.g. 20261129-231501-etcd-2; it is
+	// also the drill's directory name.
+	ID      string   `json:"id"`
+	Cluster string   `json:"cluster"`
+	Spec    Spec     `json:"spec"`
+	Actions []Action `json:"actions"`
+	// Applied counts the actions that were performed (a break that failed
+	// half-way heals only those).
+	Applied int `json:"applied"`
+	// ControlPlanes and LB are the node names of cluster.yaml at the time.
+	ControlPlanes []string `json:"controlPlanes"`
+	LB            string   `json:"lb"`
+	Facts         Facts    `json:"facts"`
+	// StartedAt: sampling began (a few seconds of baseline); BrokeAt: the
+	// break was issued; BreakTook: until every action had returned.
+	StartedAt time.Time     `json:"startedAt"`
+	BrokeAt   time.Time     `json:"brokeAt"`
+	BreakTook time.Duration `json:"breakTookNs"`
+	// HealedAt: the heal was issued (nil: still broken); EndedAt: sampling
+	// stopped and the report was written.
+	HealedAt *time.Time `json:"healedAt,omitempty"`
+	EndedAt  *time.Time `json:"endedAt,omitempty"`
+	// WatcherPID is the khw process sampling this drill right now (0:
+	// none). `khw heal` leaves the report to a live watcher.
+	WatcherPID int `json:"watcherPID,omitempty"`
+	// NodePort is the web Service's node port used by the workload signal.
+	NodePort int `json:"nodePort,omitempty"`
+}
+
+// Store keeps drills under Dir (<state>/drills, 0700):
+//
+//	Dir/active              the ID of the drill that is broken or being watched
+//	Dir/<id>/drill.json     its Record
+//	Dir/<id>/samples.jsonl  every sample (JSON lines)
+//	Dir/<id>/report.md      the report, for people
+//	Dir/<id>/report.json    the report, for scripts
+type Store struct{ Dir string }
+
+// ErrNoActive is returned by Active when no drill is active.
+var ErrNoActive = errors.New("no drill is active")
+
+func (s Store) dir(id string) string { return filepath.Join(s.Dir, id) }
+
+// SamplesPath is the samples file of drill id.
+func (s Store) SamplesPath(id string) string { return filepath.Join(s.dir(id), "samples.jsonl") }
+
+// ReportPaths are the Markdown and JSON report files of drill id.
+func (s Store) ReportPaths(id string) (md, js string) {
+	return filepath.Join(s.dir(id), "report.md"), filepath.Join(s.dir(id), "report.json")
+}
+
+// Save writes rec atomically (0600) into its directory, making it (0700).
+func (s Store) Save(rec *Record) error {
+	if err := fsutil.EnsureDir(s.dir(rec.ID)); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteFileAtomic(filepath.Join(s.dir(rec.ID), "drill.json"), append(data, '\n'), fsutil.SecretMode)
+}
+
+// Load reads drill id's Record.
+func (s Store) Load(id string) (*Record, error) {
+	data, err := os.ReadFile(filepath.Join(s.dir(id), "drill.json"))
+	if err != nil {
+		return nil, err
+	}
+	var rec Record
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(s.dir(id), "drill.json"), err)
+	}
+	return &rec, nil
+}
+
+// SetActive marks drill id as the active one.
+func (s Store) SetActive(id string) error {
+	if err := fsutil.EnsureDir(s.Dir); err != nil {
+		return err
+	}
+	return fsutil.WriteFileAtomic(filepath.Join(s.Dir, "active"), []byte(id+"\n"), fsutil.SecretMode)
+}
+
+// ClearActive removes the active mark (no error when there is none).
+func (s Store) ClearActive() error {
+	err := os.Remove(filepath.Join(s.Dir, "active"))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	return err
+}
+
+// Active returns the active drill's Record, or an error wrapping
+// ErrNoActive.
+func (s Store) Active() (*Record, error) {
+	data, err := os.ReadFile(filepath.Join(s.Dir, "active"))
+	if os.IsNotExist(err) {
+		return nil, ErrNoActive
+	}
+	if err != nil {
+		return nil, err
+	}
+	id := strings.TrimSpace(string(data))
+	rec, err := s.Load(id)
+	if err != nil {
+		return nil, fmt.Errorf("the active drill %s cannot be read: %w (remove %s to forget it)", id, err, filepath.Join(s.Dir, "active"))
+	}
+	return rec, nil
+}
+
+// WriteReport writes the Markdown and JSON reports of rep.
+func (s Store) WriteReport(rep Report) (md, js string, err error) {
+	md, js = s.ReportPaths(rep.ID)
+	data, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return "", "", err
+	}
+	if err := fsutil.WriteFileAtomic(js, append(data, '\n'), fsutil.SecretMode); err != nil {
+		return "", "", err
+	}
+	if err := fsutil.WriteFileAtomic(md, []byte(rep.Markdown()), fsutil.SecretMode); err != nil {
+		return "", "", err
+	}
+	return md, js, nil
+}
+
+// NewID is the ID of a drill started at t.
+func NewID(t time.Time, spec Spec, actions []Action) string {
+	id := t.UTC().Format("20060102-150405") + "-" + string(spec.Kind)
+	switch spec.Kind {
+	case KindEtcd, KindAPIServer:
+		id += fmt.Sprintf("-%d", len(actions))
+	default:
+		if len(actions) > 0 {
+			id += "-" + actions[0].Node
+		}
+	}
+	return id
+}
+
+// ProcessAlive reports whether pid is a running process (signal 0).
+func ProcessAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
