@@ -10,7 +10,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X main.version=$(VERSION)
 PKGS     := ./...
 
-.PHONY: all build test test-unit testbins lint fmt vet fuzz bench deps clean e2e up
+.PHONY: all build test test-unit testbins lint fmt vet fuzz bench deps clean e2e e2e-drills up
 
 include hack/mirror.mk
 
@@ -26,7 +26,7 @@ build:
 ## openssh-server + sudo (internal/remote runs against a real sshd on 127.0.0.1),
 ## systemd-container + debootstrap (internal/vm boots real nspawn nodes in a
 ## network namespace of their own).
-DEB_TEST_DEPS := openssl haproxy jq iproute2 iptables shellcheck util-linux openssh-server sudo \
+DEB_TEST_DEPS := openssl haproxy jq iproute2 iptables shellcheck util-linux openssh-server sudo rsync \
                  systemd-container debootstrap
 deps:
 	@missing=; for p in $(DEB_TEST_DEPS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -77,6 +77,11 @@ clean:
 ## up, status, up again (no-op), down; prints the wall time of each phase
 e2e: deps mirror-deps
 	hack/e2e.sh
+
+## e2e-drills: make e2e plus the failover drills (etcd x1, power off cp2,
+## etcd x2) before khw down; each must pass its verdict
+e2e-drills: deps mirror-deps
+	E2E_DRILLS=1 hack/e2e.sh
 
 ## up: the main job (root): host packages, khw, the offline mirror, then a
 ## cluster on nspawn nodes with khw up, and how to use it

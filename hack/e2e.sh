@@ -95,6 +95,20 @@ witness() {
   esac
 }
 
+# drill_figures prints the measured numbers of every drill report (JSON).
+drill_figures() {
+  local f
+  echo "drill figures:"
+  for f in "$STATE/$NAME"/drills/*/report.json; do
+    jq -r '"  \(.id): passed=\(.passed) broken \(.brokenFor) s, recovery \(.recovery // "n/a") s after heal; " +
+      ([.signals[] | select(.signal == "api-read" or .signal == "api-write") |
+        "\(.signal) failed \(.failed)/\(.samples), longest \(.longest) s, slowest \(.slowest) s"] | join("; ")) +
+      "; haproxy down: " + ([.parts[] | select(.signal == "haproxy" and .downAfter != null) | "\(.part) +\(.downAfter) s"] | join(", ")) +
+      "; raft term \(.etcd.termBefore)->\(.etcd.termAfter), quorum back \(.etcd.quorumBackAfterHeal // "n/a") s; leases: " +
+      ([.leases[] | "\(.name) \(.holderBefore)->\(.holderAfter) (\(.transitionsBefore)->\(.transitionsAfter))"] | join(", "))' "$f"
+  done
+}
+
 status_check() {
   "$KHW" status
   local js
@@ -119,6 +133,15 @@ UP_T1=$(date +%s%N)
 phase "witnesses"       witness
 phase "khw status"      status_check
 phase "khw up (no-op)"  noop_check
+if [ "${E2E_DRILLS:-}" = 1 ]; then
+  # The failover drills of issue #7, each must pass its verdict (exit 0):
+  # one etcd member down (the leader: one election, API stays up), the
+  # seed's power-off of cp2, and the seed's quorum loss (2 of 3 members).
+  phase "drill etcd x1"     "$KHW" break etcd --count 1 --for 20s
+  phase "drill cp2 off"     "$KHW" break node cp2 --for 30s
+  phase "drill etcd x2"     "$KHW" break etcd --count 2 --for 30s
+  drill_figures
+fi
 if [ "${E2E_KEEP:-}" != 1 ]; then
   phase "khw down"      "$KHW" down
 fi

@@ -527,6 +527,10 @@ func expectations(rec Record, r Report, f Facts) []Expectation {
 			skip("everything is healthy again after the heal", "not healed yet (run khw heal)")
 			return
 		}
+		if rec.Interrupted {
+			skip("everything is healthy again after the heal", "interrupted: healed, but the recovery was not watched (khw status shows it now)")
+			return
+		}
 		if r.Recovery == nil {
 			var still []string
 			for _, s := range r.Signals {

@@ -234,6 +234,7 @@ func (r *Runner) Run(ctx context.Context, rec *Record) (Report, error) {
 	}
 
 	// Recovery.
+	rec.Interrupted = interrupted
 	if !interrupted {
 		r.waitRecovered(ctx, *rec.HealedAt)
 	}

@@ -40,6 +40,9 @@ type Record struct {
 	// WatcherPID is the khw process sampling this drill right now (0:
 	// none). `khw heal` leaves the report to a live watcher.
 	WatcherPID int `json:"watcherPID,omitempty"`
+	// Interrupted is true when Ctrl-C cut the drill short (it was healed
+	// without watching the recovery).
+	Interrupted bool `json:"interrupted,omitempty"`
 	// NodePort is the web Service's node port used by the workload signal.
 	NodePort int `json:"nodePort,omitempty"`
 }
@@ -148,6 +151,7 @@ func NewID(t time.Time, spec Spec, actions []Action) string {
 	switch spec.Kind {
 	case KindEtcd, KindAPIServer:
 		id += fmt.Sprintf("-%d", len(actions))
+	case KindLB:
 	default:
 		if len(actions) > 0 {
 			id += "-" + actions[0].Node

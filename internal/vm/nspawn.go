@@ -50,6 +50,10 @@ type Nspawn struct {
 
 	mu    sync.Mutex
 	procs map[string]*exec.Cmd // started by this process, reaped by a goroutine
+	// lastFrozen/lastFrozenFor: when the last Snapshot froze the nodes and
+	// for how long (LastFreeze).
+	lastFrozen    time.Time
+	lastFrozenFor time.Duration
 }
 
 var _ Provider = (*Nspawn)(nil)
@@ -288,9 +292,38 @@ func (p *Nspawn) Start(ctx context.Context, node string) error {
 	if err := fsutil.WriteFileAtomic(filepath.Join(p.nodeDir(node), "cgroups"), []byte(strings.Join(all, "\n")+"\n"), fsutil.SecretMode); err != nil {
 		return err
 	}
+	// A node powered off with force a moment ago may still own its veth
+	// (the kernel removes it when the old network namespace is finally
+	// freed): systemd-nspawn then exits at once with "Failed to add new veth
+	// interfaces … File exists". Try again for a few seconds.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		exited, err := p.launch(ctx, node, root, dirs, unified)
+		if err == nil || !exited || time.Now().After(deadline) || !strings.Contains(consoleTail(p.nodeDir(node)), "File exists") {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// consoleTail is the end of the node's console.log.
+func consoleTail(nodeDir string) string {
+	data, _ := os.ReadFile(filepath.Join(nodeDir, "console.log"))
+	if len(data) > 2000 {
+		data = data[len(data)-2000:]
+	}
+	return string(data)
+}
+
+// launch starts systemd-nspawn once; exited is true when it exited at once.
+func (p *Nspawn) launch(ctx context.Context, node, root string, dirs []string, unified string) (exited bool, err error) {
 	logf, err := os.OpenFile(filepath.Join(p.nodeDir(node), "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, fsutil.SecretMode)
 	if err != nil {
-		return fmt.Errorf("node %s: open console log: %w", node, err)
+		return false, fmt.Errorf("node %s: open console log: %w", node, err)
 	}
 	defer logf.Close()
 	cmd := exec.Command("nsenter", "--net="+NetnsPath(p.c.Name), "systemd-nspawn",
@@ -304,17 +337,17 @@ func (p *Nspawn) Start(ctx context.Context, node string) error {
 		// straight into it (clone3 CLONE_INTO_CGROUP, Linux >= 5.7).
 		fd, err := syscall.Open(unified, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 		if err != nil {
-			return fmt.Errorf("node %s: open cgroup %s: %w", node, unified, err)
+			return false, fmt.Errorf("node %s: open cgroup %s: %w", node, unified, err)
 		}
 		defer syscall.Close(fd)
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 	}
 	if err := startInCgroups(dirs, cmd.Start); err != nil {
-		return fmt.Errorf("node %s: start systemd-nspawn: %w", node, err)
+		return false, fmt.Errorf("node %s: start systemd-nspawn: %w", node, err)
 	}
 	if err := fsutil.WriteFileAtomic(filepath.Join(p.nodeDir(node), "pid"), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), fsutil.SecretMode); err != nil {
 		_ = cmd.Process.Kill()
-		return err
+		return false, err
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
@@ -324,12 +357,12 @@ func (p *Nspawn) Start(ctx context.Context, node string) error {
 	// systemd-nspawn fails fast on a bad root or bridge: report that here.
 	select {
 	case <-done:
-		return fmt.Errorf("node %s: systemd-nspawn exited at once (%v); see %s", node, cmd.ProcessState,
+		return true, fmt.Errorf("node %s: systemd-nspawn exited at once (%v); see %s", node, cmd.ProcessState,
 			filepath.Join(p.nodeDir(node), "console.log"))
 	case <-time.After(300 * time.Millisecond):
 	case <-ctx.Done():
 	}
-	return nil
+	return false, nil
 }
 
 // Stop powers the node off.
@@ -420,20 +453,7 @@ func (p *Nspawn) Addresses() map[string]netip.Addr {
 	return m
 }
 
-// Snapshot is not implemented for nspawn yet (ErrNotSupported).
-func (p *Nspawn) Snapshot(ctx context.Context, name string) error {
-	return fmt.Errorf("nspawn snapshot %q: %w", name, ErrNotSupported)
-}
-
-// Revert is not implemented for nspawn yet (ErrNotSupported).
-func (p *Nspawn) Revert(ctx context.Context, name string) error {
-	return fmt.Errorf("nspawn revert to %q: %w", name, ErrNotSupported)
-}
-
-// DeleteSnapshot is not implemented for nspawn yet (ErrNotSupported).
-func (p *Nspawn) DeleteSnapshot(ctx context.Context, name string) error {
-	return fmt.Errorf("nspawn delete snapshot %q: %w", name, ErrNotSupported)
-}
+// Snapshot, Revert and DeleteSnapshot: see snapshot.go.
 
 // Destroy force-stops every node, removes D/nspawn (node roots, pid files,
 // logs) and the network namespace. The shared image in CacheDir stays. It

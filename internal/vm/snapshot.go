@@ -1,0 +1,306 @@
+package vm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Snapshots of nspawn nodes are copies of every node's root directory in
+// D/nspawn/snapshots/<name>/<node>, made with rsync(1) so that a file that did
+// not change since an earlier snapshot (or since the node image it was copied
+// from) is a hard link to it, not a second copy: twelve lab snapshots of a
+// seven-node cluster cost about what the files the labs change cost.
+//
+// To be consistent across the cluster (etcd's data files on three nodes, the
+// kubelet's state on the workers), every running node is frozen at once with
+// the cgroup v1 freezer (freezer.state = FROZEN: its processes stop where they
+// are, https://docs.kernel.org/admin-guide/cgroup-v1/freezer-subsystem.html)
+// while the copies are made, then thawed. The nodes see a pause of a few
+// seconds, like a VM snapshot's.
+
+// snapshotName is what Snapshot accepts: it becomes a directory name.
+var snapshotName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+func (p *Nspawn) snapshotDir(name string) string {
+	return filepath.Join(p.opts.StateDir, "nspawn", "snapshots", name)
+}
+
+// Snapshots lists the snapshot names, oldest first.
+func (p *Nspawn) Snapshots() ([]string, error) {
+	dir := filepath.Join(p.opts.StateDir, "nspawn", "snapshots")
+	ents, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	type snap struct {
+		name string
+		t    time.Time
+	}
+	var ss []snap
+	for _, e := range ents {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		ss = append(ss, snap{e.Name(), info.ModTime()})
+	}
+	sort.Slice(ss, func(i, j int) bool { return ss[i].t.Before(ss[j].t) })
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = s.name
+	}
+	return out, nil
+}
+
+func rsyncPath() (string, error) {
+	path, err := exec.LookPath("rsync")
+	if err != nil {
+		return "", errors.New("nspawn snapshots need rsync on this host: apt-get install rsync")
+	}
+	return path, nil
+}
+
+func runRsync(ctx context.Context, args ...string) error {
+	path, err := rsyncPath()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, path, append([]string{"-aHAX", "--numeric-ids", "--delete"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("rsync %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(tail(stderr.String(), 600)))
+	}
+	return nil
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}
+
+// freezerDir is the node's cgroup in the v1 freezer hierarchy, "" if none.
+func (p *Nspawn) freezerDir(node string) string {
+	for _, d := range p.cgroupDirs(node) {
+		if _, err := os.Stat(filepath.Join(d, "freezer.state")); err == nil {
+			return d
+		}
+	}
+	return ""
+}
+
+// setFrozen writes FROZEN or THAWED to dir/freezer.state and waits (up to
+// 10 s) until the kernel reports that state.
+func setFrozen(dir string, frozen bool) error {
+	want := "THAWED"
+	if frozen {
+		want = "FROZEN"
+	}
+	f := filepath.Join(dir, "freezer.state")
+	if err := os.WriteFile(f, []byte(want), 0o644); err != nil {
+		return fmt.Errorf("%s: %w", f, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(string(got)) == want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s stays %s, want %s", f, strings.TrimSpace(string(got)), want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Snapshot copies every node's root directory (made by Create) to
+// D/nspawn/snapshots/<name>/, running nodes frozen during the copy. name:
+// lower-case letters, digits, '.', '_', '-' (e.g. "before-04-etcd"); an
+// existing snapshot of that name is replaced. Errors: a bad name, rsync
+// missing (the fix names the package), a node not created, a copy failing
+// (the partial snapshot is removed; the nodes are always thawed).
+func (p *Nspawn) Snapshot(ctx context.Context, name string) error {
+	if !snapshotName.MatchString(name) {
+		return fmt.Errorf("snapshot name %q: use lower-case letters, digits, '.', '_' and '-' (at most 63)", name)
+	}
+	if err := p.checkOwner(); err != nil {
+		return err
+	}
+	if _, err := rsyncPath(); err != nil {
+		return err
+	}
+	for _, n := range p.c.Nodes {
+		if _, err := os.Stat(filepath.Join(p.NodeRoot(n.Name), "usr/bin/systemctl")); err != nil {
+			return fmt.Errorf("snapshot %s: node %s has no root directory yet (run khw up --until 01-machines)", name, n.Name)
+		}
+	}
+	earlier, err := p.Snapshots()
+	if err != nil {
+		return err
+	}
+	final := p.snapshotDir(name)
+	tmp := filepath.Join(filepath.Dir(final), ".new-"+name)
+	_ = os.RemoveAll(tmp)
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return err
+	}
+
+	// Pass 1 copies while the nodes run (most of the data); pass 2, with
+	// every running node frozen at once, copies what changed meanwhile, so
+	// the nodes stand still only for rsync's walk and that small delta.
+	copyAll := func() []error {
+		sem := make(chan struct{}, 2)
+		errs := make([]error, len(p.c.Nodes))
+		var wg sync.WaitGroup
+		for i, n := range p.c.Nodes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				args := []string{}
+				// Hard-link unchanged files to the newest earlier snapshots
+				// (rsync takes up to 20), else to the node image the root
+				// was copied from.
+				for j := len(earlier) - 1; j >= 0 && len(args) < 19; j-- {
+					if earlier[j] == name {
+						continue
+					}
+					if dir := filepath.Join(p.snapshotDir(earlier[j]), n.Name); isDir(dir) {
+						args = append(args, "--link-dest="+dir)
+					}
+				}
+				if img := RootfsPath(p.opts.CacheDir, p.c.Arch); isDir(img) {
+					args = append(args, "--link-dest="+img)
+				}
+				args = append(args, p.NodeRoot(n.Name)+"/", filepath.Join(tmp, n.Name)+"/")
+				if err := runRsync(ctx, args...); err != nil {
+					errs[i] = fmt.Errorf("node %s: %w", n.Name, err)
+				}
+			}()
+		}
+		wg.Wait()
+		return errs
+	}
+	if err := errors.Join(copyAll()...); err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("snapshot %s: %w", name, err)
+	}
+	var frozen []string
+	defer func() {
+		for _, d := range frozen {
+			_ = setFrozen(d, false)
+		}
+	}()
+	for _, n := range p.c.Nodes {
+		if p.nspawnPid(n.Name) == 0 {
+			continue
+		}
+		d := p.freezerDir(n.Name)
+		if d == "" {
+			continue // no freezer hierarchy: copied running (best effort)
+		}
+		if err := setFrozen(d, true); err != nil {
+			os.RemoveAll(tmp)
+			return fmt.Errorf("snapshot %s: freeze node %s: %w", name, n.Name, err)
+		}
+		frozen = append(frozen, d)
+	}
+	p.lastFrozen = time.Now()
+	errs := copyAll()
+	for _, d := range frozen {
+		_ = setFrozen(d, false)
+	}
+	frozen = nil
+	p.lastFrozenFor = time.Since(p.lastFrozen)
+	if err := errors.Join(errs...); err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("snapshot %s: %w", name, err)
+	}
+	if err := os.RemoveAll(final); err != nil {
+		return err
+	}
+	return os.Rename(tmp, final)
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
+
+// Revert puts every node's root directory back to snapshot name: the nodes
+// are powered off (at once, like pulling the plug: their state is being
+// replaced anyway), each root is made equal to the snapshot with rsync
+// (changed files copied back, files made since removed), and the nodes that
+// were running are started again. Errors: no such snapshot (the message
+// lists the ones there are), rsync failing (the node stays off; run Revert
+// again).
+func (p *Nspawn) Revert(ctx context.Context, name string) error {
+	if err := p.checkOwner(); err != nil {
+		return err
+	}
+	dir := p.snapshotDir(name)
+	if !isDir(dir) {
+		have, _ := p.Snapshots()
+		return fmt.Errorf("no nspawn snapshot %q (have: %s)", name, strings.Join(have, ", "))
+	}
+	var running []string
+	for _, n := range p.c.Nodes {
+		if !isDir(filepath.Join(dir, n.Name)) {
+			return fmt.Errorf("snapshot %s has no copy of node %s", name, n.Name)
+		}
+		if p.nspawnPid(n.Name) != 0 {
+			running = append(running, n.Name)
+			if err := p.Stop(ctx, n.Name, true); err != nil {
+				return err
+			}
+		}
+	}
+	for _, n := range p.c.Nodes {
+		if err := runRsync(ctx, filepath.Join(dir, n.Name)+"/", p.NodeRoot(n.Name)+"/"); err != nil {
+			return fmt.Errorf("revert node %s to %s: %w", n.Name, name, err)
+		}
+	}
+	for _, n := range running {
+		if err := p.Start(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DeleteSnapshot removes snapshot name (no error if it does not exist).
+func (p *Nspawn) DeleteSnapshot(ctx context.Context, name string) error {
+	if !snapshotName.MatchString(name) {
+		return fmt.Errorf("snapshot name %q is not valid", name)
+	}
+	if err := p.checkOwner(); err != nil {
+		return err
+	}
+	return os.RemoveAll(p.snapshotDir(name))
+}
+
+// LastFreeze returns how long the nodes stood frozen during the last
+// Snapshot of this provider value (0 before any).
+func (p *Nspawn) LastFreeze() time.Duration { return p.lastFrozenFor }
