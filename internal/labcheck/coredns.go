@@ -1,0 +1,80 @@
+package labcheck
+
+import (
+	"fmt"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// coreDNS checks the cluster DNS objects: the Service kube-system/kube-dns
+// must exist at the clusterDNS IP of cluster.yaml (the IP every kubelet
+// writes into pods' resolv.conf), and the Corefile's kubernetes plugin must
+// serve the cluster domain, or Service names (kubernetes.default.svc.<domain>)
+// do not resolve. Upstream: https://kubernetes.io/docs/tasks/administer-cluster/dns-custom-nameservers/
+// and https://coredns.io/plugins/kubernetes/.
+func coreDNS(e *env) ([]Mistake, error) {
+	const lab = "09-coredns"
+	if e.cs == nil {
+		return nil, errNoAPI
+	}
+	want := e.c.Kubernetes.ClusterDNS
+	apply := "kubectl apply -f D/manifests/coredns.yaml"
+	var out []Mistake
+	svc, err := e.cs.CoreV1().Services(metav1.NamespaceSystem).Get(e.ctx, "kube-dns", metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		out = append(out, Mistake{Lab: lab, What: "there is no Service kube-system/kube-dns: pods send their DNS queries to " + want + " and nobody answers",
+			Evidence: "kubectl -n kube-system get service kube-dns: NotFound", Fix: apply})
+	case err != nil:
+		return nil, fmt.Errorf("get Service kube-system/kube-dns: %w", err)
+	case svc.Spec.ClusterIP != want:
+		out = append(out, Mistake{Lab: lab, What: fmt.Sprintf("the kube-dns Service has ClusterIP %s, but the kubelets give pods %s (clusterDNS of cluster.yaml): DNS queries go nowhere", svc.Spec.ClusterIP, want),
+			Evidence: "Service kube-system/kube-dns: clusterIP " + svc.Spec.ClusterIP,
+			Fix:      "a ClusterIP cannot be changed: kubectl -n kube-system delete service kube-dns, then recreate it with clusterIP: " + want + " (" + apply + ")"})
+	}
+	cm, err := e.cs.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(e.ctx, "coredns", metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		out = append(out, Mistake{Lab: lab, What: "there is no ConfigMap kube-system/coredns: the CoreDNS pods cannot mount their Corefile and do not start",
+			Evidence: "kubectl -n kube-system get configmap coredns: NotFound", Fix: apply})
+	case err != nil:
+		return nil, fmt.Errorf("get ConfigMap kube-system/coredns: %w", err)
+	default:
+		dom := strings.TrimSuffix(e.c.Kubernetes.ClusterDomain, ".")
+		var zones []string
+		found := false
+		for _, l := range strings.Split(cm.Data["Corefile"], "\n") {
+			f := strings.Fields(l)
+			if len(f) == 0 || f[0] != "kubernetes" {
+				continue
+			}
+			found = true
+			for _, z := range f[1:] {
+				if z == "{" {
+					break
+				}
+				zones = append(zones, strings.TrimSuffix(z, "."))
+			}
+		}
+		switch {
+		case !found:
+			out = append(out, Mistake{Lab: lab, What: "the Corefile has no kubernetes plugin: CoreDNS does not answer for Services at all",
+				Evidence: "ConfigMap kube-system/coredns: no `kubernetes` line in Corefile", Fix: "add `kubernetes " + dom + " in-addr.arpa ip6.arpa { pods insecure; fallthrough in-addr.arpa ip6.arpa }` to the Corefile, then kubectl -n kube-system rollout restart deploy/coredns"})
+		case len(zones) > 0 && !containsFold(zones, dom):
+			out = append(out, Mistake{Lab: lab, What: fmt.Sprintf("the Corefile's kubernetes plugin serves %v, not the cluster domain %s: Service names such as kubernetes.default.svc.%s do not resolve", zones, dom, dom),
+				Evidence: "ConfigMap kube-system/coredns Corefile: kubernetes " + strings.Join(zones, " "), Fix: "kubernetes " + dom + " in-addr.arpa ip6.arpa in the Corefile, then kubectl -n kube-system rollout restart deploy/coredns"})
+		}
+	}
+	return out, nil
+}
+
+func containsFold(list []string, v string) bool {
+	for _, s := range list {
+		if strings.EqualFold(s, v) {
+			return true
+		}
+	}
+	return false
+}

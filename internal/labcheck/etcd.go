@@ -1,0 +1,350 @@
+package labcheck
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/khw-dev/khw/internal/config"
+)
+
+// etcdOpts are etcd's settings on one node: the flags of etcd.service, or
+// the keys of its --config-file (same names without dashes), as etcd reads
+// them (https://etcd.io/docs/latest/op-guide/configuration/).
+type etcdOpts struct {
+	unit unitCmd
+	conf map[string]any
+	from string // "etcd.service" or the config file path
+}
+
+// etcdConfTLS maps TLS flags to their place in an etcd config file, where
+// they live under client-transport-security and peer-transport-security
+// (etcd.conf.yml.sample in the etcd repository).
+var etcdConfTLS = map[string][2]string{
+	"cert-file":             {"client-transport-security", "cert-file"},
+	"key-file":              {"client-transport-security", "key-file"},
+	"trusted-ca-file":       {"client-transport-security", "trusted-ca-file"},
+	"client-cert-auth":      {"client-transport-security", "client-cert-auth"},
+	"peer-cert-file":        {"peer-transport-security", "cert-file"},
+	"peer-key-file":         {"peer-transport-security", "key-file"},
+	"peer-trusted-ca-file":  {"peer-transport-security", "trusted-ca-file"},
+	"peer-client-cert-auth": {"peer-transport-security", "client-cert-auth"},
+}
+
+func (o etcdOpts) get(name string) (string, bool) {
+	if o.conf == nil {
+		return o.unit.flag(name)
+	}
+	v, ok := o.conf[name]
+	if where, nested := etcdConfTLS[name]; nested {
+		sec, _ := o.conf[where[0]].(map[string]any)
+		v, ok = sec[where[1]]
+	}
+	if !ok || v == nil {
+		return "", false
+	}
+	return fmt.Sprint(v), true
+}
+
+// getOr returns the option or etcd's default.
+func (o etcdOpts) getOr(name, def string) string {
+	if v, ok := o.get(name); ok {
+		return v
+	}
+	return def
+}
+
+func (o etcdOpts) evidence(name string) string {
+	key := name
+	if where, nested := etcdConfTLS[name]; nested && o.conf != nil {
+		key = where[0] + "." + where[1]
+	}
+	if v, ok := o.get(name); ok {
+		return o.from + ": " + key + "=" + v
+	}
+	return o.from + ": no " + key + " (etcd's default applies)"
+}
+
+// readEtcd reads etcd's settings on node; found is false without a unit.
+func (e *env) readEtcd(node string) (etcdOpts, bool, []Mistake, error) {
+	u, ok, err := e.readUnit(node, "etcd.service")
+	if err != nil || !ok {
+		if err != nil {
+			return etcdOpts{}, false, nil, err
+		}
+		return etcdOpts{}, false, []Mistake{{Lab: "04-etcd", Node: node, What: "etcd.service is not known to systemd (or has no ExecStart)",
+			Evidence: "`systemctl cat etcd.service` printed no ExecStart", Fix: "write /etc/systemd/system/etcd.service, then systemctl daemon-reload && systemctl enable --now etcd"}}, nil
+	}
+	o := etcdOpts{unit: u, from: "etcd.service"}
+	if p, ok := u.flag("config-file"); ok {
+		data, found, err := e.read(node, p)
+		if err != nil {
+			return o, false, nil, err
+		}
+		if !found {
+			return o, false, []Mistake{missing("04-etcd", node, p, "etcd's --config-file", "write it or drop --config-file")}, nil
+		}
+		if err := yaml.Unmarshal(data, &o.conf); err != nil {
+			return o, false, []Mistake{{Lab: "04-etcd", Node: node, What: "etcd's config file " + p + " is not YAML", Evidence: p + ": " + err.Error(), Fix: "fix its YAML (etcd.conf.yml.sample in the etcd repository)"}}, nil
+		}
+		o.from = p
+	}
+	return o, true, nil, nil
+}
+
+// parseInitialCluster parses name=url,name=url into name → URLs.
+func parseInitialCluster(s string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		n, u, ok := strings.Cut(part, "=")
+		if !ok || n == "" || u == "" {
+			return nil, fmt.Errorf("entry %q is not name=URL", part)
+		}
+		out[n] = append(out[n], u)
+	}
+	return out, nil
+}
+
+func urlHosts(list string) []string {
+	var out []string
+	for _, s := range strings.Split(list, ",") {
+		if u, err := url.Parse(strings.TrimSpace(s)); err == nil && u.Hostname() != "" {
+			out = append(out, u.Hostname())
+		}
+	}
+	return out
+}
+
+func canonURLs(urls []string) string {
+	s := slices.Clone(urls)
+	sort.Strings(s)
+	return strings.Join(s, ",")
+}
+
+// etcdCluster checks each member's identity and the shared member list:
+// --name must be a key of --initial-cluster and its URLs must equal
+// --initial-advertise-peer-urls (etcd refuses to start otherwise:
+// server/embed/config.go PeerURLsMapAndToken, server/etcdserver/bootstrap.go),
+// every member must be started with the same --initial-cluster, which must
+// list exactly the control planes at their IPs (a member that never comes
+// counts against the quorum), and client and peer cert auth must be on
+// (https://etcd.io/docs/latest/op-guide/security/).
+func etcdCluster(e *env) ([]Mistake, error) {
+	const lab = "04-etcd"
+	var out []Mistake
+	cps := e.c.ControlPlanes()
+	groups := map[string][]string{} // canonical --initial-cluster → members
+	raws := map[string]string{}
+	for _, n := range cps {
+		o, ok, ms, err := e.readEtcd(n.Name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ms...)
+		if !ok {
+			continue
+		}
+		name := o.getOr("name", "default")
+		icRaw := o.getOr("initial-cluster", "default=http://localhost:2380")
+		ic, perr := parseInitialCluster(icRaw)
+		if perr != nil {
+			out = append(out, Mistake{Lab: lab, Node: n.Name, What: "--initial-cluster does not parse: " + perr.Error(), Evidence: o.evidence("initial-cluster"), Fix: "--initial-cluster=" + wantInitialCluster(e)})
+			continue
+		}
+		if name != n.Name {
+			out = append(out, Mistake{Lab: lab, Node: n.Name, What: fmt.Sprintf("etcd on %s is named %q, not %q: its member name will not match cluster.yaml", n.Name, name, n.Name),
+				Evidence: o.evidence("name"), Fix: "--name=" + n.Name + " (and the same name in --initial-cluster)"})
+		}
+		if _, ok := ic[name]; !ok {
+			out = append(out, Mistake{Lab: lab, Node: n.Name, What: fmt.Sprintf("--name %q is not in --initial-cluster: etcd exits with \"couldn't find local name %q in the initial cluster configuration\"", name, name),
+				Evidence: o.evidence("name") + "; " + o.evidence("initial-cluster"), Fix: "--initial-cluster=" + wantInitialCluster(e)})
+		} else {
+			adv := o.getOr("initial-advertise-peer-urls", "http://localhost:2380")
+			if canonURLs(strings.Split(adv, ",")) != canonURLs(ic[name]) {
+				out = append(out, Mistake{Lab: lab, Node: n.Name, What: fmt.Sprintf("--initial-advertise-peer-urls differs from the URLs of %q in --initial-cluster: etcd refuses to start", name),
+					Evidence: o.evidence("initial-advertise-peer-urls") + "; " + o.evidence("initial-cluster"), Fix: "--initial-advertise-peer-urls=https://" + n.IP + ":2380"})
+			}
+		}
+		// The member list against cluster.yaml.
+		for _, m := range sortedKeys(ic) {
+			cp, known := e.c.Node(m)
+			switch {
+			case !known || !slices.ContainsFunc(cps, func(x config.Node) bool { return x.Name == m }):
+				out = append(out, Mistake{Lab: lab, Node: n.Name, What: fmt.Sprintf("--initial-cluster lists member %q, which is not a control plane of the cluster: the new cluster waits for it and counts it in the quorum", m),
+					Evidence: o.evidence("initial-cluster"), Fix: "--initial-cluster=" + wantInitialCluster(e)})
+			default:
+				for _, h := range urlHosts(strings.Join(ic[m], ",")) {
+					if h != cp.IP && h != cp.Name && h != e.c.FQDN(cp) {
+						out = append(out, Mistake{Lab: lab, Node: n.Name, What: fmt.Sprintf("--initial-cluster gives member %s the address %s, but %s is at %s", m, h, m, cp.IP),
+							Evidence: o.evidence("initial-cluster"), Fix: "--initial-cluster=" + wantInitialCluster(e)})
+					}
+				}
+			}
+		}
+		for _, cp := range cps {
+			if _, ok := ic[cp.Name]; !ok {
+				out = append(out, Mistake{Lab: lab, Node: n.Name, What: fmt.Sprintf("--initial-cluster does not list the control plane %s", cp.Name),
+					Evidence: o.evidence("initial-cluster"), Fix: "--initial-cluster=" + wantInitialCluster(e)})
+			}
+		}
+		canon := canonIC(ic)
+		groups[canon] = append(groups[canon], n.Name)
+		raws[n.Name] = icRaw
+		for _, f := range []string{"client-cert-auth", "peer-client-cert-auth"} {
+			if v, ok := o.get(f); !ok || v != "true" {
+				out = append(out, Mistake{Lab: lab, Node: n.Name, What: "etcd runs without --" + f + ": whoever reaches it can read every Secret and every key without a cert from the CA",
+					Evidence: o.evidence(f), Fix: "add --" + f + " (with --trusted-ca-file / --peer-trusted-ca-file=/etc/etcd/ca.pem)"})
+			}
+		}
+	}
+	if len(groups) > 1 {
+		// The list most members share (or the one cluster.yaml implies)
+		// is the reference; every member started otherwise is named.
+		want, _ := parseInitialCluster(wantInitialCluster(e))
+		ref := ""
+		for _, k := range sortedKeys(groups) {
+			if ref == "" || len(groups[k]) > len(groups[ref]) || (len(groups[k]) == len(groups[ref]) && k == canonIC(want)) {
+				ref = k
+			}
+		}
+		for _, k := range sortedKeys(groups) {
+			if k == ref {
+				continue
+			}
+			for _, n := range groups[k] {
+				out = append(out, Mistake{Lab: lab, Node: n, What: "the members were started with different --initial-cluster lists: they cannot agree on the cluster",
+					Evidence: fmt.Sprintf("%s has %s; %s have %s", n, raws[n], strings.Join(groups[ref], ", "), raws[groups[ref][0]]), Fix: "use the same --initial-cluster=" + wantInitialCluster(e) + " on every member, then remove /var/lib/etcd and start them together"})
+			}
+		}
+	}
+	return out, nil
+}
+
+func canonIC(ic map[string][]string) string {
+	var parts []string
+	for _, k := range sortedKeys(ic) {
+		parts = append(parts, k+"="+canonURLs(ic[k]))
+	}
+	return strings.Join(parts, ",")
+}
+
+func wantInitialCluster(e *env) string {
+	var parts []string
+	for _, n := range e.c.ControlPlanes() {
+		parts = append(parts, n.Name+"=https://"+n.IP+":2380")
+	}
+	return strings.Join(parts, ",")
+}
+
+// etcdCerts checks the certs etcd is started with: the peer cert must have
+// the host of this member's peer URL as a SAN (the other members dial it
+// and verify it), the server cert every host of its client URLs (the
+// apiservers and etcdctl dial them), each key must match, and both must be
+// signed by the CA etcd trusts, the cluster CA
+// (https://etcd.io/docs/latest/op-guide/security/).
+func etcdCerts(e *env) ([]Mistake, error) {
+	const lab = "04-etcd"
+	var out []Mistake
+	ca, caWhat, err := e.clusterCA()
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range e.c.ControlPlanes() {
+		o, ok, _, err := e.readEtcd(n.Name)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue // etcdCluster reports it
+		}
+		caSeen := map[string]bool{}
+		for _, f := range []string{"trusted-ca-file", "peer-trusted-ca-file"} {
+			if p, ok := o.get(f); ok && !caSeen[p] {
+				caSeen[p] = true
+				ms, err := e.checkCAFile(lab, n.Name, p, "etcd (--"+f+")")
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, ms...)
+			}
+		}
+		var listen []string
+		for _, h := range urlHosts(o.getOr("listen-client-urls", "")) {
+			if ip := net.ParseIP(h); ip == nil || !ip.IsUnspecified() {
+				listen = append(listen, h)
+			}
+		}
+		// The server and peer cert are often one file (the kubernetes
+		// cert): it is judged once, against the hosts of both.
+		type use struct {
+			what, keyPath string
+			hosts         []string
+		}
+		uses := map[string]*use{}
+		var order []string
+		for _, p := range []struct {
+			cert, key, what string
+			hosts           []string
+		}{
+			{"peer-cert-file", "peer-key-file", "etcd peer cert", urlHosts(o.getOr("initial-advertise-peer-urls", ""))},
+			{"cert-file", "key-file", "etcd server cert", append(urlHosts(o.getOr("advertise-client-urls", "")), listen...)},
+		} {
+			certPath, ok := o.get(p.cert)
+			if !ok {
+				out = append(out, Mistake{Lab: lab, Node: n.Name, What: "etcd has no --" + p.cert + ": it speaks plain HTTP there, and TLS clients and peers (https://…) cannot connect",
+					Evidence: o.evidence(p.cert), Fix: "--" + p.cert + "=/etc/etcd/kubernetes.pem --" + p.key + "=/etc/etcd/kubernetes-key.pem"})
+				continue
+			}
+			keyPath, ok := o.get(p.key)
+			if !ok {
+				out = append(out, Mistake{Lab: lab, Node: n.Name, What: "etcd has --" + p.cert + " but no --" + p.key, Evidence: o.evidence(p.key), Fix: "--" + p.key + "=/etc/etcd/kubernetes-key.pem"})
+			}
+			if u, ok := uses[certPath]; ok {
+				u.what = "etcd server and peer cert"
+				u.hosts = append(u.hosts, p.hosts...)
+				continue
+			}
+			uses[certPath] = &use{what: p.what, keyPath: keyPath, hosts: p.hosts}
+			order = append(order, certPath)
+		}
+		for _, certPath := range order {
+			u := uses[certPath]
+			fix := "copy the kubernetes cert (whose SANs hold every control-plane IP and 127.0.0.1) to " + certPath + " and restart etcd"
+			cert, ms, err := e.loadCert(lab, n.Name, certPath, u.what, fix)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, ms...)
+			if cert == nil {
+				continue
+			}
+			var sans []sanWant
+			seen := map[string]bool{}
+			for _, h := range u.hosts {
+				if !seen[h] {
+					seen[h] = true
+					sans = append(sans, sanWant{h, "a host of etcd's peer or client URLs, which peers and clients dial"})
+				}
+			}
+			w := certWant{lab: "02-pki", what: u.what + " " + certPath, sans: sans, server: true, client: true, ca: ca, caWhat: caWhat, fix: fix}
+			out = append(out, e.checkCert(n.Name, certPath, cert, w)...)
+			if u.keyPath != "" {
+				ms, err := e.checkKey(lab, n.Name, certPath, u.keyPath, cert, fix)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, ms...)
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,266 @@
+// Package labcheck grades a lab that a student did by hand: it reads what is
+// really on the nodes (files, systemd units, kernel settings, routes) and in
+// the API, and names each mistake with its evidence, the fix and the lab it
+// belongs to. It is what `khw lab check NN` prints.
+//
+// The steps' own Check (internal/bringup) compares the nodes with the files
+// khw renders; a hand-made variant differs from them byte for byte and still
+// works. The detectors here judge the meaning instead: a certificate whose
+// SANs lack the `kubernetes` Service IP, an etcd --name that is not in
+// --initial-cluster, a CNI config naming a plugin binary that is not in
+// /opt/cni/bin. A valid variant passes; a wrong one is explained.
+//
+// Detectors are pure functions of their inputs: a Source (files and shell
+// output per node), a kubernetes.Interface for API objects, and the
+// cluster.yaml (*config.Cluster) for the desired facts. Tests give them small
+// broken inputs without any node.
+//
+// Every detector names its upstream source (a Kubernetes or etcd doc, or a
+// file of the upstream code) in a comment next to its rule.
+package labcheck
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/khw-dev/khw/internal/config"
+)
+
+// Jumpbox is the node name under which a Source serves the jumpbox's state
+// directory D: ReadFile(ctx, Jumpbox, "pki/ca.pem") reads D/pki/ca.pem
+// (paths relative to D, slash-separated). Mistakes about those files carry
+// Node == Jumpbox.
+const Jumpbox = "jumpbox"
+
+// Labs are the lab IDs in order (shared/design/README.md).
+var Labs = []string{
+	"01-machines", "02-pki", "03-kubeconfig", "04-etcd", "05-control-plane", "06-lb",
+	"07-workers", "08-pod-network", "09-coredns", "10-tls-bootstrap", "11-smoke", "12-failover",
+}
+
+// Mistake is one thing a hand-done lab got wrong.
+type Mistake struct {
+	// Lab is the lab whose step made the mistake ("02-pki"); it can be
+	// earlier than the lab being checked (a cert of 02-pki found wrong while
+	// checking 04-etcd).
+	Lab string
+	// Node is the node the evidence was read on ("cp1"), Jumpbox for a file
+	// of the state directory, or "" for a cluster-wide API object.
+	Node string
+	// What names the mistake in one sentence.
+	What string
+	// Evidence is what was read that shows it: a path and the offending
+	// value, a flag, a line. It never holds a private key or a token secret.
+	Evidence string
+	// Fix is the concrete repair: a command, or the field to set and its value.
+	Fix string
+}
+
+// String formats m on one line per field, for terminals and logs.
+func (m Mistake) String() string {
+	where := m.Node
+	if where == "" {
+		where = "cluster"
+	}
+	return fmt.Sprintf("[%s] %s: %s\n    evidence: %s\n    fix: %s", m.Lab, where, m.What, m.Evidence, m.Fix)
+}
+
+// Source reads the live nodes. The lead implements it over internal/remote's
+// SSH Pool; tests use a map.
+//
+// Contract:
+//   - ReadFile returns the whole content of the file at the absolute path on
+//     node (as root: keys and kubeconfigs are 0600), or for node == Jumpbox
+//     the file at the slash path relative to the state directory. It must
+//     work on /proc and /sys files (their size reads as 0: use `sudo cat`,
+//     not SFTP's size). A missing file is an error wrapping fs.ErrNotExist;
+//     any other error means the node could not be read and ends the check.
+//   - Run runs shell on node as root and returns its standard output. The
+//     detectors' commands never fail on purpose (they end in `|| true`), so
+//     an error means the node could not be reached or the command could not
+//     run at all, and ends the check. Run is never called with Jumpbox.
+//     The commands are `systemctl cat -- <unit>`, `ip -4 route show`, and
+//     directory listings (ls, a loop over executables); see units.go,
+//     podnet.go and workers.go.
+//
+// An unreachable node ends the detectors that need it with an error (the
+// others still run): grade a lab on running nodes.
+type Source interface {
+	ReadFile(ctx context.Context, node, path string) ([]byte, error)
+	Run(ctx context.Context, node, shell string) (string, error)
+}
+
+// Detector is one mistake detector.
+type Detector struct {
+	// Name is short and stable, e.g. "etcd-initial-cluster".
+	Name string
+	// Lab is the lab it grades.
+	Lab string
+	// Doc says in one line what it looks for (for `khw lab check --help`).
+	Doc string
+	run func(*env) ([]Mistake, error)
+}
+
+// env is what a detector sees.
+type env struct {
+	ctx context.Context
+	c   *config.Cluster
+	src Source
+	cs  kubernetes.Interface
+	now time.Time
+
+	files   map[string]fileResult
+	outputs map[string]string
+
+	// the cluster CA, read once (clusterCA)
+	ca     *x509.Certificate
+	caWhat string
+	caDone bool
+}
+
+type fileResult struct {
+	data []byte
+	err  error
+}
+
+// Detectors returns the detectors of lab in the order Check runs them, or
+// every detector when lab is "". A lab without detectors (01-machines,
+// 11-smoke, 12-failover) gives none.
+func Detectors(lab string) []Detector {
+	var out []Detector
+	for _, d := range registry {
+		if lab == "" || d.Lab == lab {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// Check runs the detectors of lab against the live cluster and returns the
+// mistakes found, in detector order, then node order. An empty result means
+// no detector found a mistake (see Detectors for what is looked at).
+//
+// c must be a validated cluster.yaml. cs may be nil when the API is not
+// reachable: detectors that need it then report nothing and Check returns an
+// error naming them, after running the others. Errors are for an unknown
+// lab, a node that cannot be read, or an API call that fails; a missing or
+// malformed file is a Mistake, not an error.
+func Check(ctx context.Context, lab string, c *config.Cluster, src Source, cs kubernetes.Interface) ([]Mistake, error) {
+	return check(ctx, lab, c, src, cs, time.Now())
+}
+
+func check(ctx context.Context, lab string, c *config.Cluster, src Source, cs kubernetes.Interface, now time.Time) ([]Mistake, error) {
+	if !slices.Contains(Labs, lab) {
+		return nil, fmt.Errorf("lab %q is unknown: use one of %s", lab, strings.Join(Labs, ", "))
+	}
+	e := &env{ctx: ctx, c: c, src: src, cs: cs, now: now, files: map[string]fileResult{}, outputs: map[string]string{}}
+	var all []Mistake
+	var errs []error
+	for _, d := range Detectors(lab) {
+		ms, err := d.run(e)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("detector %s: %w", d.Name, err))
+		}
+		all = append(all, ms...)
+	}
+	return dedupe(all), errors.Join(errs...)
+}
+
+// dedupe drops repeated mistakes (two detectors reading the same cert).
+func dedupe(ms []Mistake) []Mistake {
+	seen := map[Mistake]bool{}
+	var out []Mistake
+	for _, m := range ms {
+		if !seen[m] {
+			seen[m] = true
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// errNoAPI is returned by detectors that need the API when cs is nil.
+var errNoAPI = errors.New("needs the Kubernetes API, which is not reachable: fix the apiservers and the load balancer (labs 05, 06) first")
+
+// read reads a file once per check. Missing files are (nil, false, nil).
+func (e *env) read(node, path string) ([]byte, bool, error) {
+	k := node + "\x00" + path
+	r, ok := e.files[k]
+	if !ok {
+		r.data, r.err = e.src.ReadFile(e.ctx, node, path)
+		e.files[k] = r
+	}
+	if errors.Is(r.err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if r.err != nil {
+		return nil, false, fmt.Errorf("read %s on %s: %w", path, node, r.err)
+	}
+	return r.data, true, nil
+}
+
+// run runs shell once per check.
+func (e *env) run(node, shell string) (string, error) {
+	k := node + "\x00" + shell
+	if out, ok := e.outputs[k]; ok {
+		return out, nil
+	}
+	out, err := e.src.Run(e.ctx, node, shell)
+	if err != nil {
+		return "", fmt.Errorf("on %s: %w", node, err)
+	}
+	e.outputs[k] = out
+	return out, nil
+}
+
+// missing is the Mistake for a file that is not there.
+func missing(lab, node, path, what, fix string) Mistake {
+	return Mistake{Lab: lab, Node: node, What: path + " is missing (" + what + ")", Evidence: "no file " + path + " on " + node, Fix: fix}
+}
+
+// sortedKeys returns the keys of m sorted.
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sortStrings(s []string) { sort.Strings(s) }
+
+// registry is every detector, in lab order.
+var registry = []Detector{
+	{Name: "pki-certs", Lab: "02-pki", Doc: "D/pki: each cert's CN/O, SANs (service IP, 127.0.0.1, lb), key usages, validity, CA signature, key pair", run: pkiCerts},
+	{Name: "kubeconfigs", Lab: "03-kubeconfig", Doc: "D/kubeconfigs: current context, server URL (lb for workers, 127.0.0.1 on cps), CA, client cert identity and key", run: stateKubeconfigs},
+	{Name: "etcd-initial-cluster", Lab: "04-etcd", Doc: "--name in --initial-cluster, same list on every member, only the control planes at their IPs, cert auth on", run: etcdCluster},
+	{Name: "etcd-certs", Lab: "04-etcd", Doc: "etcd's server and peer certs: SANs of its URLs, keys, the cluster CA", run: etcdCerts},
+	{Name: "apiserver-certs", Lab: "05-control-plane", Doc: "each apiserver's serving cert SANs, client CA, etcd/kubelet client certs, ServiceAccount key pair", run: apiserverCerts},
+	{Name: "apiserver-kubelet-rbac", Lab: "05-control-plane", Doc: "the CN of --kubelet-client-certificate is bound to a ClusterRole with nodes/proxy (API)", run: apiserverKubeletRBAC},
+	{Name: "controlplane-kubeconfigs", Lab: "05-control-plane", Doc: "controller-manager and scheduler kubeconfigs: an apiserver they can reach, the cluster CA, their own user", run: controlPlaneKubeconfigs},
+	{Name: "encryption-config", Lab: "05-control-plane", Doc: "--encryption-provider-config on every apiserver, same file, kind/apiVersion, identity not first, key sizes", run: encryptionConfig},
+	{Name: "lb-health-check", Lab: "06-lb", Doc: "haproxy.cfg: mode tcp on the apiserver port, every cp a server, an HTTP check that can pass (check-ssl, verify, path, port)", run: lbHealthCheck},
+	{Name: "worker-host", Lab: "07-workers", Doc: "swap off, br_netfilter loaded, bridge-nf-call-iptables and ip_forward = 1", run: workerHost(false)},
+	{Name: "worker-runtime", Lab: "07-workers", Doc: "cgroup driver of containerd = kubelet's; CNI config present, its plugin binaries exist, its subnet = the podCIDR", run: workerRuntime(false)},
+	{Name: "worker-dns", Lab: "07-workers", Doc: "kubelet clusterDNS = the kube-dns Service IP", run: workerDNS(false)},
+	{Name: "worker-identity", Lab: "07-workers", Doc: "node name = cluster.yaml = kubelet client cert CN system:node:<name>; kubeconfigs via the lb with the cluster CA; serving cert SANs; kube-proxy identity", run: workerIdentity(false)},
+	{Name: "pod-routes", Lab: "08-pod-network", Doc: "every worker routes each other worker's podCIDR via that worker's IP", run: podRoutes},
+	{Name: "coredns", Lab: "09-coredns", Doc: "Service kube-dns at the clusterDNS IP, the Corefile serving the cluster domain (API)", run: coreDNS},
+	{Name: "bootstrap-host", Lab: "10-tls-bootstrap", Doc: "the TLS-bootstrap workers' kernel settings (as worker-host)", run: workerHost(true)},
+	{Name: "bootstrap-runtime", Lab: "10-tls-bootstrap", Doc: "the TLS-bootstrap workers' cgroup driver and CNI config (as worker-runtime)", run: workerRuntime(true)},
+	{Name: "bootstrap-dns", Lab: "10-tls-bootstrap", Doc: "the TLS-bootstrap workers' clusterDNS (as worker-dns)", run: workerDNS(true)},
+	{Name: "bootstrap-identity", Lab: "10-tls-bootstrap", Doc: "the TLS-bootstrap workers' node name and kubeconfigs once bootstrapped (as worker-identity)", run: workerIdentity(true)},
+	{Name: "bootstrap-token", Lab: "10-tls-bootstrap", Doc: "bootstrap token Secrets: name, type, id/secret format, expiration, usage, extra groups; the worker's token has a Secret (API)", run: bootstrapTokens},
+	{Name: "bootstrap-rbac", Lab: "10-tls-bootstrap", Doc: "node-bootstrapper, nodeclient and selfnodeclient bindings; bootstrap token auth and CSR signing flags (API)", run: bootstrapRBAC},
+	{Name: "bootstrap-csrs", Lab: "10-tls-bootstrap", Doc: "a Pending kubelet-serving CSR (never auto-approved), a stuck client CSR, an approved CSR never signed (API)", run: bootstrapCSRs},
+}
