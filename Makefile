@@ -10,7 +10,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X main.version=$(VERSION)
 PKGS     := ./...
 
-.PHONY: all build test test-unit testbins lint fmt vet fuzz bench deps clean e2e e2e-drills up
+.PHONY: all build test test-unit testbins lint fmt vet fuzz bench deps clean e2e e2e-drills e2e-labs up
 
 include hack/mirror.mk
 
@@ -82,6 +82,11 @@ e2e: deps mirror-deps
 ## etcd x2) before khw down; each must pass its verdict
 e2e-drills: deps mirror-deps
 	E2E_DRILLS=1 hack/e2e.sh
+
+## e2e-labs: the 12 labs in order (khw lab NN --yes), two hand-made mistakes
+## that khw lab check must name, and khw lab reset 04-etcd (root)
+e2e-labs: deps mirror-deps
+	hack/e2e-labs.sh
 
 ## up: the main job (root): host packages, khw, the offline mirror, then a
 ## cluster on nspawn nodes with khw up, and how to use it

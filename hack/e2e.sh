@@ -14,50 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MIRROR_DIR=${MIRROR_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/khw/mirror}
-E2E_ONLY=${E2E_ONLY:-}
-KHW=$PWD/bin/khw
-STATE=$(mktemp -d /tmp/khw-e2e.XXXXXX)
-NAME=e2e$$
-export KHW_STATE_DIR=$STATE KHW_CLUSTER=$NAME KHW_MIRROR=$MIRROR_DIR
-
-if [ "$(id -u)" != 0 ]; then
-  echo "make e2e needs root: nspawn nodes need network namespaces and cgroups (sudo make e2e)" >&2
-  exit 2
-fi
-
-declare -a PHASES=()
-phase() {
-  local label=$1; shift
-  echo "=== $label: $*"
-  local t0 t1 ds
-  t0=$(date +%s%N)
-  "$@"
-  t1=$(date +%s%N)
-  ds=$(( (t1 - t0) / 100000000 ))
-  PHASES+=("$(printf '%-22s %5d.%d s' "$label" $((ds / 10)) $((ds % 10)))")
-}
-
-cleanup() {
-  local rc=$?
-  if [ "${E2E_KEEP:-}" = 1 ] && [ $rc = 0 ]; then
-    echo "kept: KHW_STATE_DIR=$STATE KHW_CLUSTER=$NAME $KHW down"
-    return
-  fi
-  "$KHW" down >/dev/null 2>&1 || "$KHW" down || true
-  local left=
-  [ -e "/run/netns/khw-$NAME" ] && left="$left netns khw-$NAME"
-  pgrep -f "systemd-nspawn.* -M $NAME-" >/dev/null && left="$left nspawn-processes"
-  [ -d "$STATE/$NAME/nspawn" ] && left="$left node-roots"
-  rm -rf "$STATE"
-  if [ -n "$left" ]; then
-    echo "e2e: left behind:$left" >&2
-    exit 1
-  fi
-  [ $rc = 0 ] && echo "e2e: nothing left behind"
-  return $rc
-}
-trap cleanup EXIT
+# shellcheck source=hack/e2e-lib.sh
+. hack/e2e-lib.sh
 
 noop_check() {
   local out
@@ -146,8 +104,6 @@ if [ "${E2E_KEEP:-}" != 1 ]; then
   phase "khw down"      "$KHW" down
 fi
 
-echo
-echo "e2e wall times ($(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ)):"
-printf '  %s\n' "${PHASES[@]}"
+print_phases
 ds=$(( (UP_T1 - UP_T0) / 100000000 ))
 printf '  %-22s %5d.%d s\n' "up start → smoke green" $((ds / 10)) $((ds % 10))

@@ -21,6 +21,7 @@ import (
 	"github.com/khw-dev/khw/internal/health"
 	"github.com/khw-dev/khw/internal/kube"
 	"github.com/khw-dev/khw/internal/kubeconfig"
+	"github.com/khw-dev/khw/internal/labrun"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/smoke"
 	"github.com/khw-dev/khw/internal/state"
@@ -301,8 +302,15 @@ func runBreak(parent context.Context, a *app, spec drill.Spec) error {
 	if err != nil && rep.ID == "" {
 		return err
 	}
-	if perr := printDrillReport(a.out, store, rep); perr != nil && err == nil {
+	perr := printDrillReport(a.out, store, rep)
+	if perr != nil && err == nil {
 		err = perr
+	}
+	if err == nil {
+		// A passed drill completes lab 12-failover.
+		if merr := labrun.MarkDone(d, labrun.FailoverLab); merr != nil {
+			a.logf(1, "lab progress: %v", merr)
+		}
 	}
 	return err
 }

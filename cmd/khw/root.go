@@ -150,6 +150,7 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 		newPowerCmd(a),
 		newBreakCmd(a),
 		newHealCmd(a),
+		newLabCmd(a),
 		newVersionCmd(a),
 	)
 	return root

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/khw-dev/khw/internal/bringup"
+	"github.com/khw-dev/khw/internal/labrun"
 	"github.com/khw-dev/khw/internal/steps"
 )
 
@@ -96,6 +97,16 @@ func newUpCmd(a *app) *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			rep, err := steps.NewRunner(env, a.out).Run(ctx, bringup.Steps(m, c), opts)
+			if !opts.DryRun && rep != nil {
+				// khw lab list tells "drifted" from "not done" by this.
+				for _, s := range rep.Steps {
+					if s.Err == nil && (s.Clean || s.Applied) {
+						if merr := labrun.MarkDone(d, s.ID); merr != nil {
+							a.logf(1, "lab progress: %v", merr)
+						}
+					}
+				}
+			}
 			if err != nil {
 				return err
 			}

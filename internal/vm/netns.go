@@ -266,3 +266,40 @@ func DeleteNetwork(cluster string) error {
 	}
 	return nil
 }
+
+// removeStaleVeth deletes the host side of a node's veth pair, named
+// "vb-<machine>" by systemd-nspawn (when that fits the 15-character interface
+// name limit; longer names are hashed and left to Start's retry), from the
+// cluster's network namespace. After a forced power-off the kernel frees the
+// dead node's network namespace, and with it the pair, only some seconds
+// later (longer on a worker with many pods); until then a new
+// systemd-nspawn for the node fails with "File exists". Call it only for a
+// node that is not running. A missing link is not an error.
+func removeStaleVeth(nsPath, machine string) error {
+	name := "vb-" + machine
+	if len(name) > 15 {
+		return nil
+	}
+	ns, err := netns.GetFromPath(nsPath)
+	if err != nil {
+		return fmt.Errorf("open network namespace %s: %w", nsPath, err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fmt.Errorf("netlink in %s: %w", nsPath, err)
+	}
+	defer h.Close()
+	l, err := h.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return err
+	}
+	if err := h.LinkDel(l); err != nil {
+		return fmt.Errorf("delete the stale veth %s in %s: %w", name, nsPath, err)
+	}
+	return nil
+}

@@ -295,8 +295,12 @@ func (p *Nspawn) Start(ctx context.Context, node string) error {
 	// A node powered off with force a moment ago may still own its veth
 	// (the kernel removes it when the old network namespace is finally
 	// freed): systemd-nspawn then exits at once with "Failed to add new veth
-	// interfaces … File exists". Try again for a few seconds.
-	deadline := time.Now().Add(10 * time.Second)
+	// interfaces … File exists". Remove that veth when its name is known,
+	// else try again for a while.
+	if err := removeStaleVeth(NetnsPath(p.c.Name), p.MachineName(node)); err != nil {
+		return fmt.Errorf("node %s: %w", node, err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		exited, err := p.launch(ctx, node, root, dirs, unified)
 		if err == nil || !exited || time.Now().After(deadline) || !strings.Contains(consoleTail(p.nodeDir(node)), "File exists") {

@@ -28,6 +28,9 @@ import (
 // while the copies are made, then thawed. The nodes see a pause of a few
 // seconds, like a VM snapshot's.
 
+// runningFile lists, in a snapshot, the nodes that ran when it was taken.
+const runningFile = "RUNNING"
+
 // snapshotName is what Snapshot accepts: it becomes a directory name.
 var snapshotName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
@@ -81,7 +84,7 @@ func runRsync(ctx context.Context, args ...string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, path, append([]string{"-aHAX", "--numeric-ids", "--delete"}, args...)...)
+	cmd := exec.CommandContext(ctx, path, append([]string{"-aHAX", "--numeric-ids", "--delete", "--modify-window=-1"}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
@@ -238,6 +241,17 @@ func (p *Nspawn) Snapshot(ctx context.Context, name string) error {
 		os.RemoveAll(tmp)
 		return fmt.Errorf("snapshot %s: %w", name, err)
 	}
+	// Which nodes ran: Revert powers exactly those on again.
+	var running []string
+	for _, n := range p.c.Nodes {
+		if p.nspawnPid(n.Name) != 0 {
+			running = append(running, n.Name)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(tmp, runningFile), []byte(strings.Join(running, "\n")+"\n"), 0o600); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
 	if err := os.RemoveAll(final); err != nil {
 		return err
 	}
@@ -253,7 +267,7 @@ func isDir(p string) bool {
 // are powered off (at once, like pulling the plug: their state is being
 // replaced anyway), each root is made equal to the snapshot with rsync
 // (changed files copied back, files made since removed), and the nodes that
-// were running are started again. Errors: no such snapshot (the message
+// were running when the snapshot was taken are started again. Errors: no such snapshot (the message
 // lists the ones there are), rsync failing (the node stays off; run Revert
 // again).
 func (p *Nspawn) Revert(ctx context.Context, name string) error {
@@ -281,6 +295,9 @@ func (p *Nspawn) Revert(ctx context.Context, name string) error {
 		if err := runRsync(ctx, filepath.Join(dir, n.Name)+"/", p.NodeRoot(n.Name)+"/"); err != nil {
 			return fmt.Errorf("revert node %s to %s: %w", n.Name, name, err)
 		}
+	}
+	if data, err := os.ReadFile(filepath.Join(dir, runningFile)); err == nil {
+		running = strings.Fields(string(data))
 	}
 	for _, n := range running {
 		if err := p.Start(ctx, n); err != nil {

@@ -1,0 +1,642 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/charmbracelet/glamour"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/khw-dev/khw/internal/bringup"
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/drill"
+	"github.com/khw-dev/khw/internal/health"
+	"github.com/khw-dev/khw/internal/kube"
+	"github.com/khw-dev/khw/internal/kubeconfig"
+	"github.com/khw-dev/khw/internal/labcheck"
+	"github.com/khw-dev/khw/internal/labrun"
+	"github.com/khw-dev/khw/internal/labs"
+	"github.com/khw-dev/khw/internal/remote"
+	"github.com/khw-dev/khw/internal/state"
+	"github.com/khw-dev/khw/internal/steps"
+	"github.com/khw-dev/khw/internal/vm"
+)
+
+const labLong = `Walk Kubernetes the Hard Way one lab at a time. The labs are the steps of
+khw up, with their text:
+
+  01-machines  02-pki  03-kubeconfig  04-etcd  05-control-plane  06-lb
+  07-workers  08-pod-network  09-coredns  10-tls-bootstrap  11-smoke
+  12-failover
+
+khw lab 04-etcd (= khw lab run 04-etcd; "04", "4" and "etcd" work too)
+  1. shows the lab text: why the step exists, what khw does, what to observe,
+     the mistakes people make (--plain: as plain Markdown);
+  2. refuses if an earlier lab is not done, and names it (--force: go anyway);
+  3. snapshots every node and the state directory ("before-04-etcd"), so that
+     khw lab reset 04 can put everything back;
+  4. shows each change as the shell commands it stands for, grouped by node,
+     and asks before applying (--yes: do not ask). Say no, and you can type
+     the commands yourself, then grade your work with khw lab check 04;
+  5. checks the result, then runs the lab's read-only "observe" commands
+     (the etcd member list, the Leases, the CSRs …) inside khw shell.
+
+khw lab list           every lab: done, not done, or drifted (done once, now
+                       differs, and how), from each step's own check
+khw lab check 04       grade a step done by hand on the live nodes: each
+                       mistake with its evidence, the fix and its lab
+khw lab reset 04       put the nodes and the state directory back to what they
+                       were before lab 04; labs 04-12 are then not done
+
+Exit status: 0 success (check: no mistake), 1 a lab failed or check found
+mistakes, 2 bad command line (unknown lab), 130 interrupted.`
+
+type labOpts struct {
+	yes, force, plain bool
+}
+
+func newLabCmd(a *app) *cobra.Command {
+	var o labOpts
+	cmd := &cobra.Command{
+		Use:   "lab [LAB]",
+		Short: "Do the hard way one lab at a time: text, commands, snapshot, check (list, run, check, reset)",
+		Long:  labLong,
+		Example: `  khw lab list
+  khw lab 04-etcd
+  khw lab run 05 --yes
+  khw lab check 04-etcd
+  khw lab reset 04-etcd`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return runLab(cmd.Context(), a, args[0], o)
+		},
+	}
+	runCmd := &cobra.Command{
+		Use:   "run LAB",
+		Short: "Run one lab: its text, a snapshot, the changes (asking first), the check, what to observe",
+		Args:  exactArgs(1),
+		RunE:  func(cmd *cobra.Command, args []string) error { return runLab(cmd.Context(), a, args[0], o) },
+	}
+	for _, c := range []*cobra.Command{cmd, runCmd} {
+		c.Flags().BoolVarP(&o.yes, "yes", "y", false, "apply every change without asking")
+		c.Flags().BoolVar(&o.force, "force", false, "run even if an earlier lab is not done")
+		c.Flags().BoolVar(&o.plain, "plain", false, "print the lab text as plain Markdown")
+	}
+	var listOut string
+	listCmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the labs with their live status: done, not done, drifted",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if listOut != "text" && listOut != "json" {
+				return usagef("-o %q: use text or json", listOut)
+			}
+			return labList(cmd.Context(), a, listOut)
+		},
+	}
+	listCmd.Flags().StringVarP(&listOut, "output", "o", "text", "output format: text or json")
+	checkCmd := &cobra.Command{
+		Use:   "check LAB",
+		Short: "Grade a lab done by hand: each mistake with its evidence, the fix and its lab",
+		Long: `Grade a step on the live nodes. khw reads what is really there (certificates,
+unit files and their flags, kernel settings, the CNI config, routes, API
+objects) and names each mistake with the evidence, the fix, and the lab it
+belongs to. A hand-made file that differs from khw's own but is correct is
+not a mistake: such differences are listed apart, for information.
+
+` + detectorList(),
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return labCheck(cmd.Context(), a, args[0]) },
+	}
+	resetCmd := &cobra.Command{
+		Use:   "reset LAB",
+		Short: "Put the nodes and the state directory back to what they were before LAB",
+		Args:  exactArgs(1),
+		RunE:  func(cmd *cobra.Command, args []string) error { return labReset(cmd.Context(), a, args[0]) },
+	}
+	cmd.AddCommand(runCmd, listCmd, checkCmd, resetCmd)
+	return cmd
+}
+
+func detectorList() string {
+	var b strings.Builder
+	b.WriteString("What khw lab check looks for, per lab:\n")
+	for _, lab := range labcheck.Labs {
+		ds := labcheck.Detectors(lab)
+		if len(ds) == 0 {
+			continue
+		}
+		var names []string
+		for _, d := range ds {
+			names = append(names, d.Name)
+		}
+		fmt.Fprintf(&b, "  %-17s %s\n", lab, strings.Join(names, ", "))
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// labEnv is what the lab commands work with.
+type labEnv struct {
+	d   state.Dir
+	c   *config.Cluster
+	m   *bringup.Machines
+	env *steps.Env
+	all []steps.Step
+}
+
+func (e *labEnv) close() {
+	e.env.Close()
+	e.m.Close()
+}
+
+func openLab(a *app) (*labEnv, error) {
+	d, c, err := a.load()
+	if err != nil {
+		return nil, err
+	}
+	env := steps.NewEnv(c, d)
+	m, err := bringup.Open(c, d, env.NodeLog(""))
+	if err != nil {
+		env.Close()
+		return nil, err
+	}
+	return &labEnv{d: d, c: c, m: m, env: env, all: bringup.Steps(m, c)}, nil
+}
+
+func lookupLab(id string) (labs.Lab, error) {
+	l, err := labs.Get(id)
+	if err != nil {
+		return labs.Lab{}, usageError{err}
+	}
+	return l, nil
+}
+
+func labList(ctx context.Context, a *app, output string) error {
+	e, err := openLab(a)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	rows, err := labrun.List(ctx, e.all, e.env, e.d)
+	if err != nil {
+		return err
+	}
+	if output == "json" {
+		enc := json.NewEncoder(a.out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LAB\tSTATUS\tDETAIL")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.ID, r.Status, shortenText(r.Detail, 110))
+	}
+	return tw.Flush()
+}
+
+func shortenText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// renderLab prints the lab's text, rendered for a terminal unless plain or
+// stdout is not one.
+func renderLab(w io.Writer, l labs.Lab, plain bool) {
+	md := l.Markdown()
+	f, isFile := w.(*os.File)
+	if plain || !isFile || !term.IsTerminal(int(f.Fd())) {
+		fmt.Fprintln(w, md)
+		return
+	}
+	width := 100
+	if cols, _, err := term.GetSize(int(f.Fd())); err == nil && cols > 40 {
+		width = min(cols-2, 110)
+	}
+	style := glamour.WithStandardStyle("dark")
+	if p := os.Getenv("GLAMOUR_STYLE"); p != "" {
+		style = glamour.WithStylePath(p)
+	}
+	r, err := glamour.NewTermRenderer(style, glamour.WithWordWrap(width))
+	if err == nil {
+		if out, err := r.Render(md); err == nil {
+			fmt.Fprint(w, out)
+			return
+		}
+	}
+	fmt.Fprintln(w, md)
+}
+
+func runLab(parent context.Context, a *app, id string, o labOpts) error {
+	l, err := lookupLab(id)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	e, err := openLab(a)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	renderLab(a.out, l, o.plain)
+
+	// Earlier labs first.
+	prog, err := labrun.LoadProgress(e.d)
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for _, s := range e.all {
+		if s.ID() >= l.ID {
+			break
+		}
+		if s.ID() == labrun.SmokeLab {
+			if _, ok := prog[s.ID()]; !ok {
+				missing = append(missing, s.ID())
+			}
+			continue
+		}
+		st, _ := labrun.StepStatus(ctx, s, e.env, prog)
+		if st.Status != labrun.Done {
+			missing = append(missing, s.ID())
+			if len(missing) == 1 && !o.force {
+				break // one is enough to refuse; checking the rest would read a state not made yet
+			}
+		}
+	}
+	if len(missing) > 0 {
+		if !o.force {
+			return fmt.Errorf("lab %s comes after %s, which is not done: run khw lab %s first (khw lab list shows every lab; --force runs this one anyway)", l.ID, missing[0], missing[0])
+		}
+		fmt.Fprintf(a.errOut, "Warning: earlier labs not done (%s); going on because of --force\n", strings.Join(missing, ", "))
+	}
+
+	if l.ID == labrun.FailoverLab {
+		return runFailoverLab(ctx, a, e)
+	}
+	step, err := steps.Lookup(e.all, l.ID)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.out, "\n── %s: checking what is already there…\n", l.ID)
+	st, diffs := labrun.StepStatus(ctx, step, e.env, prog)
+	if st.Status == labrun.Unknown {
+		return fmt.Errorf("lab %s: the check failed: %s", l.ID, st.Detail)
+	}
+	if len(diffs) == 0 {
+		fmt.Fprintf(a.out, "✓ %s is already done: nothing to change.\n", l.ID)
+	} else {
+		if err := labSnapshot(ctx, a, e, l.ID); err != nil {
+			return err
+		}
+		if err := confirmChanges(ctx, a, e, step, diffs, o.yes); err != nil {
+			return err
+		}
+		fmt.Fprintln(a.out)
+		if _, err := steps.NewRunner(e.env, a.out).Run(ctx, e.all, steps.Options{From: l.ID, Until: l.ID}); err != nil {
+			return err
+		}
+	}
+	if err := labrun.MarkDone(e.d, l.ID); err != nil {
+		return err
+	}
+	observe(ctx, a, e, l)
+	if next := nextLab(l.ID); next != "" {
+		fmt.Fprintf(a.out, "\nLab %s done. Next: khw lab %s\n", l.ID, next)
+	} else {
+		fmt.Fprintf(a.out, "\nLab %s done. That was the last lab.\n", l.ID)
+	}
+	return nil
+}
+
+func nextLab(id string) string {
+	for i, l := range labcheck.Labs {
+		if l == id && i+1 < len(labcheck.Labs) {
+			return labcheck.Labs[i+1]
+		}
+	}
+	return ""
+}
+
+// labSnapshot snapshots the nodes (when there are any and the provider can)
+// and the state directory before lab id changes anything.
+func labSnapshot(ctx context.Context, a *app, e *labEnv, id string) error {
+	name := labrun.SnapshotName(id)
+	t0 := time.Now()
+	nodes := id != "01-machines"
+	if nodes {
+		err := e.m.Provider.Snapshot(ctx, name)
+		switch {
+		case errors.Is(err, vm.ErrNotSupported):
+			fmt.Fprintf(a.errOut, "Warning: provider %s cannot snapshot nodes; khw lab reset %s will not be possible\n", e.m.Provider.Name(), id)
+			nodes = false
+		case err != nil:
+			return fmt.Errorf("snapshot before lab %s: %w", id, err)
+		}
+	}
+	if err := labrun.SnapshotState(ctx, e.d, id); err != nil {
+		return fmt.Errorf("snapshot of the state directory before lab %s: %w", id, err)
+	}
+	what := "the state directory"
+	if nodes {
+		what = "every node and the state directory"
+		if f, ok := e.m.Provider.(interface{ LastFreeze() time.Duration }); ok && f.LastFreeze() > 0 {
+			what += fmt.Sprintf("; the nodes were paused %s", f.LastFreeze().Round(100*time.Millisecond))
+		}
+	}
+	fmt.Fprintf(a.out, "Snapshot %q of %s taken (%s): khw lab reset %s goes back to it.\n", name, what, time.Since(t0).Round(100*time.Millisecond), id)
+	return nil
+}
+
+// confirmChanges shows the diffs and their shell commands, grouped by node,
+// and asks before each group unless yes.
+func confirmChanges(ctx context.Context, a *app, e *labEnv, step steps.Step, diffs []steps.Diff, yes bool) error {
+	groups := map[string][]steps.Diff{}
+	var order []string
+	for _, d := range diffs {
+		if _, ok := groups[d.Node]; !ok {
+			order = append(order, d.Node)
+		}
+		groups[d.Node] = append(groups[d.Node], d)
+	}
+	fmt.Fprintf(a.out, "%d change(s) to make:\n", len(diffs))
+	in := bufio.NewReader(os.Stdin)
+	all := yes
+	for _, node := range order {
+		where := node
+		if where == "" {
+			where = "jumpbox / cluster"
+		}
+		fmt.Fprintf(a.out, "\n── on %s:\n", where)
+		for _, d := range groups[node] {
+			fmt.Fprintf(a.out, "  - %s\n", d.What)
+		}
+		cmds := step.Commands(e.env, groups[node])
+		if len(cmds) > 0 {
+			fmt.Fprintln(a.out, "  The shell commands this stands for:")
+			for _, c := range cmds {
+				for _, ln := range strings.Split(c.String(), "\n") {
+					fmt.Fprintf(a.out, "    %s\n", ln)
+				}
+			}
+		}
+		if all {
+			continue
+		}
+		for {
+			fmt.Fprintf(a.out, "Apply the changes on %s? [y]es / [a]ll / [n]o: ", where)
+			line, err := in.ReadString('\n')
+			if err != nil {
+				return fmt.Errorf("no answer (stdin closed): rerun with --yes to apply without asking")
+			}
+			switch strings.ToLower(strings.TrimSpace(line)) {
+			case "y", "yes", "":
+			case "a", "all":
+				all = true
+			case "n", "no", "q":
+				return fmt.Errorf("stopped before applying: do the changes by hand (the commands above), then grade them with khw lab check %s", step.ID())
+			default:
+				continue
+			}
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// observe runs the lab's read-only observe blocks inside khw shell.
+func observe(ctx context.Context, a *app, e *labEnv, l labs.Lab) {
+	if len(l.Observe) == 0 {
+		return
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(a.errOut, "Warning: cannot run the observe commands: %v\n", err)
+		return
+	}
+	fmt.Fprintf(a.out, "\n── What to look at now (read-only, run in khw shell):\n")
+	for _, b := range l.Observe {
+		if err := labs.CheckReadOnly(b.Shell); err != nil {
+			fmt.Fprintf(a.errOut, "Warning: skipped an observe block that is not read-only: %v\n", err)
+			continue
+		}
+		fmt.Fprintf(a.out, "\n%s\n", b.Intro)
+		for _, ln := range strings.Split(strings.TrimRight(b.Shell, "\n"), "\n") {
+			fmt.Fprintf(a.out, "  $ %s\n", ln)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		cmd := exec.CommandContext(cctx, self, "--state-dir", filepath.Dir(e.d.Root), "--cluster", e.c.Name, "shell", "--", "sh", "-c", b.Shell)
+		cmd.Stdout, cmd.Stderr = indent(a.out), indent(a.out)
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(a.out, "    (%v)\n", err)
+		}
+		cancel()
+	}
+}
+
+// indent prefixes every line written with four spaces.
+func indent(w io.Writer) io.Writer { return &indentWriter{w: w, bol: true} }
+
+type indentWriter struct {
+	w   io.Writer
+	bol bool
+}
+
+func (iw *indentWriter) Write(p []byte) (int, error) {
+	var b strings.Builder
+	for _, c := range string(p) {
+		if iw.bol {
+			b.WriteString("    ")
+		}
+		b.WriteRune(c)
+		iw.bol = c == '\n'
+	}
+	if _, err := io.WriteString(iw.w, b.String()); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// runFailoverLab runs the lab's drill: one etcd member down for 20 s.
+func runFailoverLab(ctx context.Context, a *app, e *labEnv) error {
+	fmt.Fprintf(a.out, "\n── 12-failover: khw break etcd --count 1 --for 20s (then try the others by hand: khw break --help)\n")
+	err := runBreak(ctx, a, drill.Spec{Kind: drill.KindEtcd, Count: 1, For: 20 * time.Second})
+	if err != nil {
+		return err
+	}
+	return labrun.MarkDone(e.d, labrun.FailoverLab)
+}
+
+func labCheck(parent context.Context, a *app, id string) error {
+	l, err := lookupLab(id)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	e, err := openLab(a)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	prog, err := labrun.LoadProgress(e.d)
+	if err != nil {
+		return err
+	}
+	if l.ID == labrun.FailoverLab {
+		if _, done := prog[labrun.FailoverLab]; done {
+			fmt.Fprintf(a.out, "✓ 12-failover: a drill passed its verdict since the last reset\n")
+			return nil
+		}
+		return fmt.Errorf("12-failover: no drill has passed its verdict since the last reset: run khw lab 12 or khw break etcd --count 1 --for 20s")
+	}
+	step, err := steps.Lookup(e.all, l.ID)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.out, "Checking lab %s on the live nodes…\n", l.ID)
+	st, diffs := labrun.StepStatus(ctx, step, e.env, prog)
+	if st.Status == labrun.Unknown {
+		fmt.Fprintf(a.out, "! the step's own check failed: %s\n", st.Detail)
+	}
+
+	var mistakes []labcheck.Mistake
+	detectors := labcheck.Detectors(l.ID)
+	if len(detectors) > 0 {
+		src := labrun.Source{Pool: e.m.Pool, Nodes: map[string]remote.Node{}, State: e.d}
+		for _, n := range e.c.Nodes {
+			src.Nodes[n.Name] = remote.Node{Name: n.Name, Addr: n.IP}
+		}
+		cs, cerr := labClientset(e)
+		if cerr != nil {
+			fmt.Fprintf(a.out, "! no API client (%v): the checks of API objects are skipped\n", cerr)
+		}
+		var err error
+		mistakes, err = labcheck.Check(ctx, l.ID, e.c, src, cs)
+		if err != nil {
+			fmt.Fprintf(a.out, "! %v\n", err)
+		}
+	}
+	sort.SliceStable(mistakes, func(i, j int) bool { return mistakes[i].Lab < mistakes[j].Lab })
+	for _, m := range mistakes {
+		fmt.Fprintf(a.out, "✗ %s\n", m.String())
+	}
+	if len(diffs) > 0 {
+		label := "Differences from khw's reference (information; a correct hand-made variant may differ)"
+		if len(detectors) == 0 {
+			label = "What is missing or different"
+		}
+		fmt.Fprintf(a.out, "%s:\n", label)
+		for i, d := range diffs {
+			if i == 12 {
+				fmt.Fprintf(a.out, "  … and %d more (khw up --dry-run --from %s --until %s lists them all)\n", len(diffs)-12, l.ID, l.ID)
+				break
+			}
+			fmt.Fprintf(a.out, "  - %s\n", d.String())
+		}
+	}
+	pass := len(mistakes) == 0 && st.Status != labrun.Unknown && (len(detectors) > 0 || len(diffs) == 0)
+	if !pass {
+		n := len(mistakes)
+		if n == 0 {
+			n = len(diffs)
+		}
+		return fmt.Errorf("lab %s: %d problem(s); fix them and run khw lab check %s again", l.ID, n, l.ID)
+	}
+	fmt.Fprintf(a.out, "✓ lab %s passes: no mistake found (%d checks)\n", l.ID, len(detectors))
+	return labrun.MarkDone(e.d, l.ID)
+}
+
+func labClientset(e *labEnv) (kubernetes.Interface, error) {
+	cfg, err := kube.RESTConfig(filepath.Join(e.d.KubeconfigDir(), kubeconfig.AdminFile), "")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Dial = health.Target{Cluster: e.c, PKIDir: e.d.PKIDir(), Dial: e.m.Provider.Dialer()}.Dialer()
+	cfg.Timeout = 10 * time.Second
+	cs, err := kube.Clientset(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return cs, nil
+}
+
+func labReset(parent context.Context, a *app, id string) error {
+	l, err := lookupLab(id)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	e, err := openLab(a)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	name := labrun.SnapshotName(l.ID)
+	t0 := time.Now()
+	if l.ID == "01-machines" {
+		fmt.Fprintln(a.out, "Before lab 01 there were no machines: removing them.")
+		if err := e.m.Provider.Destroy(ctx); err != nil {
+			return err
+		}
+	} else if l.ID != labrun.FailoverLab {
+		fmt.Fprintf(a.out, "Reverting every node to snapshot %q…\n", name)
+		if err := e.m.Provider.Revert(ctx, name); err != nil {
+			if errors.Is(err, vm.ErrNotSupported) {
+				return fmt.Errorf("provider %s cannot revert nodes: %w", e.m.Provider.Name(), err)
+			}
+			return fmt.Errorf("%w (a lab's snapshot is taken when khw lab runs it)", err)
+		}
+	}
+	if l.ID != labrun.FailoverLab {
+		if err := labrun.RestoreState(ctx, e.d, l.ID); err != nil {
+			return err
+		}
+	}
+	// Later labs' snapshots describe a future that no longer exists.
+	for _, later := range labcheck.Labs {
+		if later <= l.ID {
+			continue
+		}
+		_ = e.m.Provider.DeleteSnapshot(ctx, labrun.SnapshotName(later))
+		_ = labrun.DeleteStateSnapshot(e.d, later)
+	}
+	prog, err := labrun.LoadProgress(e.d)
+	if err != nil {
+		return err
+	}
+	for k := range prog {
+		if k >= l.ID {
+			delete(prog, k)
+		}
+	}
+	if err := prog.Save(e.d); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.out, "Back to before lab %s (%s). Labs %s to 12 are not done; continue with khw lab %s.\n", l.ID, time.Since(t0).Round(100*time.Millisecond), l.ID, l.ID)
+	return nil
+}

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestLabAndBreakUsage checks the command-line errors of khw lab and khw
+// break: each exits 2 with a message naming the fix, before any node or
+// network is touched (the cluster here has no machines at all).
+func TestLabAndBreakUsage(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "state")
+	if _, errOut, code := run(t, base, "init", "--name", "lab", "--arch", "amd64", "--provider", "nspawn"); code != 0 {
+		t.Fatalf("init: exit %d: %s", code, errOut)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"lab", "check", "99-nosuch"}, "01-machines"},
+		{[]string{"lab", "reset", "nosuch"}, "12-failover"},
+		{[]string{"lab", "run"}, "accepts 1 arg"},
+		{[]string{"lab", "list", "-o", "yaml"}, "use text or json"},
+		{[]string{"break", "disk"}, "unknown drill"},
+		{[]string{"break", "etcd", "--count", "3"}, "add --force"},
+		{[]string{"break", "etcd", "--count", "4", "--force"}, "give 1..3"},
+		{[]string{"break", "kubelet", "cp1"}, "takes a worker"},
+		{[]string{"break", "node"}, "exactly one node"},
+		{[]string{"break", "node", "cp2", "--nodes", "cp1"}, "not both"},
+		{[]string{"break", "lb", "--for", "-5s"}, "positive duration"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			_, errOut, code := run(t, base, tc.args...)
+			if code != exitUsage {
+				t.Fatalf("exit %d, want %d (usage): %s", code, exitUsage, errOut)
+			}
+			if !strings.Contains(errOut, tc.want) {
+				t.Errorf("stderr %q lacks %q", errOut, tc.want)
+			}
+		})
+	}
+	// khw heal with no drill is a no-op that says so.
+	out, errOut, code := run(t, base, "heal")
+	if code != 0 || !strings.Contains(out, "no drill is active") {
+		t.Errorf("heal without a drill: exit %d, %q %q", code, out, errOut)
+	}
+}

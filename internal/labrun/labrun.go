@@ -1,0 +1,211 @@
+// Package labrun is what `khw lab` does with the steps of `khw up`: the live
+// status of every lab (done, not done, drifted), a lab's run with snapshots
+// taken first, grading a step done by hand (khw lab check), and putting the
+// cluster back to the state before a lab (khw lab reset).
+//
+// Progress is kept in <state>/labs/progress.json (which labs were completed
+// and when): it is what tells "drifted" (completed once, its check now finds
+// differences) from "not done". Before a lab runs, the provider snapshots
+// every node ("before-<lab id>") and the state directory is copied to
+// <state>/labs/snapshots/before-<lab id>/, so that reset restores both.
+package labrun
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/khw-dev/khw/internal/fsutil"
+	"github.com/khw-dev/khw/internal/remote"
+	"github.com/khw-dev/khw/internal/state"
+)
+
+// Status of a lab in `khw lab list`.
+type Status string
+
+const (
+	Done    Status = "done"
+	NotDone Status = "not done"
+	Drifted Status = "drifted" // completed once, its check now finds differences
+	Unknown Status = "unknown" // the check itself failed (node unreachable, API down)
+)
+
+// LabStatus is one row of `khw lab list`.
+type LabStatus struct {
+	ID     string     `json:"id"`
+	Title  string     `json:"title"`
+	Status Status     `json:"status"`
+	Detail string     `json:"detail,omitempty"`
+	DoneAt *time.Time `json:"doneAt,omitempty"`
+}
+
+// Progress is <state>/labs/progress.json: lab id → when it was completed.
+type Progress map[string]time.Time
+
+func progressPath(d state.Dir) string { return filepath.Join(d.Root, "labs", "progress.json") }
+
+// LoadProgress reads the progress file (empty when missing).
+func LoadProgress(d state.Dir) (Progress, error) {
+	data, err := os.ReadFile(progressPath(d))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Progress{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	p := Progress{}
+	if err := json.Unmarshal(data, &p); err != nil {
+		return nil, fmt.Errorf("%s: %w (delete it to start the progress over)", progressPath(d), err)
+	}
+	return p, nil
+}
+
+// Save writes the progress file atomically (0600, directory 0700).
+func (p Progress) Save(d state.Dir) error {
+	if err := fsutil.EnsureDir(filepath.Dir(progressPath(d))); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteFileAtomic(progressPath(d), append(data, '\n'), fsutil.SecretMode)
+}
+
+// MarkDone records lab id as completed now.
+func MarkDone(d state.Dir, id string) error {
+	p, err := LoadProgress(d)
+	if err != nil {
+		return err
+	}
+	p[id] = time.Now().UTC()
+	return p.Save(d)
+}
+
+// SnapshotName is the provider snapshot taken before lab id.
+func SnapshotName(id string) string { return "before-" + id }
+
+func stateSnapshotDir(d state.Dir, id string) string {
+	return filepath.Join(d.Root, "labs", "snapshots", SnapshotName(id))
+}
+
+// stateExcludes are the parts of the state directory a lab snapshot does not
+// copy: the node roots and provider data (snapshotted by the provider), the
+// lab snapshots and progress themselves, drill reports, logs, the kubectl
+// binary.
+var stateExcludes = []string{"/nspawn", "/libvirt", "/labs", "/drills", "/logs", "/bin"}
+
+// SnapshotState copies the state directory (certificates, kubeconfigs,
+// encryption config, rendered files, cluster.yaml, SSH keys) to
+// <state>/labs/snapshots/before-<id>/ with rsync, keeping modes (0600 keys
+// stay 0600).
+func SnapshotState(ctx context.Context, d state.Dir, id string) error {
+	dst := stateSnapshotDir(d, id)
+	if err := fsutil.EnsureDir(dst); err != nil {
+		return err
+	}
+	return rsync(ctx, d.Root+"/", dst+"/")
+}
+
+// RestoreState puts the state directory back to the copy taken before lab
+// id (files made since are removed; the excluded parts are left alone).
+func RestoreState(ctx context.Context, d state.Dir, id string) error {
+	src := stateSnapshotDir(d, id)
+	if _, err := os.Stat(src); err != nil {
+		return fmt.Errorf("no copy of the state directory from before lab %s (%s): was the lab run with khw lab?", id, src)
+	}
+	return rsync(ctx, src+"/", d.Root+"/")
+}
+
+func rsync(ctx context.Context, src, dst string) error {
+	bin, err := exec.LookPath("rsync")
+	if err != nil {
+		return errors.New("lab snapshots need rsync on this host: apt-get install rsync")
+	}
+	args := []string{"-a", "--delete", "--modify-window=-1"}
+	for _, e := range stateExcludes {
+		args = append(args, "--exclude="+e)
+	}
+	out, err := exec.CommandContext(ctx, bin, append(args, src, dst)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("rsync %s %s: %w: %s", src, dst, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// DeleteStateSnapshot removes the state copy taken before lab id.
+func DeleteStateSnapshot(d state.Dir, id string) error {
+	return os.RemoveAll(stateSnapshotDir(d, id))
+}
+
+// StateSnapshots lists the labs that have a state copy, sorted.
+func StateSnapshots(d state.Dir) []string {
+	ents, _ := os.ReadDir(filepath.Join(d.Root, "labs", "snapshots"))
+	var ids []string
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), "before-") {
+			ids = append(ids, strings.TrimPrefix(e.Name(), "before-"))
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// Source reads files and runs commands for labcheck: on the nodes over SSH
+// (as root through sudo, so that 0600 keys and /proc files read right), and
+// in the state directory for labcheck.Jumpbox.
+type Source struct {
+	Pool  *remote.Pool
+	Nodes map[string]remote.Node
+	State state.Dir
+}
+
+// errMissing is the exit status of the read command for a missing file.
+const errMissing = 3
+
+// ReadFile returns the file's bytes; a missing file is an error wrapping
+// fs.ErrNotExist.
+func (s Source) ReadFile(ctx context.Context, node, p string) ([]byte, error) {
+	if node == "jumpbox" {
+		clean := path.Clean("/" + p)
+		return os.ReadFile(filepath.Join(s.State.Root, filepath.FromSlash(clean)))
+	}
+	cl, err := s.client(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	q := "'" + strings.ReplaceAll(p, "'", `'\''`) + "'"
+	out, _, err := cl.Run(ctx, fmt.Sprintf("[ -e %s ] || exit %d; cat %s", q, errMissing, q), remote.RunOptions{Sudo: true})
+	var ce *remote.CommandError
+	if errors.As(err, &ce) && ce.ExitCode == errMissing {
+		return nil, fmt.Errorf("%s: %s: %w", node, p, fs.ErrNotExist)
+	}
+	return out, err
+}
+
+// Run runs shell on node as root and returns its stdout.
+func (s Source) Run(ctx context.Context, node, shell string) (string, error) {
+	cl, err := s.client(ctx, node)
+	if err != nil {
+		return "", err
+	}
+	out, _, err := cl.Run(ctx, shell, remote.RunOptions{Sudo: true})
+	return string(out), err
+}
+
+func (s Source) client(ctx context.Context, node string) (*remote.Client, error) {
+	n, ok := s.Nodes[node]
+	if !ok {
+		return nil, fmt.Errorf("%q is not a node of this cluster", node)
+	}
+	return s.Pool.Get(ctx, n)
+}
