@@ -246,7 +246,10 @@ func renderLab(w io.Writer, l labs.Lab, plain bool) {
 	fmt.Fprintln(w, md)
 }
 
-func runLab(parent context.Context, a *app, id string, o labOpts) error {
+// withLab resolves the lab id (a usage error when unknown), opens the
+// machines and the step environment, and runs fn with a context that Ctrl-C
+// and SIGTERM cancel.
+func withLab(parent context.Context, a *app, id string, fn func(ctx context.Context, l labs.Lab, e *labEnv) error) error {
 	l, err := lookupLab(id)
 	if err != nil {
 		return err
@@ -258,6 +261,14 @@ func runLab(parent context.Context, a *app, id string, o labOpts) error {
 		return err
 	}
 	defer e.close()
+	return fn(ctx, l, e)
+}
+
+func runLab(parent context.Context, a *app, id string, o labOpts) error {
+	return withLab(parent, a, id, func(ctx context.Context, l labs.Lab, e *labEnv) error { return runLabIn(ctx, a, l, e, o) })
+}
+
+func runLabIn(ctx context.Context, a *app, l labs.Lab, e *labEnv, o labOpts) error {
 	renderLab(a.out, l, o.plain)
 
 	// Earlier labs first.
@@ -491,17 +502,10 @@ func runFailoverLab(ctx context.Context, a *app, e *labEnv) error {
 }
 
 func labCheck(parent context.Context, a *app, id string) error {
-	l, err := lookupLab(id)
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	e, err := openLab(a)
-	if err != nil {
-		return err
-	}
-	defer e.close()
+	return withLab(parent, a, id, func(ctx context.Context, l labs.Lab, e *labEnv) error { return labCheckIn(ctx, a, l, e) })
+}
+
+func labCheckIn(ctx context.Context, a *app, l labs.Lab, e *labEnv) error {
 	prog, err := labrun.LoadProgress(e.d)
 	if err != nil {
 		return err
@@ -585,17 +589,10 @@ func labClientset(e *labEnv) (kubernetes.Interface, error) {
 }
 
 func labReset(parent context.Context, a *app, id string) error {
-	l, err := lookupLab(id)
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	e, err := openLab(a)
-	if err != nil {
-		return err
-	}
-	defer e.close()
+	return withLab(parent, a, id, func(ctx context.Context, l labs.Lab, e *labEnv) error { return labResetIn(ctx, a, l, e) })
+}
+
+func labResetIn(ctx context.Context, a *app, l labs.Lab, e *labEnv) error {
 	name := labrun.SnapshotName(l.ID)
 	t0 := time.Now()
 	if l.ID == "01-machines" {

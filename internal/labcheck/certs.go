@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/pki"
 )
 
 // Groups and users with a meaning to the apiserver
@@ -264,22 +265,10 @@ func (e *env) checkKey(lab, node, certPath, keyPath string, cert *x509.Certifica
 	}
 	if !samePublic(key, cert.PublicKey) {
 		return []Mistake{{Lab: lab, Node: node, What: keyPath + " is not the key of " + certPath + ": TLS with this pair fails (\"private key does not match public key\")",
-			Evidence: fmt.Sprintf("%s holds a %s key whose public half differs from the one in %s (%s)", keyPath, keyType(key.Public()), certPath, describe(cert)),
+			Evidence: fmt.Sprintf("%s holds a %s key whose public half differs from the one in %s (%s)", keyPath, pki.KeyDesc(key.Public()), certPath, describe(cert)),
 			Fix:      "copy the key that was made with the cert (cfssljson -bare writes <name>.pem and <name>-key.pem together): " + fix}}, nil
 	}
 	return nil, nil
-}
-
-func keyType(pub crypto.PublicKey) string {
-	switch k := pub.(type) {
-	case *ecdsa.PublicKey:
-		return "ECDSA " + k.Curve.Params().Name
-	case *rsa.PublicKey:
-		return fmt.Sprintf("RSA %d", k.N.BitLen())
-	case ed25519.PublicKey:
-		return "Ed25519"
-	}
-	return fmt.Sprintf("%T", pub)
 }
 
 // clusterCA returns the cluster CA: D/pki/ca.pem on the jumpbox, else the

@@ -13,6 +13,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/khw-dev/khw/internal/pki"
 )
 
 // apiserverUnit reads kube-apiserver.service on node; a missing unit is a
@@ -158,7 +160,7 @@ func (e *env) serviceAccountKeys(node string, u unitCmd) ([]Mistake, error) {
 	}
 	if pub == nil || !samePublic(key, pub) {
 		return []Mistake{{Lab: lab, Node: node, What: "the ServiceAccount signing key is not the pair of the verification key: every token this apiserver signs is rejected (401)",
-			Evidence: fmt.Sprintf("--service-account-signing-key-file=%s (%s) vs --service-account-key-file=%s", sf, keyType(key.Public()), kf),
+			Evidence: fmt.Sprintf("--service-account-signing-key-file=%s (%s) vs --service-account-key-file=%s", sf, pki.KeyDesc(key.Public()), kf),
 			Fix:      "copy service-account.pem and service-account-key.pem from the same D/pki to every control plane"}}, nil
 	}
 	return nil, nil

@@ -10,6 +10,8 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/khw-dev/khw/internal/pki"
 )
 
 // kubeconfig is the part of a kubeconfig its current context uses.
@@ -206,7 +208,7 @@ func (e *env) kubeconfigCert(lab, node string, k *kubeconfig, fix string) (*x509
 	}
 	if !samePublic(key, cert.PublicKey) {
 		return cert, certWhere, []Mistake{{Lab: lab, Node: node, What: "the client key of " + k.path + " does not belong to its client cert: TLS fails",
-			Evidence: fmt.Sprintf("%s holds a %s key; the cert (%s) has another public key", keyWhere, keyType(key.Public()), describe(cert)),
+			Evidence: fmt.Sprintf("%s holds a %s key; the cert (%s) has another public key", keyWhere, pki.KeyDesc(key.Public()), describe(cert)),
 			Fix:      "embed the cert and the key made together (--client-certificate=<name>.pem --client-key=<name>-key.pem --embed-certs=true)" + fix}}, nil
 	}
 	return cert, certWhere, nil, nil

@@ -208,8 +208,8 @@ func notSignedDetail(cert, ca *x509.Certificate, newKey bool) string {
 	}
 }
 
-// keyDesc names a public key: "ECDSA P-256", "RSA 2048", "Ed25519".
-func keyDesc(pub crypto.PublicKey) string {
+// KeyDesc names a public key: "ECDSA P-256", "RSA 2048", "Ed25519".
+func KeyDesc(pub crypto.PublicKey) string {
 	switch k := pub.(type) {
 	case *ecdsa.PublicKey:
 		return "ECDSA " + k.Curve.Params().Name
@@ -221,7 +221,7 @@ func keyDesc(pub crypto.PublicKey) string {
 	return fmt.Sprintf("%T", pub)
 }
 
-// wantKeyDesc names the key pki.keyAlgorithm/keySize asks for, as keyDesc.
+// wantKeyDesc names the key pki.keyAlgorithm/keySize asks for, as KeyDesc.
 func wantKeyDesc(p config.PKI) string {
 	if p.KeyAlgorithm == "rsa" {
 		return fmt.Sprintf("RSA %d", p.KeySize)
@@ -361,7 +361,7 @@ func checkLeaf(c *config.Cluster, s Spec, p pair, ca *x509.Certificate, caNew bo
 	if missing, extra := sanDiff(s.Hosts, certSANs(p.cert)); len(missing)+len(extra) > 0 {
 		rs = append(rs, Reason{ReasonSANs, describeSANDiff(missing, extra)})
 	}
-	if got, want := keyDesc(p.cert.PublicKey), wantKeyDesc(c.PKI); got != want {
+	if got, want := KeyDesc(p.cert.PublicKey), wantKeyDesc(c.PKI); got != want {
 		rs = append(rs, Reason{ReasonKeyAlgorithm, fmt.Sprintf("key is %s, want %s", got, want)})
 	}
 	if d := usageDiff(p.cert, s.Profile, c.PKI.KeyAlgorithm); d != "" {

@@ -179,7 +179,7 @@ func InspectCert(cert *x509.Certificate, now time.Time) *CertInfo {
 		IsCA:               cert.BasicConstraintsValid && cert.IsCA,
 		KeyUsage:           kuNames(cert.KeyUsage),
 		ExtKeyUsage:        ekuNames(cert.ExtKeyUsage),
-		KeyAlgorithm:       keyDesc(cert.PublicKey),
+		KeyAlgorithm:       KeyDesc(cert.PublicKey),
 		SignatureAlgorithm: cert.SignatureAlgorithm.String(),
 		NotBefore:          cert.NotBefore.UTC(),
 		NotAfter:           cert.NotAfter.UTC(),

@@ -612,7 +612,7 @@ func (r *reconciler) planServiceAccount(s Spec, is *issuer, caNewKey bool) unit 
 	// judged here, on the key.
 	rs := slices.DeleteFunc(checkLeaf(r.c, s, p, is.ca, caNewKey, r.now), func(x Reason) bool { return x.Code == ReasonKeyAlgorithm })
 	var warn []Reason
-	if got, want := keyDesc(p.key.Public()), wantKeyDesc(r.c.PKI); got != want {
+	if got, want := KeyDesc(p.key.Public()), wantKeyDesc(r.c.PKI); got != want {
 		d := fmt.Sprintf("key is %s, want %s", got, want)
 		if r.opts.newSAKey {
 			return issueNew(append(rs, Reason{ReasonKeyAlgorithm, d + "; a new key was made (AllowNewServiceAccountKey): " + newKeyWhy}))
