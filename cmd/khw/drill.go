@@ -296,7 +296,7 @@ func runBreak(parent context.Context, a *app, spec drill.Spec) error {
 		heal = "for " + spec.For.String() + " (Ctrl-C heals early)"
 	}
 	fmt.Fprintf(a.out, "Drill %s: %s, %s\n", rec.ID, describeActions(actions, live), heal)
-	fmt.Fprintf(a.out, "Sampling %s (every %s; /readyz, Leases, Nodes every %s)\n", signalList(env.prober), drill.FastInterval, drill.SlowInterval)
+	fmt.Fprintf(a.out, "Sampling %s (each every %s)\n", signalList(env.prober), drill.Interval)
 	r := &drill.Runner{Store: store, Prober: env.prober, Act: env.act, Out: a.out}
 	rep, err := r.Run(ctx, rec)
 	if err != nil && rep.ID == "" {

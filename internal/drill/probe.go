@@ -26,11 +26,9 @@ import (
 // sampling rate: up to maxInFlight probes of one signal run at once, and a
 // tick that finds them all busy is counted as skipped rather than queued.
 const (
-	// FastInterval is the period of the API read/write, etcd, HAProxy and
-	// workload probes (the issue asks for at least 2 per second).
-	FastInterval = 500 * time.Millisecond
-	// SlowInterval is the period of the /readyz, Lease and Node probes.
-	SlowInterval = time.Second
+	// Interval is the period of every probe: at least two samples per
+	// second of each signal.
+	Interval = 500 * time.Millisecond
 	// APITimeout bounds one API request through the load balancer: long
 	// enough to see etcd's own "request timed out" (which comes after about
 	// 5–7 s) instead of our client's deadline.
@@ -106,18 +104,18 @@ type schedule struct {
 
 func (p *Prober) schedules() []schedule {
 	s := []schedule{
-		{SigAPIRead, FastInterval, 40, p.apiRead},
-		{SigAPIWrite, FastInterval, 40, p.apiWrite},
-		{SigEtcd, FastInterval, 3, p.etcd},
-		{SigAPIServers, SlowInterval, 3, p.apiServers},
-		{SigLeases, SlowInterval, 3, p.leases},
-		{SigNodes, SlowInterval, 3, p.nodes},
+		{SigAPIRead, Interval, 40, p.apiRead},
+		{SigAPIWrite, Interval, 40, p.apiWrite},
+		{SigEtcd, Interval, 3, p.etcd},
+		{SigAPIServers, Interval, 3, p.apiServers},
+		{SigLeases, Interval, 3, p.leases},
+		{SigNodes, Interval, 3, p.nodes},
 	}
 	if p.LBDial != nil {
-		s = append(s, schedule{SigHAProxy, FastInterval, 3, p.haproxy})
+		s = append(s, schedule{SigHAProxy, Interval, 3, p.haproxy})
 	}
 	if p.NodePort > 0 && len(p.Workers) > 0 {
-		s = append(s, schedule{SigWorkload, FastInterval, 4, p.workload})
+		s = append(s, schedule{SigWorkload, Interval, 4, p.workload})
 	}
 	return s
 }
