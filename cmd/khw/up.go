@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"os/signal"
 	"syscall"
 
@@ -131,9 +132,10 @@ const downLong = `Destroy everything the provider made for this cluster: every n
 (powered off at once, like pulling the plug, then its root directory or disk
 removed) and the cluster's network (nspawn: the network namespace
 khw-<cluster> with its bridge). The nodes' pinned SSH host keys
-(<state>/ssh/known_hosts) go too. cluster.yaml, pki/, kubeconfigs/, the SSH
-key and the shared node image in ~/.cache/khw stay, so khw up builds the
-same cluster again.`
+(<state>/ssh/known_hosts) go too, and so do the lab progress and snapshots
+(<state>/labs) and an active drill's mark (drill reports stay).
+cluster.yaml, pki/, kubeconfigs/, the SSH key and the shared node image in
+~/.cache/khw stay, so khw up builds the same cluster again.`
 
 func newDownCmd(a *app) *cobra.Command {
 	return &cobra.Command{
@@ -158,6 +160,17 @@ func newDownCmd(a *app) *cobra.Command {
 			}
 			if err != nil {
 				return fmt.Errorf("cluster %s: down: %w (run khw down again to retry)", c.Name, err)
+			}
+			// What described the machines that are now gone: the lab progress
+			// and snapshots, an active drill (its reports stay).
+			for _, stale := range []string{filepath.Join(d.Root, "labs"), filepath.Join(drillsDir(d), "active")} {
+				if _, serr := os.Stat(stale); serr == nil {
+					if rerr := os.RemoveAll(stale); rerr != nil {
+						return fmt.Errorf("cluster %s: down: %w", c.Name, rerr)
+					}
+					removed = append(removed, stale)
+					fmt.Fprintf(a.out, "removed %s\n", stale)
+				}
 			}
 			if len(removed) == 0 {
 				fmt.Fprintf(a.out, "cluster %s: nothing to remove\n", c.Name)
