@@ -144,7 +144,7 @@ func workerHost(bootstrap bool) func(*env) ([]Mistake, error) {
 					Evidence: "/proc/sys/net/bridge/bridge-nf-call-iptables does not exist", Fix: "sudo modprobe br_netfilter; echo br_netfilter | sudo tee /etc/modules-load.d/k8s.conf"})
 			case strings.TrimSpace(string(br)) != "1":
 				out = append(out, Mistake{Lab: lab, Node: n.Name, What: "net.bridge.bridge-nf-call-iptables is not 1: bridged pod traffic skips iptables, so Services do not work for it",
-					Evidence: "/proc/sys/net/bridge/bridge-nf-call-iptables = " + strings.TrimSpace(string(br)), Fix: "echo net.bridge.bridge-nf-call-iptables=1 | sudo tee -a /etc/sysctl.d/k8s.conf && sudo sysctl --system"})
+					Evidence: "/proc/sys/net/bridge/bridge-nf-call-iptables = " + strings.TrimSpace(string(br)), Fix: "sudo sysctl -w net.bridge.bridge-nf-call-iptables=1 now, and keep net.bridge.bridge-nf-call-iptables = 1 in a file under /etc/sysctl.d/ (e.g. k8s.conf) so it survives a reboot"})
 			}
 			fw, ok, err := e.read(n.Name, "/proc/sys/net/ipv4/ip_forward")
 			if err != nil {
@@ -152,7 +152,7 @@ func workerHost(bootstrap bool) func(*env) ([]Mistake, error) {
 			}
 			if v := strings.TrimSpace(string(fw)); ok && v != "1" {
 				out = append(out, Mistake{Lab: lab, Node: n.Name, What: "net.ipv4.ip_forward is not 1: the node does not route packets between pods and the network, so pods on other nodes and Services are unreachable",
-					Evidence: "/proc/sys/net/ipv4/ip_forward = " + v, Fix: "echo net.ipv4.ip_forward=1 | sudo tee -a /etc/sysctl.d/k8s.conf && sudo sysctl --system"})
+					Evidence: "/proc/sys/net/ipv4/ip_forward = " + v, Fix: "sudo sysctl -w net.ipv4.ip_forward=1 now, and keep net.ipv4.ip_forward = 1 in a file under /etc/sysctl.d/ (e.g. k8s.conf) so it survives a reboot"})
 			}
 		}
 		return out, nil
