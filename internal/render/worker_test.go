@@ -19,7 +19,8 @@ import (
 var kubeletConfigFields = strings.Fields(`apiVersion kind address authentication authorization cgroupDriver
 	cgroupsPerQOS clusterDNS clusterDomain containerRuntimeEndpoint failCgroupV1 failSwapOn hairpinMode
 	healthzBindAddress healthzPort maxOpenFiles maxPods oomScoreAdj podCIDR port registerNode resolvConf
-	rotateCertificates runtimeRequestTimeout serverTLSBootstrap staticPodPath tlsCertFile tlsPrivateKeyFile`)
+	rotateCertificates runtimeRequestTimeout serverTLSBootstrap staticPodPath tlsCertFile tlsPrivateKeyFile
+	evictionHard imageGCHighThresholdPercent`)
 
 // kubeProxyConfigFields: KubeProxyConfiguration kubeproxy.config.k8s.io/v1alpha1.
 var kubeProxyConfigFields = strings.Fields(`apiVersion kind bindAddress clientConnection clusterCIDR conntrack
@@ -127,6 +128,9 @@ func TestKubeletConfig(t *testing.T) {
 				}
 				if has["maxOpenFiles"] != f.Container || has["oomScoreAdj"] != f.Container {
 					t.Errorf("maxOpenFiles/oomScoreAdj present = %v/%v, want %v (system container)", has["maxOpenFiles"], has["oomScoreAdj"], f.Container)
+				}
+				if has["evictionHard"] != f.Container || has["imageGCHighThresholdPercent"] != f.Container {
+					t.Errorf("evictionHard/imageGCHighThresholdPercent present = %v/%v, want %v (a system container shares the host's disk)", has["evictionHard"], has["imageGCHighThresholdPercent"], f.Container)
 				}
 				if f.Container && (cfg["maxOpenFiles"] != float64(20000) || cfg["oomScoreAdj"] != float64(0)) {
 					t.Errorf("maxOpenFiles=%v oomScoreAdj=%v, want 20000 and 0", cfg["maxOpenFiles"], cfg["oomScoreAdj"])
