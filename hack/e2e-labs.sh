@@ -65,7 +65,7 @@ break_apiserver_cert() {
 }
 
 reset_04() {
-  "$KHW" lab reset 04-etcd
+  "$KHW" lab reset 04-etcd --yes
   local out
   out=$("$KHW" lab list)
   echo "$out"

@@ -159,6 +159,10 @@ func newHealCmd(a *app) *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			r := &drill.Runner{Store: store, Prober: env.prober, Act: env.act, Out: a.out}
+			if rec.HealedAt != nil && rec.WatcherPID != 0 && drill.ProcessAlive(rec.WatcherPID) {
+				fmt.Fprintf(a.out, "Drill %s was healed at %s; khw (pid %d) is recording the recovery and writes the report.\n", rec.ID, rec.HealedAt.Local().Format("15:04:05"), rec.WatcherPID)
+				return nil
+			}
 			fmt.Fprintf(a.out, "Healing drill %s (%s)\n", rec.ID, rec.Spec.CommandLine())
 			rep, watching, err := r.Heal(ctx, rec)
 			if err != nil {
@@ -221,6 +225,9 @@ func runBreak(parent context.Context, a *app, spec drill.Spec) error {
 	}
 	store := drill.Store{Dir: drillsDir(d)}
 	if rec, err := store.Active(); err == nil {
+		if rec.HealedAt != nil && drill.ProcessAlive(rec.WatcherPID) {
+			return fmt.Errorf("drill %s is healed; khw (pid %d) is still recording the recovery (at most 2 min): start the next drill after it writes the report", rec.ID, rec.WatcherPID)
+		}
 		return fmt.Errorf("drill %s (khw break %s) is still active: run khw heal first", rec.ID, rec.Spec.CommandLine())
 	} else if !errors.Is(err, drill.ErrNoActive) {
 		return err

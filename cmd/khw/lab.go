@@ -126,12 +126,17 @@ not a mistake: such differences are listed apart, for information.
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return labCheck(cmd.Context(), a, args[0]) },
 	}
+	var resetYes bool
 	resetCmd := &cobra.Command{
 		Use:   "reset LAB",
 		Short: "Put the nodes and the state directory back to what they were before LAB",
-		Args:  exactArgs(1),
-		RunE:  func(cmd *cobra.Command, args []string) error { return labReset(cmd.Context(), a, args[0]) },
+		Long: `Put every node and the state directory back to the snapshot taken before LAB
+ran (khw lab takes it), so that LAB and every later lab are not done again.
+Everything done since on the nodes is lost. It asks first (--yes: do not ask).`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return labReset(cmd.Context(), a, args[0], resetYes) },
 	}
+	resetCmd.Flags().BoolVarP(&resetYes, "yes", "y", false, "do not ask for confirmation")
 	cmd.AddCommand(runCmd, listCmd, checkCmd, resetCmd)
 	return cmd
 }
@@ -269,9 +274,8 @@ func runLab(parent context.Context, a *app, id string, o labOpts) error {
 }
 
 func runLabIn(ctx context.Context, a *app, l labs.Lab, e *labEnv, o labOpts) error {
-	renderLab(a.out, l, o.plain)
-
-	// Earlier labs first.
+	// Earlier labs first (a drifted one does not block: it was done, and
+	// khw lab check says whether the drift is a mistake).
 	prog, err := labrun.LoadProgress(e.d)
 	if err != nil {
 		return err
@@ -288,7 +292,7 @@ func runLabIn(ctx context.Context, a *app, l labs.Lab, e *labEnv, o labOpts) err
 			continue
 		}
 		st, _ := labrun.StepStatus(ctx, s, e.env, prog)
-		if st.Status != labrun.Done {
+		if st.Status == labrun.NotDone || st.Status == labrun.Unknown {
 			missing = append(missing, s.ID())
 			if len(missing) == 1 && !o.force {
 				break // one is enough to refuse; checking the rest would read a state not made yet
@@ -301,6 +305,7 @@ func runLabIn(ctx context.Context, a *app, l labs.Lab, e *labEnv, o labOpts) err
 		}
 		fmt.Fprintf(a.errOut, "Warning: earlier labs not done (%s); going on because of --force\n", strings.Join(missing, ", "))
 	}
+	renderLab(a.out, l, o.plain)
 
 	if l.ID == labrun.FailoverLab {
 		return runFailoverLab(ctx, a, e)
@@ -372,10 +377,10 @@ func labSnapshot(ctx context.Context, a *app, e *labEnv, id string) error {
 	if nodes {
 		what = "every node and the state directory"
 		if f, ok := e.m.Provider.(interface{ LastFreeze() time.Duration }); ok && f.LastFreeze() > 0 {
-			what += fmt.Sprintf("; the nodes were paused %s", f.LastFreeze().Round(100*time.Millisecond))
+			what += fmt.Sprintf(" (nodes paused %s for the final pass)", f.LastFreeze().Round(100*time.Millisecond))
 		}
 	}
-	fmt.Fprintf(a.out, "Snapshot %q of %s taken (%s): khw lab reset %s goes back to it.\n", name, what, time.Since(t0).Round(100*time.Millisecond), id)
+	fmt.Fprintf(a.out, "Snapshot %q taken in %s of %s: khw lab reset %s goes back to it.\n", name, time.Since(t0).Round(100*time.Millisecond), what, id)
 	return nil
 }
 
@@ -415,7 +420,7 @@ func confirmChanges(ctx context.Context, a *app, e *labEnv, step steps.Step, dif
 			continue
 		}
 		for {
-			fmt.Fprintf(a.out, "Apply the changes on %s? [y]es / [a]ll / [n]o: ", where)
+			fmt.Fprintf(a.out, "Go on? khw applies the step as a whole once every node is accepted. [y]es, next node / [a]ll, apply now / [n]o, stop and do it by hand: ")
 			line, err := in.ReadString('\n')
 			if err != nil {
 				return fmt.Errorf("no answer (stdin closed): rerun with --yes to apply without asking")
@@ -461,6 +466,7 @@ func observe(ctx context.Context, a *app, e *labEnv, l labs.Lab) {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		cmd := exec.CommandContext(cctx, self, "--state-dir", filepath.Dir(e.d.Root), "--cluster", e.c.Name, "shell", "--", "sh", "-c", b.Shell)
 		cmd.Stdout, cmd.Stderr = indent(a.out), indent(a.out)
+		cmd.Env = append(os.Environ(), "KHW_LAB_OBSERVE=1")
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintf(a.out, "    (%v)\n", err)
 		}
@@ -544,6 +550,18 @@ func labCheckIn(ctx context.Context, a *app, l labs.Lab, e *labEnv) error {
 			fmt.Fprintf(a.out, "! %v\n", err)
 		}
 	}
+	// A unit that is not running (or a machine that is off) is a mistake
+	// whatever the files say: the step's own check names it.
+	var info []steps.Diff
+	for _, d := range diffs {
+		if bringup.IsUnitStateDiff(d) {
+			mistakes = append(mistakes, labcheck.Mistake{Lab: l.ID, Node: d.Node, What: d.What,
+				Evidence: "systemctl show on " + d.Node + " (khw status shows every unit)", Fix: d.Fix + " (and read why it stopped: journalctl -u <unit> on the node)"})
+			continue
+		}
+		info = append(info, d)
+	}
+	diffs = info
 	sort.SliceStable(mistakes, func(i, j int) bool { return mistakes[i].Lab < mistakes[j].Lab })
 	for _, m := range mistakes {
 		fmt.Fprintf(a.out, "✗ %s\n", m.String())
@@ -588,11 +606,24 @@ func labClientset(e *labEnv) (kubernetes.Interface, error) {
 	return cs, nil
 }
 
-func labReset(parent context.Context, a *app, id string) error {
-	return withLab(parent, a, id, func(ctx context.Context, l labs.Lab, e *labEnv) error { return labResetIn(ctx, a, l, e) })
+func labReset(parent context.Context, a *app, id string, yes bool) error {
+	return withLab(parent, a, id, func(ctx context.Context, l labs.Lab, e *labEnv) error { return labResetIn(ctx, a, l, e, yes) })
 }
 
-func labResetIn(ctx context.Context, a *app, l labs.Lab, e *labEnv) error {
+func labResetIn(ctx context.Context, a *app, l labs.Lab, e *labEnv, yes bool) error {
+	if l.ID != labrun.FailoverLab && !yes {
+		fmt.Fprintf(a.out, "Revert every node and the state directory of cluster %s to before lab %s? Everything done since is lost. [y/N]: ", e.c.Name, l.ID)
+		line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+		if err != nil {
+			return usagef("no answer (stdin closed): add --yes to reset without asking")
+		}
+		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
+			return fmt.Errorf("not reset")
+		}
+	}
+	if l.ID == labrun.FailoverLab {
+		fmt.Fprintln(a.out, "Lab 12 changes nothing on the nodes (every drill heals what it broke): it is only marked not done.")
+	}
 	name := labrun.SnapshotName(l.ID)
 	t0 := time.Now()
 	if l.ID == "01-machines" {

@@ -144,6 +144,26 @@ func (w *nodeWant) file(p string) *wantFile {
 	return nil
 }
 
+// The wording of the unit diffs, so that khw lab check can tell a unit that
+// is not running (always a mistake) from a file that differs from khw's own
+// (maybe a correct variant): see IsUnitStateDiff.
+const (
+	UnitNotKnown   = " is not known to systemd"
+	UnitNotEnabled = " is not enabled"
+	UnitNotRunning = " is not running"
+)
+
+// IsUnitStateDiff reports whether d says a systemd unit is missing, not
+// enabled or not running, or a machine is not running.
+func IsUnitStateDiff(d steps.Diff) bool {
+	for _, w := range []string{UnitNotKnown, UnitNotEnabled, UnitNotRunning, whatNotRunning} {
+		if strings.Contains(d.What, w) {
+			return true
+		}
+	}
+	return false
+}
+
 func remoteNode(n config.Node) remote.Node {
 	return remote.Node{Name: n.Name, Addr: n.IP}
 }
@@ -192,21 +212,21 @@ func unitDiffs(w *nodeWant, st nodeState, changing map[string]bool) []steps.Diff
 	for _, u := range w.Units {
 		got, ok := st.Units[u.Name]
 		if !ok || got.Load == "not-found" || got.Load == "" {
-			diffs = append(diffs, steps.Diff{Node: node, What: u.Name + " is not known to systemd", Fix: "systemctl daemon-reload, enable and start " + u.Name})
+			diffs = append(diffs, steps.Diff{Node: node, What: u.Name + UnitNotKnown, Fix: "systemctl daemon-reload, enable and start " + u.Name})
 			continue
 		}
 		if got.NeedReload {
 			diffs = append(diffs, steps.Diff{Node: node, What: "systemd has not reloaded the changed " + u.Name, Fix: "systemctl daemon-reload"})
 		}
 		if got.Enabled != "enabled" {
-			diffs = append(diffs, steps.Diff{Node: node, What: fmt.Sprintf("%s is not enabled (%s)", u.Name, orNone(got.Enabled)), Fix: "systemctl enable " + u.Name})
+			diffs = append(diffs, steps.Diff{Node: node, What: fmt.Sprintf("%s%s (%s)", u.Name, UnitNotEnabled, orNone(got.Enabled)), Fix: "systemctl enable " + u.Name})
 		}
 		if starting(got) {
 			diffs = append(diffs, steps.Diff{Node: node, What: fmt.Sprintf("%s is starting (%s/%s)", u.Name, got.Active, got.Sub), Fix: "wait for it"})
 			continue
 		}
 		if got.Active != "active" {
-			diffs = append(diffs, steps.Diff{Node: node, What: fmt.Sprintf("%s is not running (%s/%s)", u.Name, got.Active, got.Sub), Fix: "systemctl restart " + u.Name})
+			diffs = append(diffs, steps.Diff{Node: node, What: fmt.Sprintf("%s%s (%s/%s)", u.Name, UnitNotRunning, got.Active, got.Sub), Fix: "systemctl restart " + u.Name})
 			continue
 		}
 		var stale []string

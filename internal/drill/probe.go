@@ -256,6 +256,8 @@ func (p *Prober) etcd(ctx context.Context) Sample {
 		s.Err = oneLine(err.Error())
 	case rep.Leader == "" || !rep.Quorum:
 		s.Err = fmt.Sprintf("no leader: %d of %d members healthy, quorum needs %d", rep.Healthy, rep.Size, rep.QuorumSize)
+	case rep.Healthy < rep.Size:
+		s.Err = fmt.Sprintf("%d of %d members healthy (quorum kept, leader %s)", rep.Healthy, rep.Size, rep.Leader)
 	default:
 		s.OK = true
 	}

@@ -132,7 +132,8 @@ type Report struct {
 	Recovery     *Seconds      `json:"recovery,omitempty"`
 	Timeline     []Event       `json:"timeline"`
 	Expectations []Expectation `json:"expectations"`
-	// Passed is true when no expectation failed.
+	// Passed is true when no expectation failed and the drill was not
+	// interrupted.
 	Passed bool `json:"passed"`
 }
 
@@ -229,7 +230,7 @@ func Analyze(rec Record, samples []Sample, f Facts) Report {
 	}
 
 	// Parts.
-	for _, sig := range []Signal{SigHAProxy, SigWorkload, SigNodes, SigAPIServers} {
+	for _, sig := range []Signal{SigEtcd, SigHAProxy, SigWorkload, SigNodes, SigAPIServers} {
 		parts := map[string]bool{}
 		for _, x := range by[sig] {
 			for p := range x.Parts {
@@ -358,7 +359,9 @@ func Analyze(rec Record, samples []Sample, f Facts) Report {
 	}
 
 	r.Expectations = expectations(rec, r, f)
-	r.Passed = true
+	// An interrupted drill did not see the recovery: its verdict is
+	// incomplete, so it does not pass.
+	r.Passed = !rec.Interrupted
 	for _, e := range r.Expectations {
 		if e.Result == Fail {
 			r.Passed = false
@@ -558,8 +561,7 @@ func expectations(rec Record, r Report, f Facts) []Expectation {
 					fmt.Sprintf("leaders %s; raft term %d → %d", leaderSeq(r.Etcd), r.Etcd.TermBefore, r.Etcd.TermAfter))
 			}
 		} else {
-			e, _ := r.signal(SigEtcd)
-			add(fmt.Sprintf("etcd loses its leader (%d of %d members left, quorum is %d)", left, f.ControlPlanes, quorum), e.DetectedAfter != nil,
+			add(fmt.Sprintf("etcd loses its leader (%d of %d members left, quorum is %d)", left, f.ControlPlanes, quorum), slices.Contains(r.Etcd.Leaders, ""),
 				fmt.Sprintf("leaders %s", leaderSeq(r.Etcd)))
 			rd, _ := r.signal(SigAPIRead)
 			wr, _ := r.signal(SigAPIWrite)

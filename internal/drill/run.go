@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +40,7 @@ type Runner struct {
 	tracker *Tracker
 	brokeAt time.Time
 	pending []Sample
+	events  []Event // not printed yet: printed in time order, a second late
 	lastBad map[Signal]time.Time
 	lastAt  map[Signal]time.Time
 }
@@ -90,6 +92,7 @@ func (r *Runner) sampling(rec *Record) (stop func()) {
 			case s, ok := <-ch:
 				if !ok {
 					r.flush(rec)
+					r.printEvents(true)
 					return
 				}
 				r.observe(s)
@@ -111,8 +114,36 @@ func (r *Runner) observe(s Sample) {
 	if !s.OK && s.At.After(r.lastBad[s.Signal]) {
 		r.lastBad[s.Signal] = s.At
 	}
+	r.events = append(r.events, r.tracker.Add(s)...)
+}
+
+// eventHoldback delays the printing of events so that those of probes that
+// answer at different speeds come out in time order.
+const eventHoldback = time.Second
+
+// emit queues one event of the drill itself (break, heal).
+func (r *Runner) emit(at time.Time, text string) {
+	r.mu.Lock()
+	r.events = append(r.events, Event{At: at, Signal: "drill", Text: text})
+	r.mu.Unlock()
+}
+
+// printEvents prints the queued events older than the holdback (all of
+// them when all is true), sorted by time, relative to the break ("before"
+// while nothing is broken yet).
+func (r *Runner) printEvents(all bool) {
+	r.mu.Lock()
+	sort.SliceStable(r.events, func(i, j int) bool { return r.events[i].At.Before(r.events[j].At) })
+	cut := len(r.events)
+	if !all {
+		limit := time.Now().Add(-eventHoldback)
+		cut = sort.Search(len(r.events), func(i int) bool { return r.events[i].At.After(limit) })
+	}
+	out := r.events[:cut]
+	r.events = append([]Event(nil), r.events[cut:]...)
 	ref := r.brokeAt
-	for _, e := range r.tracker.Add(s) {
+	r.mu.Unlock()
+	for _, e := range out {
 		if ref.IsZero() {
 			fmt.Fprintf(r.Out, "  %s  %-10s  %s\n", "  before", e.Signal, e.Text)
 			continue
@@ -122,6 +153,7 @@ func (r *Runner) observe(s Sample) {
 }
 
 func (r *Runner) flush(rec *Record) {
+	r.printEvents(false)
 	r.mu.Lock()
 	batch := r.pending
 	r.pending = nil
@@ -197,11 +229,11 @@ func (r *Runner) Run(ctx context.Context, rec *Record) (Report, error) {
 	r.mu.Lock()
 	r.brokeAt = rec.BrokeAt
 	r.mu.Unlock()
-	fmt.Fprintf(r.Out, "  %s\n", Event{At: rec.BrokeAt, Signal: "drill", Text: "break: " + actionList(rec.Actions, false)}.Line(rec.BrokeAt))
+	r.emit(rec.BrokeAt, "break: "+actionList(rec.Actions, false))
 	breakErr := r.each(context.WithoutCancel(ctx), rec.Actions, r.Act.Break)
 	rec.Applied = len(rec.Actions)
 	rec.BreakTook = time.Since(rec.BrokeAt)
-	fmt.Fprintf(r.Out, "  %s\n", Event{At: time.Now(), Signal: "drill", Text: "break done (took " + fmtDur(rec.BreakTook) + ")"}.Line(rec.BrokeAt))
+	r.emit(time.Now(), "break done (took "+fmtDur(rec.BreakTook)+")")
 	if err := r.Store.Save(rec); err != nil {
 		return Report{}, err
 	}
@@ -272,7 +304,7 @@ func (r *Runner) waitBroken(ctx context.Context, rec *Record) bool {
 			return false
 		case <-poll.C:
 			if cur, err := r.Store.Load(rec.ID); err == nil && cur.HealedAt != nil {
-				fmt.Fprintf(r.Out, "  %s\n", Event{At: *cur.HealedAt, Signal: "drill", Text: "healed by khw heal in another shell"}.Line(rec.BrokeAt))
+				r.emit(*cur.HealedAt, "healed by khw heal in another shell")
 				rec.HealedAt = cur.HealedAt
 				return false
 			}
@@ -283,11 +315,7 @@ func (r *Runner) waitBroken(ctx context.Context, rec *Record) bool {
 func (r *Runner) heal(rec *Record) error {
 	now := time.Now()
 	rec.HealedAt = &now
-	ref := rec.BrokeAt
-	if ref.IsZero() {
-		ref = now
-	}
-	fmt.Fprintf(r.Out, "  %s\n", Event{At: now, Signal: "drill", Text: "heal: " + actionList(rec.Actions[:rec.Applied], true)}.Line(ref))
+	r.emit(now, "heal: "+actionList(rec.Actions[:rec.Applied], true))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := r.each(ctx, rec.Actions[:rec.Applied], r.Act.Heal); err != nil {

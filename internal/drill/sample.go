@@ -22,7 +22,7 @@ const (
 	// load balancer on a new connection (one raft proposal).
 	SigAPIWrite Signal = "api-write"
 	// SigEtcd: every member's Status (health.Etcd). OK means a leader and
-	// quorum.
+	// every member healthy; EtcdState.Quorum tells a lost quorum apart.
 	SigEtcd Signal = "etcd"
 	// SigAPIServers: GET /readyz on each apiserver directly (not through the
 	// load balancer). OK means every control plane is ready.

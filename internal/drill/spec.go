@@ -145,7 +145,7 @@ func Plan(c *config.Cluster, spec Spec, live Live) ([]Action, error) {
 	}
 	for _, n := range spec.Nodes {
 		if role(n) == "" {
-			return nil, fmt.Errorf("--nodes: %q is not a node of cluster %s (nodes: %s)", n, c.Name, strings.Join(nodeNames(c.Nodes), ", "))
+			return nil, fmt.Errorf("%q is not a node of cluster %s (nodes: %s); khw never touches the machine it runs on", n, c.Name, strings.Join(nodeNames(c.Nodes), ", "))
 		}
 	}
 	if spec.For < 0 {

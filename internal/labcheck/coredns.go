@@ -34,6 +34,38 @@ func coreDNS(e *env) ([]Mistake, error) {
 			Evidence: "Service kube-system/kube-dns: clusterIP " + svc.Spec.ClusterIP,
 			Fix:      "a ClusterIP cannot be changed: kubectl -n kube-system delete service kube-dns, then recreate it with clusterIP: " + want + " (" + apply + ")"})
 	}
+	// Somebody must answer behind the Service: at least one ready CoreDNS
+	// pod, i.e. an address in the kube-dns EndpointSlices
+	// (https://kubernetes.io/docs/concepts/services-networking/endpoint-slices/).
+	if svc != nil && err == nil {
+		slices, serr := e.cs.DiscoveryV1().EndpointSlices(metav1.NamespaceSystem).List(e.ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kube-dns"})
+		if serr != nil {
+			return nil, fmt.Errorf("list EndpointSlices of kube-system/kube-dns: %w", serr)
+		}
+		ready := 0
+		for _, sl := range slices.Items {
+			for _, ep := range sl.Endpoints {
+				if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+					ready += len(ep.Addresses)
+				}
+			}
+		}
+		if ready == 0 {
+			replicas := "?"
+			if d, derr := e.cs.AppsV1().Deployments(metav1.NamespaceSystem).Get(e.ctx, "coredns", metav1.GetOptions{}); derr == nil {
+				want := int32(1)
+				if d.Spec.Replicas != nil {
+					want = *d.Spec.Replicas
+				}
+				replicas = fmt.Sprintf("%d wanted, %d ready", want, d.Status.ReadyReplicas)
+			} else if apierrors.IsNotFound(derr) {
+				replicas = "no Deployment kube-system/coredns"
+			}
+			out = append(out, Mistake{Lab: lab, What: "no ready CoreDNS pod stands behind the kube-dns Service: every DNS query in the cluster times out",
+				Evidence: "EndpointSlices of kube-system/kube-dns: no ready address; CoreDNS: " + replicas,
+				Fix:      "kubectl -n kube-system scale deploy/coredns --replicas=2 (or " + apply + "), then kubectl -n kube-system get pods -l k8s-app=kube-dns"})
+		}
+	}
 	cm, err := e.cs.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(e.ctx, "coredns", metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):

@@ -17,6 +17,7 @@ import (
 
 	certsv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -309,6 +310,9 @@ func TestDetectors(t *testing.T) {
 		{"resolvConf missing", "07-workers", func(t *testing.T, f *fixture) {
 			f.src.del("w2", "/run/systemd/resolve/resolv.conf")
 		}, []want{{"07-workers", "w2", "resolvConf /run/systemd/resolve/resolv.conf does not exist"}}},
+		{"CoreDNS scaled to 0", "09-coredns", func(t *testing.T, f *fixture) {
+			f.dropObj(t, func(o runtime.Object) bool { _, ok := o.(*discoveryv1.EndpointSlice); return ok })
+		}, []want{{"09-coredns", "", "no ready CoreDNS pod stands behind the kube-dns Service"}}},
 		{"kube-dns Service missing", "09-coredns", func(t *testing.T, f *fixture) {
 			f.dropObj(t, func(o runtime.Object) bool { s, ok := o.(*corev1.Service); return ok && s.Name == "kube-dns" })
 		}, []want{{"09-coredns", "", "there is no Service kube-system/kube-dns"}}},

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -268,6 +270,16 @@ func buildFixture() (*fixture, error) {
 	}
 	sec.StringData = nil
 	objs = append(objs, sec)
+	// What the EndpointSlice controller makes for two ready CoreDNS pods.
+	ready := true
+	objs = append(objs, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "kube-dns-abcde", Namespace: "kube-system", Labels: map[string]string{"kubernetes.io/service-name": "kube-dns"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.200.0.5"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}},
+			{Addresses: []string{"10.200.1.7"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}},
+		},
+	})
 	caPEM := src.files[key(Jumpbox, "pki/ca.pem")]
 	ca, err := firstCert(caPEM)
 	if err != nil {
