@@ -346,6 +346,10 @@ func TestDetectors(t *testing.T) {
 		{"kubelet kubeconfig with kube-proxy's cert", "07-workers", func(t *testing.T, f *fixture) {
 			f.src.set("w2", "/var/lib/kubelet/kubeconfig", f.src.get(t, "w2", "/var/lib/kube-proxy/kubeconfig"))
 		}, []want{{"07-workers", "w2", `logs in as "system:kube-proxy"`}, {"02-pki", "w2", "want O=system:nodes"}}},
+		{"w2's kubelet cert and key copied onto w1", "07-workers", func(t *testing.T, f *fixture) {
+			f.src.set("w1", "/var/lib/kubelet/kubelet.pem", f.src.get(t, "w2", "/var/lib/kubelet/kubelet.pem"))
+			f.src.set("w1", "/var/lib/kubelet/kubelet-key.pem", f.src.get(t, "w2", "/var/lib/kubelet/kubelet-key.pem"))
+		}, []want{{"07-workers", "w1", "holds w2's identity (CN=system:node:w2), not w1's"}}},
 		{"kubelet serving cert without the node IP", "07-workers", func(t *testing.T, f *fixture) {
 			f.replaceCert(t, "w1", "/var/lib/kubelet/kubelet.pem", "/var/lib/kubelet/kubelet-key.pem", certSpec{cn: "system:node:w1", org: []string{"system:nodes"}, dns: []string{"w1"}, server: true, client: true})
 		}, []want{{"02-pki", "w1", "lacks the SANs 192.168.122.21"}}},

@@ -1,6 +1,7 @@
 package labcheck
 
 import (
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -503,7 +504,12 @@ func workerIdentity(bootstrap bool) func(*env) ([]Mistake, error) {
 						return nil, err
 					}
 					out = append(out, ms...)
-					if cert != nil {
+					if other := otherNode(cert, n.Name); other != "" {
+						// Another node's cert copied here: name that, not the
+						// SANs it lacks as a consequence.
+						out = append(out, Mistake{Lab: "07-workers", Node: n.Name, What: fmt.Sprintf("%s holds %s's identity (CN=%s), not %s's: it was copied from the wrong node", k.cfg.TLSCertFile, other, cert.Subject.CommonName, n.Name),
+							Evidence: k.cfg.TLSCertFile + ": " + describe(cert), Fix: fix})
+					} else if cert != nil {
 						out = append(out, e.checkCert(n.Name, k.cfg.TLSCertFile, cert, certWant{lab: "02-pki", what: "the kubelet serving cert " + k.cfg.TLSCertFile, node: true, server: true,
 							sans: []sanWant{{n.IP, "the apiserver dials the kubelet at its InternalIP for logs, exec and port-forward"}}, ca: ca, caWhat: caWhat, fix: fix})...)
 						if k.cfg.TLSPrivateKeyFile != "" {
@@ -581,6 +587,19 @@ func (e *env) componentKubeconfig(lab, node, p, what, cn, org, nameEv string, bo
 
 // kubeProxyIdentity reads kube-proxy's kubeconfig (--kubeconfig, or
 // clientConnection.kubeconfig of its --config) and checks it.
+// otherNode returns the node name in cert's CN when it is a node identity
+// (system:node:<name>) of another node than node, else "".
+func otherNode(cert *x509.Certificate, node string) string {
+	if cert == nil {
+		return ""
+	}
+	other, ok := strings.CutPrefix(cert.Subject.CommonName, nodeUserPrefix)
+	if !ok || other == node {
+		return ""
+	}
+	return other
+}
+
 func (e *env) kubeProxyIdentity(lab string, n config.Node) ([]Mistake, error) {
 	u, ok, err := e.readUnit(n.Name, "kube-proxy.service")
 	if err != nil || !ok {
