@@ -687,7 +687,7 @@ func fileCommands(w *nodeWant, only map[string]bool) []steps.Command {
 			fetches = append(fetches, f.Fetch)
 		}
 		base := path.Base(f.Path)
-		copies = append(copies, fmt.Sprintf("scp %s %s:%s", f.Src, node, base))
+		copies = append(copies, fmt.Sprintf(`scp -F "$KHW_SSH_CONFIG" %s %s:%s`, f.Src, node, base))
 		installs = append(installs, fmt.Sprintf("sudo install -D -m %04o -o %s -g %s %s %s", fileMode(f.Mode), orRoot(f.Owner), orRoot(f.Group), base, f.Path))
 	}
 	if len(fetches) > 0 {

@@ -468,7 +468,7 @@ func (s *TLSBootstrapStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.
 					"  --from-literal expiration=$(date -u -d +1hour +%Y-%m-%dT%H:%M:%SZ) --from-literal description='" + tokenDescription(n.Name) + "'"},
 			steps.Command{Why: n.Name + " gets a kubeconfig holding only the token",
 				Shell: "kubectl config set-credentials kubelet-bootstrap --token=$ID.$SECRET --kubeconfig " + n.Name + "-bootstrap.kubeconfig   # (+ set-cluster/set-context as in 03)\n" +
-					"scp " + n.Name + "-bootstrap.kubeconfig " + n.Name + ":\nssh " + n.Name + " sudo install -m 0600 " + n.Name + "-bootstrap.kubeconfig " + bootstrapKubeconfig},
+					"scp -F \"$KHW_SSH_CONFIG\" " + n.Name + "-bootstrap.kubeconfig " + n.Name + ":\nssh -F \"$KHW_SSH_CONFIG\" " + n.Name + " sudo install -m 0600 " + n.Name + "-bootstrap.kubeconfig " + bootstrapKubeconfig},
 		)
 	}
 	cmds = append(cmds, s.inner.Commands(env, diffs)...)
