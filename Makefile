@@ -92,3 +92,22 @@ e2e-labs: deps mirror-deps
 ## cluster on nspawn nodes with khw up, and how to use it
 up: deps mirror-deps build
 	hack/up.sh
+
+.PHONY: libvirt-deps test-libvirt e2e-libvirt
+
+## libvirt-deps: QEMU (x86 and arm), libvirtd, UEFI firmware, dnsmasq, xmllint,
+## debootstrap, installed without starting any daemon (hack/libvirt-deps.sh)
+libvirt-deps:
+	hack/libvirt-deps.sh
+
+## test-libvirt: the libvirt provider's tests (root): XML and seed unit tests, then
+## a real libvirtd in a throwaway network namespace booting a TCG VM from the
+## debootstrap test image (hack/libvirt-test-image.sh, built once, cached)
+test-libvirt: libvirt-deps
+	img=$$(hack/libvirt-test-image.sh | tail -1) && \
+	KHW_LIBVIRT_TEST=1 KHW_LIBVIRT_IMAGE="$$img" $(GO) test -count=1 -timeout 60m -v ./internal/vm/libvirt/
+
+## e2e-libvirt: khw up --provider libvirt (lb, cp1, w1; TCG) through 06-lb, with
+## libvirtd in a throwaway network namespace; prints the time of each phase
+e2e-libvirt: libvirt-deps build
+	hack/e2e-libvirt.sh

@@ -4,24 +4,21 @@
 package bringup
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/khw-dev/khw/internal/components"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/render"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
 	"github.com/khw-dev/khw/internal/vm"
+	"github.com/khw-dev/khw/internal/vm/libvirt"
 )
-
-// ErrLibvirtNotImplemented is returned (wrapped) by NewProvider for
-// provider: libvirt until issue #6 lands.
-var ErrLibvirtNotImplemented = errors.New("the libvirt provider is not implemented yet (issue #6); use --provider nspawn (khw init --provider nspawn --force, or set provider: nspawn in cluster.yaml)")
 
 // KeyPath is <state>/ssh/id_ed25519, khw's SSH private key for the nodes
 // (made by remote.EnsureKey on first use).
@@ -37,9 +34,13 @@ func KnownHostsPath(d state.Dir) string { return filepath.Join(d.Root, "ssh", "k
 // (Create then fails naming the missing key). log receives long-running
 // output such as debootstrap's (nil discards it).
 //
-// Errors: provider "libvirt" wraps ErrLibvirtNotImplemented; an unknown
-// provider names the valid ones; the nspawn constructor's errors (not root,
-// systemd-nspawn missing, arch mismatch) are returned as they are.
+// Provider libvirt talks to libvirtd (cluster.yaml libvirt.uri, default
+// qemu:///system) only when first used; its base image is libvirt.image or
+// the catalog's cloud image (fetched on Create, mirror from KHW_MIRROR).
+//
+// Errors: an unknown provider names the valid ones; the nspawn and libvirt
+// constructors' errors (not root, systemd-nspawn missing, arch mismatch, bad
+// libvirt options) are returned as they are.
 func NewProvider(c *config.Cluster, d state.Dir, authorizedKey string, log io.Writer) (vm.Provider, error) {
 	switch c.Provider {
 	case config.ProviderNspawn:
@@ -49,7 +50,12 @@ func NewProvider(c *config.Cluster, d state.Dir, authorizedKey string, log io.Wr
 		}
 		return p, nil
 	case config.ProviderLibvirt:
-		return nil, fmt.Errorf("cluster %s: %w", c.Name, ErrLibvirtNotImplemented)
+		p, err := libvirt.New(c, libvirt.Options{StateDir: d.Root, AuthorizedKey: authorizedKey, Log: log,
+			ResolveImage: libvirt.CatalogImage(c, components.DefaultMirror(), log)})
+		if err != nil {
+			return nil, err
+		}
+		return p, nil
 	default:
 		return nil, fmt.Errorf("cluster %s: provider %q is unknown; use one of: %s, %s", c.Name, c.Provider, config.ProviderLibvirt, config.ProviderNspawn)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/render"
 	"github.com/khw-dev/khw/internal/steps"
+	"github.com/khw-dev/khw/internal/vm"
 )
 
 // facts returns the measured render.NodeFacts of node n (render.FactsProbe
@@ -292,7 +293,7 @@ func (s *componentStep) Apply(ctx context.Context, env *steps.Env, diffs []steps
 	if err != nil {
 		return err
 	}
-	if err := waitActive(ctx, s.m, rs, s.wait); err != nil {
+	if err := waitActive(ctx, s.m, rs, s.wait*vm.Slowdown(s.m.Provider)); err != nil {
 		return err
 	}
 	if err := s.fixAfterUnits(ctx, env, wants); err != nil {
@@ -313,7 +314,7 @@ func (s *componentStep) Apply(ctx context.Context, env *steps.Env, diffs []steps
 			return d, err
 		}
 		return s.health(ctx, env)
-	}, s.wait)
+	}, s.wait*vm.Slowdown(s.m.Provider))
 }
 
 // waitHealthy polls check twice a second until it returns no diff, at most
@@ -391,7 +392,7 @@ func (s *componentStep) rollingApply(ctx context.Context, env *steps.Env, wants 
 		if err != nil {
 			return err
 		}
-		if err := waitActive(ctx, s.m, rs, s.wait); err != nil {
+		if err := waitActive(ctx, s.m, rs, s.wait*vm.Slowdown(s.m.Provider)); err != nil {
 			return err
 		}
 		if err := fixExtras(ctx, env, s.m, w, true); err != nil {
@@ -403,7 +404,7 @@ func (s *componentStep) rollingApply(ctx context.Context, env *steps.Env, wants 
 				return d, err
 			}
 			return s.health(ctx, env)
-		}, s.wait); err != nil {
+		}, s.wait*vm.Slowdown(s.m.Provider)); err != nil {
 			return steps.OnNode(w.Node.Name, err)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/khw-dev/khw/internal/render"
 	"github.com/khw-dev/khw/internal/smoke"
 	"github.com/khw-dev/khw/internal/steps"
+	"github.com/khw-dev/khw/internal/vm"
 )
 
 // CoreDNSWait bounds 09-coredns's wait for the coredns Deployment to be
@@ -250,7 +251,7 @@ func (s *coreDNSStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.D
 	for _, a := range res {
 		fmt.Fprintf(log, "%s %s: %s\n", time.Now().Format(time.RFC3339), s.ID(), a)
 	}
-	return waitCoreDNS(ctx, cs, CoreDNSWait, time.Second)
+	return waitCoreDNS(ctx, cs, CoreDNSWait*vm.Slowdown(s.m.Provider), time.Second)
 }
 
 // waitCoreDNS polls the coredns Deployment every poll until its rollout is

@@ -82,7 +82,7 @@ func (s *MachinesStep) Check(ctx context.Context, env *steps.Env) ([]steps.Diff,
 	}
 	probe := s.ProbeTimeout
 	if probe <= 0 {
-		probe = DefaultProbeTimeout
+		probe = DefaultProbeTimeout * vm.Slowdown(s.M.Provider)
 	}
 	errs := make([]error, len(running))
 	var wg sync.WaitGroup
@@ -157,7 +157,7 @@ func (s *MachinesStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.
 	}
 	boot := s.BootTimeout
 	if boot <= 0 {
-		boot = DefaultBootTimeout
+		boot = DefaultBootTimeout * vm.Slowdown(s.M.Provider)
 	}
 	var waitFor []vm.NodeStatus
 	for _, n := range st {

@@ -145,9 +145,19 @@ func TestMachinesCommands(t *testing.T) {
 
 func TestNewProviderLibvirt(t *testing.T) {
 	c := config.Default("lv", config.ArchAMD64, config.ProviderLibvirt)
-	_, err := NewProvider(c, state.New(t.TempDir(), "lv"), "", nil)
-	if !errors.Is(err, ErrLibvirtNotImplemented) {
-		t.Errorf("libvirt: %v", err)
+	// Issue #6: the libvirt provider is built without contacting libvirtd.
+	p, err := NewProvider(c, state.New(t.TempDir(), "lv"), "", nil)
+	if err != nil || p.Name() != config.ProviderLibvirt {
+		t.Fatalf("libvirt: %v, %v", p, err)
+	}
+	// VMs get longer waits than nspawn nodes: 15x while the domain type is
+	// not known (it may turn out TCG), 3x with KVM configured.
+	if got := vm.Slowdown(p); got != 15 {
+		t.Errorf("libvirt slowdown before the domain type is known = %d, want 15", got)
+	}
+	c.Libvirt = &config.Libvirt{DomainType: config.DomainTypeKVM}
+	if p, err = NewProvider(c, state.New(t.TempDir(), "lv"), "", nil); err != nil || vm.Slowdown(p) != 3 {
+		t.Errorf("libvirt with domainType kvm: slowdown %v (%v), want 3", vm.Slowdown(p), err)
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/khw-dev/khw/internal/render"
 	"github.com/khw-dev/khw/internal/steps"
 	tb "github.com/khw-dev/khw/internal/tlsbootstrap"
+	"github.com/khw-dev/khw/internal/vm"
 )
 
 // Node paths of the kubelet's TLS bootstrap (kubelet --cert-dir).
@@ -315,7 +316,7 @@ func (s *TLSBootstrapStep) Apply(ctx context.Context, env *steps.Env, diffs []st
 			names = append(names, n.Name)
 		}
 		return nodesReady(ctx, s.m, env, names)
-	}, WorkerWait)
+	}, WorkerWait*vm.Slowdown(s.m.Provider))
 }
 
 // giveToken creates a bootstrap token Secret for node n (deleting khw's
@@ -369,7 +370,8 @@ func (s *TLSBootstrapStep) giveToken(ctx context.Context, env *steps.Env, cs kub
 // changes, and approves the serving CSR if CheckServingCSR accepts it (a
 // refused one is an error naming the reasons).
 func (s *TLSBootstrapStep) watchCSRs(ctx context.Context, env *steps.Env, cs kubernetes.Interface, n config.Node, since time.Time) error {
-	ctx, cancel := context.WithTimeout(ctx, WorkerWait)
+	wait := WorkerWait * vm.Slowdown(s.m.Provider)
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	expect := tb.ServingExpect{Node: n.Name, DNSNames: []string{n.Name}, IPs: []string{n.IP}}
 	seen := map[string]string{}
@@ -427,7 +429,7 @@ func (s *TLSBootstrapStep) watchCSRs(ctx context.Context, env *steps.Env, cs kub
 			for _, d := range append(client, serving...) {
 				ds = append(ds, d.What)
 			}
-			return fmt.Errorf("TLS bootstrap of %s did not finish within %v: %s (read journalctl -u kubelet on %s; kubectl get csr)", n.Name, WorkerWait, strings.Join(ds, "; "), n.Name)
+			return fmt.Errorf("TLS bootstrap of %s did not finish within %v: %s (read journalctl -u kubelet on %s; kubectl get csr)", n.Name, wait, strings.Join(ds, "; "), n.Name)
 		case <-time.After(time.Second):
 		}
 	}

@@ -140,6 +140,7 @@ var fieldComments = map[string]string{
 	"pki.renewBefore":          "`khw pki` reissues a cert that expires within this window.",
 	"pki.subject":              "Informational subject fields; Kubernetes reads only CN (user) and O (groups).",
 	"versions":                 "Component versions; the artifact catalog maps them to downloads.",
+	"libvirt":                  "libvirt provider settings (all optional): uri, image (+ kernel/initrd/cmdline for direct kernel boot), network, domainType kvm|qemu.",
 	"nodes":                    "The machines: exactly one loadbalancer, an odd number of controlplanes, workers with a podCIDR.\ntlsBootstrap: true = the worker joins with a bootstrap token and gets its kubelet cert through a CSR.",
 }
 

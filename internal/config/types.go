@@ -72,6 +72,42 @@ type Cluster struct {
 	PKI          PKI          `yaml:"pki"`
 	Versions     Versions     `yaml:"versions"`
 	Nodes        []Node       `yaml:"nodes"`
+	// Libvirt tunes the libvirt provider; every field is optional and the
+	// section is ignored by provider nspawn.
+	Libvirt *Libvirt `yaml:"libvirt,omitempty"`
+}
+
+// Libvirt domain types for libvirt.domainType.
+const (
+	// DomainTypeKVM: hardware virtualisation through /dev/kvm.
+	DomainTypeKVM = "kvm"
+	// DomainTypeQEMU: QEMU's TCG emulator (no KVM needed, ~15x slower).
+	DomainTypeQEMU = "qemu"
+)
+
+// Libvirt is the libvirt provider's section of cluster.yaml.
+type Libvirt struct {
+	// URI is the libvirt connection URI; default qemu:///system (the local
+	// libvirtd over /var/run/libvirt/libvirt-sock).
+	URI string `yaml:"uri,omitempty"`
+	// Image is an absolute path to a qcow2 or raw base disk image for every
+	// node. Default: the Ubuntu 24.04 cloud image for arch from the artifact
+	// catalog (downloaded, sha256-verified, cached, mirror-aware).
+	Image string `yaml:"image,omitempty"`
+	// Kernel, Initrd and Cmdline boot the image's kernel directly (libvirt
+	// direct kernel boot) instead of its boot loader: for images without one,
+	// such as a debootstrapped file system. Kernel needs Image; Initrd and
+	// Cmdline need Kernel.
+	Kernel  string `yaml:"kernel,omitempty"`
+	Initrd  string `yaml:"initrd,omitempty"`
+	Cmdline string `yaml:"cmdline,omitempty"`
+	// Network is the name of an existing libvirt network to attach the
+	// nodes to. Default: the libvirt network whose subnet is network.cidr
+	// (usually "default", 192.168.122.0/24), else khw-<name>, made by khw.
+	Network string `yaml:"network,omitempty"`
+	// DomainType is kvm or qemu (TCG). Default: kvm when a probe VM boots
+	// under KVM, else qemu with a warning.
+	DomainType string `yaml:"domainType,omitempty"`
 }
 
 // Network is the node network (the libvirt network or the nspawn bridge).

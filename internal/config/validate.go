@@ -324,6 +324,46 @@ func (c *Cluster) validate(v *validator) {
 	c.validatePKI(v)
 	c.validateVersions(v)
 	c.validateNodes(v, nodeNet, nodeNetOK, gw, gwOK, pods, podsOK)
+	c.validateLibvirt(v)
+}
+
+// libvirtNetworkRE is what libvirt accepts in a network name that khw
+// passes on: no '/', no whitespace (virNetworkDefParseXML rejects '/').
+var libvirtNetworkRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.+-]*$`)
+
+func (c *Cluster) validateLibvirt(v *validator) {
+	l := c.Libvirt
+	if l == nil {
+		return
+	}
+	if c.Provider != ProviderLibvirt {
+		v.warn("libvirt", "is ignored: provider is "+c.Provider)
+	}
+	if l.URI != "" && !strings.HasPrefix(l.URI, "qemu:///") && !strings.HasPrefix(l.URI, "qemu+") {
+		v.add("libvirt.uri", l.URI, "is not a QEMU driver URI", "use qemu:///system (the default) or a qemu+unix/qemu+ssh/qemu+tls URI")
+	}
+	if l.DomainType != "" {
+		v.oneOf("libvirt.domainType", l.DomainType, DomainTypeKVM, DomainTypeQEMU)
+	}
+	for _, f := range []struct{ field, val string }{
+		{"libvirt.image", l.Image}, {"libvirt.kernel", l.Kernel}, {"libvirt.initrd", l.Initrd},
+	} {
+		if f.val != "" && !strings.HasPrefix(f.val, "/") {
+			v.add(f.field, f.val, "is not an absolute path", "write the full path of the file, e.g. /var/lib/khw/"+strings.TrimPrefix(f.field, "libvirt."))
+		}
+	}
+	if l.Kernel != "" && l.Image == "" {
+		v.add("libvirt.kernel", l.Kernel, "is set without libvirt.image", "set libvirt.image to the disk image whose root file system that kernel boots, or remove kernel")
+	}
+	if l.Initrd != "" && l.Kernel == "" {
+		v.add("libvirt.initrd", l.Initrd, "is set without libvirt.kernel", "set libvirt.kernel too, or remove initrd")
+	}
+	if l.Cmdline != "" && l.Kernel == "" {
+		v.add("libvirt.cmdline", l.Cmdline, "is set without libvirt.kernel", "set libvirt.kernel too, or remove cmdline")
+	}
+	if l.Network != "" && !libvirtNetworkRE.MatchString(l.Network) {
+		v.add("libvirt.network", l.Network, "is not a libvirt network name", "use the name `virsh net-list --all` shows, e.g. default")
+	}
 }
 
 // nthAddr returns the n-th address after the network address of p.

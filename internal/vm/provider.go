@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"time"
 
 	"github.com/khw-dev/khw/internal/remote"
 )
@@ -102,4 +103,20 @@ type Provider interface {
 	// cluster's network namespace, because the node network does not exist
 	// in the host's root namespace.
 	Dialer() remote.DialFunc
+}
+
+// Timing is implemented by providers whose machines are slower than
+// nspawn nodes (VMs, and much slower under QEMU's TCG emulation when KVM is
+// not usable). The bring-up multiplies its waits (boot, SSH probe, units
+// becoming active, pods becoming ready) by Slowdown; 1 means nspawn speed.
+type Timing interface {
+	Slowdown() int
+}
+
+// Slowdown returns p's Timing factor, 1 when p does not implement Timing.
+func Slowdown(p Provider) time.Duration {
+	if t, ok := p.(Timing); ok && t.Slowdown() > 1 {
+		return time.Duration(t.Slowdown())
+	}
+	return 1
 }

@@ -1,0 +1,568 @@
+package libvirt
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/remote"
+	"github.com/khw-dev/khw/internal/vm"
+)
+
+// Test pool: its own directory, kept between runs so the base image is
+// uploaded once (Destroy keeps base volumes by design).
+const (
+	testPool     = "khw-test"
+	testPoolPath = "/var/lib/libvirt/images/khw-test"
+)
+
+// oneNodeCluster is a cluster of one control-plane node on subnet cidr
+// (x.y.z.0/24, gateway .1, node .11). Provider methods only walk c.Nodes,
+// so the other roles are not needed here.
+func oneNodeCluster(name, net3 string) *config.Cluster {
+	c := config.Default(name, config.ArchAMD64, config.ProviderLibvirt)
+	c.Network.CIDR = net3 + ".0/24"
+	c.Network.Gateway = net3 + ".1"
+	c.Nodes = []config.Node{{Name: "cp1", Role: config.RoleControlPlane, IP: net3 + ".11", CPUs: 1, MemoryMiB: 1024, DiskGiB: 6}}
+	return c
+}
+
+// TestLibvirtIntegration runs everything against one real libvirtd in a
+// test network namespace: the KVM/TCG probe, a full VM life cycle under TCG
+// (cloud-init, SSH, snapshot/revert, power off/on, destroy), and the reuse
+// of an existing libvirt network.
+func TestLibvirtIntegration(t *testing.T) {
+	requireIntegration(t)
+	if d, ok := t.Deadline(); ok && time.Until(d) < 25*time.Minute {
+		t.Fatalf("run this test with -timeout 30m or more (make test-libvirt does): a test that times out panics and skips the cleanup that stops libvirtd and the VM")
+	}
+	img := testImage(t)
+	env := startLibvirtd(t)
+
+	t.Run("probe", func(t *testing.T) {
+		l, err := Connect("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Disconnect()
+		// TCG must be detected as working: proves the console detection.
+		t0 := time.Now()
+		if err := ProbeDomainType(context.Background(), l, config.ArchAMD64, DomainQEMU, 30*time.Second); err != nil {
+			t.Fatalf("TCG probe failed: %v", err)
+		}
+		t.Logf("TCG probe saw firmware output in %s", since(t0))
+		// KVM: whatever this host does, the verdict must come within the
+		// timeout plus a margin, and leave no domain behind.
+		t0 = time.Now()
+		err = ProbeDomainType(context.Background(), l, config.ArchAMD64, DomainKVM, 10*time.Second)
+		t.Logf("KVM probe: %v (after %s)", err, since(t0))
+		if time.Since(t0) > 20*time.Second {
+			t.Errorf("KVM probe took %s", since(t0))
+		}
+		if out := virsh(t, "list", "--all", "--name"); strings.Contains(out, "khw-probe") {
+			t.Errorf("probe domain left behind: %s", out)
+		}
+	})
+
+	t.Run("arm64", func(t *testing.T) { testARM64Domain(t) })
+	t.Run("vm", func(t *testing.T) { testVMLifecycle(t, env, img) })
+	t.Run("reuse-network", func(t *testing.T) { testNetworkReuse(t, env, img) })
+}
+
+func testVMLifecycle(t *testing.T, env *lvEnv, img Image) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	signer, authLine, err := remote.EnsureKey(filepath.Join(dir, "ssh", "id_ed25519"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := oneNodeCluster("lvt", "192.168.150")
+	p, err := New(c, Options{
+		StateDir: dir, AuthorizedKey: authLine, Image: img,
+		Pool: testPool, PoolPath: testPoolPath, NetnsPath: env.nsPath,
+		ProbeTimeout: 10 * time.Second, Log: logWriter{t},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	t.Cleanup(func() { _ = p.Destroy(context.Background()) })
+
+	t0 := time.Now()
+	findings := p.Preflight(ctx)
+	for _, f := range findings {
+		t.Logf("preflight %s", f)
+	}
+	t.Logf("preflight took %s", since(t0))
+	if Blocking(findings) {
+		t.Fatalf("preflight blocks")
+	}
+	byCheck := map[string]Finding{}
+	for _, f := range findings {
+		byCheck[f.Check] = f
+	}
+	if !byCheck["libvirtd"].OK || !byCheck["subnet"].OK || !strings.Contains(byCheck["subnet"].Message, "khw makes network khw-lvt") {
+		t.Errorf("findings: %+v", findings)
+	}
+	if _, ok := byCheck["kvm"]; !ok {
+		t.Errorf("no kvm finding")
+	}
+
+	t0 = time.Now()
+	if err := p.Create(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Create took %s", since(t0))
+	// Idempotent: a second Create changes nothing and succeeds.
+	t1 := time.Now()
+	if err := p.Create(ctx); err != nil {
+		t.Fatalf("second Create: %v", err)
+	}
+	t.Logf("second Create took %s", since(t1))
+
+	// Witnesses: libvirt's own view.
+	if out := virsh(t, "net-list", "--all", "--name"); !strings.Contains(out, "khw-lvt") {
+		t.Errorf("network khw-lvt not defined:\n%s", out)
+	}
+	domXML := virsh(t, "dumpxml", "--inactive", "khw-lvt-cp1")
+	var dx libvirtxml.Domain
+	if err := dx.Unmarshal(domXML); err != nil {
+		t.Fatalf("dumpxml: %v\n%s", err, domXML)
+	}
+	if dx.OS.Kernel == "" || dx.Devices.Interfaces[0].Source.Network.Network != "khw-lvt" {
+		t.Errorf("defined domain: kernel %q network %+v", dx.OS.Kernel, dx.Devices.Interfaces[0].Source.Network)
+	}
+	if o, ok := ParseOwner(dx.Metadata.XML); !ok || o.StateDir != dir || o.Node != "cp1" {
+		t.Errorf("owner metadata as libvirt keeps it: %q", dx.Metadata.XML)
+	}
+	t.Logf("domain type: %s", dx.Type)
+	vols := virsh(t, "vol-list", testPool)
+	for _, v := range []string{"khw-lvt-cp1.qcow2", "khw-lvt-cp1-seed.iso"} {
+		if !strings.Contains(vols, v) {
+			t.Errorf("volume %s missing:\n%s", v, vols)
+		}
+	}
+	volXML := virsh(t, "vol-dumpxml", "--pool", testPool, "khw-lvt-cp1.qcow2")
+	var vx libvirtxml.StorageVolume
+	if err := vx.Unmarshal(volXML); err != nil || vx.BackingStore == nil || !strings.Contains(vx.BackingStore.Path, "khw-base-") || vx.Capacity.Value != 6<<30 {
+		t.Errorf("overlay volume: %v\n%s", err, volXML)
+	}
+
+	st, err := p.Status(ctx)
+	if err != nil || len(st) != 1 || st[0].State != vm.StateStopped {
+		t.Fatalf("status after Create = %+v, %v", st, err)
+	}
+
+	// Boot and reach SSH through the provider's Dialer. A revert or a
+	// power cycle kills the node's TCP connections without a FIN, so the
+	// pool is replaced after each (as khw lab reset must do).
+	var pool *remote.Pool
+	newPool := func() {
+		if pool != nil {
+			pool.Close()
+		}
+		var err error
+		pool, err = remote.NewPool(remote.Config{Signer: signer, KnownHostsFile: filepath.Join(dir, "ssh", "known_hosts"),
+			Dial: p.Dialer(), ConnectTimeout: 10 * time.Minute, MaxBackoff: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	newPool()
+	defer func() { pool.Close() }()
+	node := remote.Node{Name: "cp1", Addr: "192.168.150.11"}
+	run := func(cmd string, sudo bool) string {
+		t.Helper()
+		cl, err := pool.Get(ctx, node)
+		if err != nil {
+			t.Fatalf("ssh cp1: %v (console log: %s)", err, ConsoleLogPath("khw-lvt-cp1"))
+		}
+		out, _, err := cl.Run(ctx, cmd, remote.RunOptions{Sudo: sudo})
+		if err != nil {
+			t.Fatalf("%s: %v", cmd, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+
+	t0 = time.Now()
+	if err := p.Start(ctx, "cp1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(ctx, "cp1"); err != nil { // running: no-op
+		t.Fatalf("second Start: %v", err)
+	}
+	run("true", false)
+	t.Logf("boot to SSH took %s", since(t0))
+
+	// Identity from cloud-init.
+	if got := run("hostname", false); got != "cp1" {
+		t.Errorf("hostname = %q", got)
+	}
+	if got := run("ip -4 -o addr show dev "+SeedIface, false); !strings.Contains(got, "inet 192.168.150.11/24") {
+		t.Errorf("address: %q", got)
+	}
+	if got := run("ip route show default", false); !strings.Contains(got, "via 192.168.150.1") {
+		t.Errorf("default route: %q", got)
+	}
+	if got := run("cat ~/.ssh/authorized_keys", false); !strings.Contains(got, strings.TrimSpace(authLine)) {
+		t.Errorf("authorized_keys lacks khw's key:\n%s", got)
+	}
+	if got := run("id -u; id -un", false); got != "1000\nubuntu" {
+		t.Errorf("user: %q", got)
+	}
+	if got := run("id -u", true); got != "0" {
+		t.Errorf("sudo -n: uid %q", got)
+	}
+	if got := run("grep cp1 /etc/hosts", false); !strings.Contains(got, "192.168.150.11\tcp1.kubernetes.local cp1") {
+		t.Errorf("/etc/hosts: %q", got)
+	}
+	if got := run("cloud-init query platform", true); got != "nocloud" {
+		t.Errorf("cloud-init datasource platform = %q, want nocloud", got)
+	}
+	st, _ = p.Status(ctx)
+	if st[0].State != vm.StateRunning {
+		t.Errorf("status while running = %+v", st)
+	}
+
+	// Snapshot (running: disk + memory), change a file, revert: gone.
+	t0 = time.Now()
+	if err := p.Snapshot(ctx, "t1"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Snapshot (running, with memory) took %s", since(t0))
+	if err := p.Snapshot(ctx, "t1"); err == nil || !strings.Contains(err.Error(), "exists already") {
+		t.Errorf("second Snapshot t1: %v", err)
+	}
+	run("echo changed > /home/ubuntu/marker && sync", false)
+	if got := run("cat /home/ubuntu/marker", false); got != "changed" {
+		t.Fatalf("marker = %q", got)
+	}
+	t0 = time.Now()
+	if err := p.Revert(ctx, "t1"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Revert took %s", since(t0))
+	newPool()
+	if got := run("test -e /home/ubuntu/marker && echo present || echo gone", false); got != "gone" {
+		t.Errorf("after revert the marker is %s", got)
+	}
+	t.Logf("SSH after revert: %s", since(t0))
+	if err := p.Revert(ctx, "nope"); err == nil || !strings.Contains(err.Error(), `no snapshot "nope"`) {
+		t.Errorf("revert to a missing snapshot: %v", err)
+	}
+
+	// Graceful power off, power on, forced power off.
+	t0 = time.Now()
+	sctx, scancel := context.WithTimeout(ctx, 3*time.Minute)
+	err = p.Stop(sctx, "cp1", false)
+	scancel()
+	if err != nil {
+		t.Fatalf("graceful Stop: %v", err)
+	}
+	t.Logf("graceful Stop took %s", since(t0))
+	if st, _ := p.Status(ctx); st[0].State != vm.StateStopped {
+		t.Errorf("status after Stop = %+v", st)
+	}
+	if err := p.Stop(ctx, "cp1", false); err != nil {
+		t.Errorf("Stop of a stopped node: %v", err)
+	}
+	t0 = time.Now()
+	if err := p.Start(ctx, "cp1"); err != nil {
+		t.Fatal(err)
+	}
+	newPool()
+	if got := run("hostname", false); got != "cp1" {
+		t.Errorf("hostname after restart = %q", got)
+	}
+	t.Logf("second boot to SSH took %s", since(t0))
+	t0 = time.Now()
+	if err := p.Stop(ctx, "cp1", true); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("forced Stop took %s", since(t0))
+	if st, _ := p.Status(ctx); st[0].State != vm.StateStopped {
+		t.Errorf("status after forced Stop = %+v", st)
+	}
+	if err := p.Start(ctx, "nope"); !errors.Is(err, vm.ErrUnknownNode) {
+		t.Errorf("Start(nope) = %v", err)
+	}
+
+	// Delete the snapshot, then destroy everything.
+	if err := p.DeleteSnapshot(ctx, "t1"); err != nil {
+		t.Fatal(err)
+	}
+	if out := virsh(t, "snapshot-list", "--name", "khw-lvt-cp1"); strings.TrimSpace(out) != "" {
+		t.Errorf("snapshots left: %q", out)
+	}
+	t0 = time.Now()
+	if err := p.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Destroy took %s", since(t0))
+	if out := virsh(t, "list", "--all", "--name"); strings.Contains(out, "khw-lvt") {
+		t.Errorf("domains left: %s", out)
+	}
+	if out := virsh(t, "vol-list", testPool); strings.Contains(out, "khw-lvt") || !strings.Contains(out, "khw-base-") {
+		t.Errorf("volumes after Destroy (node volumes must be gone, the base kept):\n%s", out)
+	}
+	if out := virsh(t, "net-list", "--all", "--name"); strings.Contains(out, "khw-lvt") {
+		t.Errorf("network left: %s", out)
+	}
+	if st, _ := p.Status(ctx); st[0].State != vm.StateAbsent {
+		t.Errorf("status after Destroy = %+v", st)
+	}
+	if err := p.Destroy(ctx); err != nil {
+		t.Errorf("second Destroy: %v", err)
+	}
+}
+
+// testNetworkReuse: a cluster on 192.168.122.0/24 joins libvirt's own
+// "default" network instead of making one, and Destroy leaves it. A second
+// state directory cannot take over the first one's domains.
+func testNetworkReuse(t *testing.T, env *lvEnv, img Image) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if out := virsh(t, "net-list", "--all", "--name"); !strings.Contains(out, "default") {
+		t.Skipf("libvirt has no default network here:\n%s", out)
+	}
+	dir := t.TempDir()
+	_, authLine, err := remote.EnsureKey(filepath.Join(dir, "id_ed25519"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := autostart(virsh(t, "net-info", "default"))
+	c := oneNodeCluster("lvtr", "192.168.122")
+	p, err := New(c, Options{StateDir: dir, AuthorizedKey: authLine, Image: img, DomainType: DomainQEMU,
+		Pool: testPool, PoolPath: testPoolPath, NetnsPath: env.nsPath, Log: logWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	t.Cleanup(func() { _ = p.Destroy(context.Background()) })
+	if err := p.Create(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var dx libvirtxml.Domain
+	if err := dx.Unmarshal(virsh(t, "dumpxml", "--inactive", "khw-lvtr-cp1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := dx.Devices.Interfaces[0].Source.Network.Network; got != "default" {
+		t.Errorf("node network = %q, want the existing default", got)
+	}
+	if out := virsh(t, "net-list", "--all", "--name"); strings.Contains(out, "khw-lvtr") {
+		t.Errorf("khw made a network although default holds the subnet:\n%s", out)
+	}
+	if after := autostart(virsh(t, "net-info", "default")); after != before {
+		t.Errorf("khw changed the autostart of the reused default network from %q to %q", before, after)
+	}
+
+	other, err := New(c, Options{StateDir: t.TempDir(), AuthorizedKey: authLine, Image: img, DomainType: DomainQEMU,
+		Pool: testPool, PoolPath: testPoolPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	var foreign *vm.ForeignOwnerError
+	if err := other.Create(ctx); !errors.As(err, &foreign) {
+		t.Errorf("Create from another state directory = %v, want a ForeignOwnerError", err)
+	}
+	if err := other.Destroy(ctx); !errors.As(err, &foreign) {
+		t.Errorf("Destroy from another state directory = %v, want a ForeignOwnerError", err)
+	}
+	if out := virsh(t, "list", "--all", "--name"); !strings.Contains(out, "khw-lvtr-cp1") {
+		t.Errorf("the other state directory removed the domain")
+	}
+
+	if err := p.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out := virsh(t, "net-list", "--all", "--name"); !strings.Contains(out, "default") {
+		t.Errorf("Destroy removed libvirt's default network:\n%s", out)
+	}
+	if out := virsh(t, "list", "--all", "--name"); strings.Contains(out, "khw-lvtr") {
+		t.Errorf("domain left: %s", out)
+	}
+}
+
+// testARM64Domain proves the aarch64 path is accepted by libvirt: the
+// node domain XML (virt machine, UEFI pflash loader from the domain
+// capabilities with a per-domain NVRAM, virtio disk/seed/NIC, serial
+// console) is defined and started under TCG, and its UEFI firmware runs up
+// to the boot manager (there is no arm64 OS image here, so nothing boots
+// further). Then an offline snapshot is attempted and the domain removed
+// with its NVRAM.
+func testARM64Domain(t *testing.T) {
+	if _, err := exec.LookPath("qemu-system-aarch64"); err != nil {
+		t.Skip("SKIPPED: qemu-system-aarch64 not installed (make libvirt-deps)")
+	}
+	ctx := context.Background()
+	l, err := Connect("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Disconnect()
+	loader, err := FirmwareLoader(l, config.ArchARM64, DomainQEMU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("aarch64 UEFI loader: %s", loader)
+
+	p, err := New(oneNodeCluster("lvta", "192.168.151"), Options{StateDir: t.TempDir(), DomainType: DomainQEMU, Pool: testPool, PoolPath: testPoolPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	pool, err := p.ensurePool(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Blank volumes stand in for the node disk and seed.
+	names := []string{"khw-lvta-arm64-disk.qcow2", "khw-lvta-arm64-seed.iso"}
+	for i, n := range names {
+		f := []string{"qcow2", "raw"}[i]
+		doc, _ := PlainVolumeXML(n, 64<<20, f).Marshal()
+		if _, err := l.StorageVolCreateXML(pool, doc, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() {
+		for _, n := range names {
+			if v, err := l.StorageVolLookupByName(pool, n); err == nil {
+				_ = l.StorageVolDelete(v, 0)
+			}
+		}
+	}()
+	// A throw-away network with no khw owner.
+	nx, _ := NetworkXML(NetworkSpec{Name: "khw-lvta", Bridge: BridgeName("lvta"), Gateway: netip.MustParsePrefix("192.168.151.1/24")})
+	ndoc, _ := nx.Marshal()
+	nw, err := l.NetworkCreateXML(ndoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.NetworkDestroy(nw) }()
+
+	spec := DomainSpec{Name: "khw-lvta-arm64", Arch: config.ArchARM64, Type: DomainQEMU, MemoryMiB: 512, CPUs: 1,
+		Pool: testPool, DiskVolume: names[0], SeedVolume: names[1], Network: "khw-lvta", MAC: NodeMAC("lvta", "arm64"),
+		Loader: loader, Owner: Owner{Cluster: "lvta", Node: "arm64", StateDir: "/test"}}
+	dx, err := DomainXML(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := dx.Marshal()
+	d, err := l.DomainDefineXMLFlags(doc, golibvirt.DomainDefineValidate)
+	if err != nil {
+		t.Fatalf("libvirt refuses the aarch64 domain: %v\n%s", err, doc)
+	}
+	defer func() {
+		_ = l.DomainDestroy(d)
+		_ = l.DomainUndefineFlags(d, golibvirt.DomainUndefineNvram|golibvirt.DomainUndefineSnapshotsMetadata)
+	}()
+	var got libvirtxml.Domain
+	live, _ := l.DomainGetXMLDesc(d, 0)
+	if err := got.Unmarshal(live); err != nil {
+		t.Fatal(err)
+	}
+	if got.OS.NVRam == nil || got.OS.NVRam.NVRam == "" || got.OS.Loader == nil || got.OS.Loader.Path != loader {
+		t.Errorf("libvirt did not complete the UEFI setup: loader %+v nvram %+v", got.OS.Loader, got.OS.NVRam)
+	} else {
+		t.Logf("NVRAM %s from template %s", got.OS.NVRam.NVRam, got.OS.NVRam.Template)
+	}
+
+	t0 := time.Now()
+	if _, err := l.DomainCreateWithFlags(d, uint32(golibvirt.DomainStartPaused)); err != nil {
+		t.Fatalf("start the aarch64 domain: %v", err)
+	}
+	w := &markerWriter{marker: ProbeMarker[config.ArchARM64], seen: make(chan struct{})}
+	go func() { _ = l.DomainOpenConsole(d, nil, w, 1) }()
+	time.Sleep(300 * time.Millisecond)
+	if err := l.DomainResume(d); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.seen:
+		t.Logf("aarch64 UEFI reached its boot manager under TCG after %s", since(t0))
+	case <-time.After(4 * time.Minute):
+		t.Errorf("aarch64 UEFI printed no %q within 4 min; last output %q", w.marker, w.tail())
+	case <-ctx.Done():
+	}
+	if err := l.DomainDestroy(d); err != nil {
+		t.Fatal(err)
+	}
+	// Internal snapshots of a pflash UEFI domain: libvirt 9.0 refuses them.
+	sx, _ := SnapshotXML("t1", "")
+	sdoc, _ := sx.Marshal()
+	if s, err := l.DomainSnapshotCreateXML(d, sdoc, 0); err != nil {
+		t.Logf("aarch64 pflash: offline internal snapshot refused: %v", err)
+	} else {
+		t.Logf("aarch64 pflash: offline internal snapshot works")
+		_ = l.DomainSnapshotDelete(s, 0)
+	}
+	_ = l.DomainUndefineFlags(d, golibvirt.DomainUndefineNvram|golibvirt.DomainUndefineSnapshotsMetadata)
+
+	// The same node with UEFI as a ROM (no NVRAM): boots to the boot
+	// manager and takes, reverts and deletes an internal snapshot.
+	rom := ArmROMFirmware
+	if _, err := os.Stat(rom); err != nil {
+		t.Skipf("SKIPPED the ROM variant: %s missing", rom)
+	}
+	spec.Loader, spec.LoaderROM = rom, true
+	dx, err = DomainXML(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _ = dx.Marshal()
+	d, err = l.DomainDefineXMLFlags(doc, golibvirt.DomainDefineValidate)
+	if err != nil {
+		t.Fatalf("libvirt refuses the aarch64 ROM domain: %v\n%s", err, doc)
+	}
+	t0 = time.Now()
+	if _, err := l.DomainCreateWithFlags(d, uint32(golibvirt.DomainStartPaused)); err != nil {
+		t.Fatalf("start the aarch64 ROM domain: %v", err)
+	}
+	w = &markerWriter{marker: ProbeMarker[config.ArchARM64], seen: make(chan struct{})}
+	go func() { _ = l.DomainOpenConsole(d, nil, w, 1) }()
+	time.Sleep(300 * time.Millisecond)
+	if err := l.DomainResume(d); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.seen:
+		t.Logf("aarch64 UEFI (ROM) reached its boot manager under TCG after %s", since(t0))
+	case <-time.After(4 * time.Minute):
+		t.Errorf("aarch64 UEFI (ROM) printed no %q within 4 min; last output %q", w.marker, w.tail())
+	}
+	_ = l.DomainDestroy(d)
+	s, err := l.DomainSnapshotCreateXML(d, sdoc, 0)
+	if err != nil {
+		t.Fatalf("aarch64 ROM: internal snapshot: %v", err)
+	}
+	if err := l.DomainRevertToSnapshot(s, 0); err != nil {
+		t.Errorf("aarch64 ROM: revert: %v", err)
+	}
+	if err := l.DomainSnapshotDelete(s, 0); err != nil {
+		t.Errorf("aarch64 ROM: delete snapshot: %v", err)
+	}
+}
+
+var autostartRE = regexp.MustCompile(`Autostart:\s+(\S+)`)
+
+// autostart returns the Autostart value of `virsh net-info` output.
+func autostart(netInfo string) string {
+	m := autostartRE.FindStringSubmatch(netInfo)
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
