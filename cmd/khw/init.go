@@ -84,7 +84,7 @@ func newInitCmd(a *app) *cobra.Command {
 			}
 			fmt.Fprintf(a.out, "Wrote %s (cluster %q, %s, provider %s)\n", d.ConfigPath(), c.Name, c.Arch, c.Provider)
 			fmt.Fprintf(a.out, "State directory: %s (mode 0700)\n\n", d.Root)
-			fmt.Fprintf(a.out, "Next:\n  khw pki          # the CA and every component certificate\n  khw kubeconfig   # kubeconfigs with embedded certs\n  khw encryption   # the encryption-at-rest config\n  khw render       # every node's files from templates\n")
+			fmt.Fprintf(a.out, "Next, one of:\n  khw up           # every step, from machines to smoke tests\n  khw lab 01       # the same steps one lab at a time, explained (khw lab list)\n  khw up --dry-run # what would change, as the hard way's shell commands\n")
 			return nil
 		},
 	}
