@@ -61,6 +61,7 @@ func TestPowerValidation(t *testing.T) {
 	if _, e, code := run(t, base, "init", "--name", "lab", "--provider", "libvirt"); code != 0 {
 		t.Fatalf("init: %s", e)
 	}
+	noLibvirt(t, base, "lab")
 	valid := "its nodes are: lb, cp1, cp2, cp3, w1, w2, w3"
 	cases := []struct {
 		args  []string
@@ -75,8 +76,8 @@ func TestPowerValidation(t *testing.T) {
 		{[]string{"power", "off", "--no-such", "cp1"}, exitUsage, []string{"unknown flag"}},
 		{[]string{"power"}, exitUsage, []string{"say on or off"}},
 		{[]string{"power", "reboot", "cp1"}, exitUsage, []string{`unknown power action "reboot"`}},
-		// Valid names reach the provider: libvirt is not implemented yet.
-		{[]string{"power", "off", "--force", "cp2", "cp2"}, exitFailed, []string{"libvirt provider is not implemented"}},
+		// Valid names reach the provider: here a libvirtd that does not answer.
+		{[]string{"power", "off", "--force", "cp2", "cp2"}, exitFailed, []string{"libvirtd is not running or not installed"}},
 	}
 	for _, tc := range cases {
 		_, errOut, code := run(t, base, tc.args...)

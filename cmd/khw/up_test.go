@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -252,16 +253,36 @@ func TestUpStatusDownNspawn(t *testing.T) {
 
 // TestUpLibvirtNotImplemented: provider libvirt fails with a pointer to the
 // issue and the fix, and changes nothing. Runs without root.
-func TestUpLibvirtNotImplemented(t *testing.T) {
+// TestLibvirtWithoutLibvirtd: a libvirt cluster whose libvirtd does not
+// answer (here: a socket that does not exist, so the test never reaches a
+// real libvirtd of this machine) fails up, status and down with exit 1 and
+// the fix (install / start libvirtd).
+func TestLibvirtWithoutLibvirtd(t *testing.T) {
 	base := t.TempDir()
 	if _, errOut, code := run(t, base, "init", "--name", "lv", "--provider", "libvirt"); code != 0 {
 		t.Fatalf("init: %s", errOut)
 	}
+	noLibvirt(t, base, "lv")
 	for _, args := range [][]string{{"up"}, {"status"}, {"down"}} {
 		_, errOut, code := run(t, base, args...)
-		if code != exitFailed || !strings.Contains(errOut, "libvirt provider is not implemented yet (issue #6)") || !strings.Contains(errOut, "--provider nspawn") {
-			t.Errorf("%v: exit %d, want 1 with the libvirt message: %s", args, code, errOut)
+		if code != exitFailed || !strings.Contains(errOut, "libvirtd is not running or not installed") || !strings.Contains(errOut, "apt-get install libvirt-daemon-system") {
+			t.Errorf("%v: exit %d, want 1 naming libvirtd and the fix: %s", args, code, errOut)
 		}
+	}
+}
+
+// noLibvirt points cluster name's libvirt URI at a socket that does not
+// exist.
+func noLibvirt(t *testing.T, base, name string) {
+	t.Helper()
+	path := filepath.Join(base, name, "cluster.yaml")
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := fmt.Fprintf(f, "libvirt:\n  uri: qemu:///system?socket=%s\n", filepath.Join(t.TempDir(), "no-libvirt-sock")); err != nil {
+		t.Fatal(err)
 	}
 }
 
