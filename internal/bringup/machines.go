@@ -16,6 +16,7 @@ import (
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/steps"
 	"github.com/khw-dev/khw/internal/vm"
+	"github.com/khw-dev/khw/internal/vm/libvirt"
 )
 
 // Default timeouts of MachinesStep.
@@ -119,6 +120,34 @@ func (s *MachinesStep) sshTrue(ctx context.Context, n vm.NodeStatus, timeout tim
 	return err
 }
 
+// preflight runs the libvirt provider's host checks before machines are
+// made: each finding that is not OK is printed under the step (a warning
+// such as "KVM is not usable, nodes run under TCG" too), and a blocking one
+// (libvirtd unreachable, no UEFI firmware for aarch64, the subnet taken by
+// another network …) stops the step with its fix. nspawn checks its host in
+// its constructor.
+func preflight(ctx context.Context, p vm.Provider, env *steps.Env) error {
+	lp, ok := p.(*libvirt.Provider)
+	if !ok {
+		return nil
+	}
+	fs := lp.Preflight(ctx)
+	var blocking []string
+	for _, f := range fs {
+		if f.OK {
+			continue
+		}
+		env.Notef("preflight %s", f)
+		if !f.Warning {
+			blocking = append(blocking, f.String())
+		}
+	}
+	if len(blocking) > 0 {
+		return fmt.Errorf("the libvirt host is not ready:\n  %s", strings.Join(blocking, "\n  "))
+	}
+	return nil
+}
+
 // Apply makes the machines (Provider.Create, idempotent; only when a diff
 // says a node is not running), starts every node that is not running, then
 // waits for each node named in diffs to answer `true` over SSH, at most
@@ -136,6 +165,9 @@ func (s *MachinesStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.
 	}
 	log := env.NodeLog("")
 	if needCreate {
+		if err := preflight(ctx, s.M.Provider, env); err != nil {
+			return err
+		}
 		fmt.Fprintf(log, "%s 01-machines: %s Create\n", time.Now().Format(time.RFC3339), s.M.Provider.Name())
 		if err := s.M.Provider.Create(ctx); err != nil {
 			return err
