@@ -112,12 +112,21 @@ func (s *MachinesStep) Check(ctx context.Context, env *steps.Env) ([]steps.Diff,
 func (s *MachinesStep) sshTrue(ctx context.Context, n vm.NodeStatus, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cl, err := s.M.Pool.Get(ctx, remote.Node{Name: n.Name, Addr: n.IP.String()})
-	if err != nil {
-		return err
+	// One Pool.Get gives up after the pool's own connect budget (3 min);
+	// a VM under TCG takes longer to boot: keep asking until timeout.
+	for {
+		cl, err := s.M.Pool.Get(ctx, remote.Node{Name: n.Name, Addr: n.IP.String()})
+		if err == nil {
+			if _, _, err = cl.Run(ctx, "true", remote.RunOptions{}); err == nil {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(2 * time.Second):
+		}
 	}
-	_, _, err = cl.Run(ctx, "true", remote.RunOptions{})
-	return err
 }
 
 // preflight runs the libvirt provider's host checks before machines are
