@@ -35,17 +35,8 @@ for d in libvirtd virtlogd virtqemud; do
   fi
 done
 
-declare -a PHASES=()
-phase() {
-  local label=$1; shift
-  echo "=== $label: $*"
-  local t0 t1 ds
-  t0=$(date +%s%N)
-  "$@"
-  t1=$(date +%s%N)
-  ds=$(( (t1 - t0) / 100000000 ))
-  PHASES+=("$(printf '%-22s %5d.%d s' "$label" $((ds / 10)) $((ds % 10)))")
-}
+# shellcheck source=hack/e2e-phase.sh
+. hack/e2e-phase.sh
 
 KVM_RESTORE=
 cleanup() {
