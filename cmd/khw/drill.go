@@ -259,12 +259,10 @@ func runBreak(parent context.Context, a *app, spec drill.Spec) error {
 		return usageError{err}
 	}
 
-	cfg, err := kube.RESTConfig(env.admin, "")
+	cfg, err := adminRESTConfig(d, env.target)
 	if err != nil {
-		return fmt.Errorf("%w (fix: khw kubeconfig)", err)
+		return err
 	}
-	cfg.Dial = env.target.Dialer()
-	cfg.Timeout = 10 * time.Second
 	cs, err := kube.Clientset(cfg)
 	if err != nil {
 		return err

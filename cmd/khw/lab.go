@@ -27,7 +27,6 @@ import (
 	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/health"
 	"github.com/khw-dev/khw/internal/kube"
-	"github.com/khw-dev/khw/internal/kubeconfig"
 	"github.com/khw-dev/khw/internal/labcheck"
 	"github.com/khw-dev/khw/internal/labrun"
 	"github.com/khw-dev/khw/internal/labs"
@@ -593,12 +592,10 @@ func labCheckIn(ctx context.Context, a *app, l labs.Lab, e *labEnv) error {
 }
 
 func labClientset(e *labEnv) (kubernetes.Interface, error) {
-	cfg, err := kube.RESTConfig(filepath.Join(e.d.KubeconfigDir(), kubeconfig.AdminFile), "")
+	cfg, err := adminRESTConfig(e.d, health.Target{Cluster: e.c, PKIDir: e.d.PKIDir(), Dial: e.m.Provider.Dialer()})
 	if err != nil {
 		return nil, err
 	}
-	cfg.Dial = health.Target{Cluster: e.c, PKIDir: e.d.PKIDir(), Dial: e.m.Provider.Dialer()}.Dialer()
-	cfg.Timeout = 10 * time.Second
 	cs, err := kube.Clientset(cfg)
 	if err != nil {
 		return nil, err

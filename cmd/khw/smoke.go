@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
 
 	"github.com/khw-dev/khw/internal/bringup"
 	"github.com/khw-dev/khw/internal/health"
 	"github.com/khw-dev/khw/internal/kube"
 	"github.com/khw-dev/khw/internal/kubeconfig"
 	"github.com/khw-dev/khw/internal/smoke"
+	"github.com/khw-dev/khw/internal/state"
 )
 
 const smokeLong = `Run the smoke tests of Kubernetes the Hard Way against the running cluster,
@@ -73,17 +75,14 @@ func newSmokeCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg, err := kube.RESTConfig(filepath.Join(d.KubeconfigDir(), kubeconfig.AdminFile), "")
-			if err != nil {
-				return fmt.Errorf("%w (fix: khw kubeconfig)", err)
-			}
 			p, err := bringup.NewProvider(c, d, "", nil)
 			if err != nil {
 				return err
 			}
-			target := health.Target{Cluster: c, PKIDir: d.PKIDir(), Dial: p.Dialer()}
-			cfg.Dial = target.Dialer()
-			cfg.Timeout = 10 * time.Second
+			cfg, err := adminRESTConfig(d, health.Target{Cluster: c, PKIDir: d.PKIDir(), Dial: p.Dialer()})
+			if err != nil {
+				return err
+			}
 			r, err := smoke.New(c, d, cfg, p.Dialer())
 			if err != nil {
 				return err
@@ -164,4 +163,18 @@ func smokeResult(cluster string, rep *smoke.Report) error {
 		names = append(names, c.Name)
 	}
 	return fmt.Errorf("cluster %s: %d of %d smoke checks failed: %s", cluster, len(failed), len(rep.Checks), strings.Join(names, ", "))
+}
+
+// adminRESTConfig is the client config of <state>/kubeconfigs/admin.kubeconfig
+// (admin through the load balancer) that dials through target (node names
+// resolved from cluster.yaml, the provider's dialer) with a 10 s timeout
+// per request. A missing or bad kubeconfig names the fix (khw kubeconfig).
+func adminRESTConfig(d state.Dir, target health.Target) (*rest.Config, error) {
+	cfg, err := kube.RESTConfig(filepath.Join(d.KubeconfigDir(), kubeconfig.AdminFile), "")
+	if err != nil {
+		return nil, fmt.Errorf("%w (fix: khw kubeconfig)", err)
+	}
+	cfg.Dial = target.Dialer()
+	cfg.Timeout = 10 * time.Second
+	return cfg, nil
 }
