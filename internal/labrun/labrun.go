@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/khw-dev/khw/internal/fsutil"
+	"github.com/khw-dev/khw/internal/labcheck"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/state"
 )
@@ -175,7 +176,7 @@ const errMissing = 3
 // ReadFile returns the file's bytes; a missing file is an error wrapping
 // fs.ErrNotExist.
 func (s Source) ReadFile(ctx context.Context, node, p string) ([]byte, error) {
-	if node == "jumpbox" {
+	if node == labcheck.Jumpbox {
 		clean := path.Clean("/" + p)
 		return os.ReadFile(filepath.Join(s.State.Root, filepath.FromSlash(clean)))
 	}
