@@ -95,9 +95,10 @@ unhealthy (read the sections); 1 when nothing at all could be read.
    "etcd": {"members", "endpoints", "leader", "raftTerm", "healthy", "size", "quorumSize", "quorum"},
    "apiservers": [{"target", "url", "ok", "httpStatus", "failed", "error", "latencyNs"}],
    "leases": [{"name", "found", "holder", "holderNode", "renewTime", "transitions", "durationSeconds", "fresh"}],
+   "kubeNodes": [{"name", "ready", "reason", "message", "problems", "podCIDR", "kubeletVersion", "unschedulable", "created"}],
    "errors": {"<section>": "<message>"}}
 A section that was skipped or could not be read is null and has its message
-in "errors" (sections: nodes, cluster, units, etcd, apiservers, leases).`
+in "errors" (sections: nodes, cluster, units, etcd, apiservers, leases, kubeNodes).`
 
 // statusRow is one node in `khw status -o json`.
 type statusRow struct {
@@ -115,6 +116,7 @@ type statusReport struct {
 	Etcd       *health.EtcdReport       `json:"etcd"`
 	APIServers []health.Readyz          `json:"apiservers"`
 	Leases     []health.Lease           `json:"leases"`
+	KubeNodes  []health.KubeNode        `json:"kubeNodes"`
 	Errors     map[string]string        `json:"errors"`
 }
 
@@ -224,7 +226,7 @@ func collectStatus(ctx context.Context, c *config.Cluster, p vm.Provider, openPo
 		mu.Unlock()
 	}
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
 	go func() {
 		defer wg.Done()
 		pool, closePool, err := openPool()
@@ -272,9 +274,19 @@ func collectStatus(ctx context.Context, c *config.Cluster, p vm.Provider, openPo
 		rep.Leases = l
 		mu.Unlock()
 	}()
+	go func() {
+		defer wg.Done()
+		n, err := health.KubeNodes(ctx, target, adminKubeconfig)
+		if err != nil {
+			setErr("kubeNodes", err)
+		}
+		mu.Lock()
+		rep.KubeNodes = n
+		mu.Unlock()
+	}()
 	wg.Wait()
 
-	if len(rep.Units) > 0 || len(rep.Leases) > 0 {
+	if len(rep.Units) > 0 || len(rep.Leases) > 0 || rep.KubeNodes != nil {
 		read = true
 	}
 	if rep.Etcd != nil {
@@ -296,7 +308,7 @@ func collectStatus(ctx context.Context, c *config.Cluster, p vm.Provider, openPo
 // joinErrors lists the section errors on one line, sections sorted.
 func joinErrors(errs map[string]string) string {
 	var parts []string
-	for _, s := range []string{"nodes", "cluster", "units", "etcd", "apiservers", "leases"} {
+	for _, s := range []string{"nodes", "cluster", "units", "etcd", "apiservers", "leases", "kubeNodes"} {
 		if e, ok := errs[s]; ok {
 			parts = append(parts, s+": "+strings.Join(strings.Fields(e), " "))
 		}
@@ -446,6 +458,37 @@ func printStatus(w io.Writer, c *config.Cluster, rep statusReport, now time.Time
 		flush(t)
 	}
 	sectionErr("leases")
+
+	fmt.Fprintln(w, "\nKUBE NODES")
+	if rep.KubeNodes != nil {
+		t := tw()
+		fmt.Fprintln(t, "NAME\tSTATUS\tPOD CIDR\tVERSION\tAGE")
+		var notes []string
+		for _, n := range rep.KubeNodes {
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", n.Name, n.Summary(), dash(n.PodCIDR), dash(n.KubeletVersion), age(now.Sub(n.Created)))
+			if n.Message != "" {
+				notes = append(notes, fmt.Sprintf("%s: %s", n.Name, n.Message))
+			}
+		}
+		flush(t)
+		for _, note := range notes {
+			fmt.Fprintln(w, note)
+		}
+		var missing []string
+		have := map[string]bool{}
+		for _, n := range rep.KubeNodes {
+			have[n.Name] = true
+		}
+		for _, n := range c.Workers() {
+			if !have[n.Name] {
+				missing = append(missing, n.Name)
+			}
+		}
+		if len(missing) > 0 {
+			fmt.Fprintf(w, "not registered: %s (no kubelet has registered the Node yet)\n", strings.Join(missing, ", "))
+		}
+	}
+	sectionErr("kubeNodes")
 	return errors.Join(errs...)
 }
 

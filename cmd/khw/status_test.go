@@ -238,6 +238,10 @@ func TestPrintStatus(t *testing.T) {
 			{Name: "kube-controller-manager", Found: true, HolderNode: "cp2", RenewTime: now.Add(-3 * time.Second), Transitions: 4, DurationSeconds: 15, Fresh: true},
 			{Name: "kube-scheduler"},
 		},
+		KubeNodes: []health.KubeNode{
+			{Name: "w1", Ready: "True", PodCIDR: "10.200.0.0/24", KubeletVersion: "v1.34.1", Created: now.Add(-2 * time.Hour)},
+			{Name: "w2", Ready: "False", Reason: "KubeletNotReady", Message: "container runtime network not ready", Problems: []string{"DiskPressure"}, Created: now.Add(-90 * time.Second)},
+		},
 		Errors: map[string]string{"units": "node w1: connect: timeout\nsecond line"},
 	}
 	var out bytes.Buffer
@@ -262,6 +266,11 @@ func TestPrintStatus(t *testing.T) {
 		"cp3     https://cp3:6443  no     -     -        dial tcp",
 		"kube-controller-manager  cp2                        3s ago   4            yes",
 		"kube-scheduler           (no Lease: never elected)  -        -            no",
+		"KUBE NODES\nNAME  STATUS                                   POD CIDR       VERSION  AGE\n",
+		"w1    Ready                                    10.200.0.0/24  v1.34.1  2h0m\n",
+		"w2    NotReady (KubeletNotReady),DiskPressure  -              -        1m30s\n",
+		"w2: container runtime network not ready\n",
+		"not registered: w3 (no kubelet has registered the Node yet)\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q", want)
@@ -269,7 +278,7 @@ func TestPrintStatus(t *testing.T) {
 	}
 	// Sections in order.
 	last := -1
-	for _, s := range []string{"NODES\n", "\nUNITS\n", "\nETCD\n", "\nAPISERVER\n", "\nLEASES\n"} {
+	for _, s := range []string{"NODES\n", "\nUNITS\n", "\nETCD\n", "\nAPISERVER\n", "\nLEASES\n", "\nKUBE NODES\n"} {
 		i := strings.Index(text, s)
 		if i <= last {
 			t.Errorf("section %q at %d, after %d", s, i, last)

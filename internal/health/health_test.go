@@ -12,6 +12,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/khw-dev/khw/internal/config"
@@ -400,5 +401,51 @@ func TestEtcdInputErrors(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := Etcd(ctx, Target{Cluster: c, PKIDir: dir}); err == nil || !strings.Contains(err.Error(), "ca.pem") || !strings.Contains(err.Error(), "khw pki") {
 		t.Errorf("missing ca.pem: %v", err)
+	}
+}
+
+func TestKubeNodeFrom(t *testing.T) {
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	cond := func(typ corev1.NodeConditionType, st corev1.ConditionStatus, reason, msg string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: typ, Status: st, Reason: reason, Message: msg}
+	}
+	healthy := []corev1.NodeCondition{
+		cond(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", ""),
+		cond(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", ""),
+		cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", ""),
+		cond(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "kubelet is posting ready status"),
+	}
+	for _, tc := range []struct {
+		name    string
+		conds   []corev1.NodeCondition
+		cordon  bool
+		summary string
+		msg     string
+	}{
+		{"ready", healthy, false, "Ready", ""},
+		{"cordoned", healthy, true, "Ready,SchedulingDisabled", ""},
+		{"not ready", []corev1.NodeCondition{cond(corev1.NodeReady, corev1.ConditionFalse, "KubeletNotReady", "container runtime network not ready: cni plugin not initialized")},
+			false, "NotReady (KubeletNotReady)", "container runtime network not ready: cni plugin not initialized"},
+		{"unknown + disk pressure", []corev1.NodeCondition{
+			cond(corev1.NodeDiskPressure, corev1.ConditionTrue, "KubeletHasDiskPressure", ""),
+			cond(corev1.NodeNetworkUnavailable, corev1.ConditionTrue, "NoRouteCreated", ""),
+			cond(corev1.NodeReady, corev1.ConditionUnknown, "NodeStatusUnknown", "Kubelet stopped posting node status.")},
+			false, "Unknown (NodeStatusUnknown),DiskPressure,NetworkUnavailable", "Kubelet stopped posting node status."},
+		{"never posted", nil, false, "NoReadyCondition", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &corev1.Node{
+				ObjectMeta: metav1.ObjectMeta{Name: "w1", CreationTimestamp: metav1.NewTime(created)},
+				Spec:       corev1.NodeSpec{PodCIDR: "10.200.0.0/24", Unschedulable: tc.cordon},
+				Status:     corev1.NodeStatus{Conditions: tc.conds, NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.34.1"}},
+			}
+			got := KubeNodeFrom(n)
+			if got.Summary() != tc.summary || got.Message != tc.msg {
+				t.Errorf("Summary() = %q, Message %q; want %q, %q", got.Summary(), got.Message, tc.summary, tc.msg)
+			}
+			if got.Name != "w1" || got.PodCIDR != "10.200.0.0/24" || got.KubeletVersion != "v1.34.1" || !got.Created.Equal(created) || got.Unschedulable != tc.cordon {
+				t.Errorf("fields: %+v", got)
+			}
+		})
 	}
 }

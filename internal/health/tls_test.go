@@ -259,3 +259,42 @@ func TestEtcdNoMemberAnswers(t *testing.T) {
 		}
 	}
 }
+
+func TestKubeNodesThroughLB(t *testing.T) {
+	f := newFakeCluster(t)
+	f.serve(t, "lb", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v1/nodes" {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		node := func(name, ready string) map[string]any {
+			return map[string]any{
+				"metadata": map[string]any{"name": name, "creationTimestamp": "2026-01-02T03:04:05Z"},
+				"spec":     map[string]any{"podCIDR": "10.200.1.0/24"},
+				"status": map[string]any{
+					"conditions": []map[string]any{{"type": "Ready", "status": ready, "reason": "KubeletReady"}},
+					"nodeInfo":   map[string]any{"kubeletVersion": "v1.34.1"},
+				},
+			}
+		}
+		json.NewEncoder(w).Encode(map[string]any{
+			"apiVersion": "v1", "kind": "NodeList", "metadata": map[string]any{},
+			"items": []any{node("w2", "False"), node("w1", "True")},
+		})
+	})
+	got, err := KubeNodes(context.Background(), f.target(), f.kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Name != "w1" || got[0].Summary() != "Ready" || got[1].Name != "w2" || got[1].Summary() != "NotReady (KubeletReady)" || got[0].PodCIDR != "10.200.1.0/24" {
+		t.Fatalf("got %+v", got)
+	}
+	if seen := strings.Join(f.seen, "\n"); !strings.Contains(seen, "lb admin /api/v1/nodes") {
+		t.Errorf("requests:\n%s", seen)
+	}
+	f.servers = map[string]*httptest.Server{}
+	if _, err := KubeNodes(context.Background(), f.target(), f.kubeconfig()); err == nil || !strings.Contains(err.Error(), "list Nodes via https://lb:6443") || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("lb down: %v", err)
+	}
+}
