@@ -66,8 +66,10 @@ Lease moves, time to recover after the heal, and a verdict per expectation.
 The probe workload (DaemonSet and NodePort Service "web", ConfigMap "probe")
 lives in the namespace khw-drill, kept between drills.
 
-Guard rails: khw refuses to start on an unhealthy cluster (khw status shows
-why) and to break every etcd member or apiserver, unless --force. Only nodes
+Guard rails: khw refuses to start on an unhealthy cluster (a node not
+running, etcd not all healthy, an apiserver not ready, a Lease not held, a
+Node NotReady or under memory/disk/PID pressure; khw status shows why) and
+to break every etcd member or apiserver, unless --force. Only nodes
 of cluster.yaml are touched, never the machine khw runs on. One drill at a
 time.
 
@@ -367,7 +369,30 @@ func drillPreflight(ctx context.Context, e *drillEnv) (drill.Live, []string) {
 			problems = append(problems, fmt.Sprintf("the %s Lease is not held (no leader)", l.Name))
 		}
 	}
+	nodes, err := health.KubeNodes(cctx, e.target, e.admin)
+	if err != nil {
+		problems = append(problems, "nodes: "+err.Error())
+	}
+	problems = append(problems, kubeNodeProblems(nodes)...)
 	return live, problems
+}
+
+// kubeNodeProblems lists the Nodes a drill should not start with: not
+// Ready, or under memory/disk/PID pressure or without pod network (a
+// kubelet under pressure evicts the drill's workload pods, and the report
+// would blame the drill).
+func kubeNodeProblems(nodes []health.KubeNode) []string {
+	var out []string
+	for _, n := range nodes {
+		if n.Ready != "True" || len(n.Problems) > 0 {
+			p := fmt.Sprintf("Node %s is %s", n.Name, n.Summary())
+			if n.Message != "" {
+				p += ": " + n.Message
+			}
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func lbName(c *config.Cluster) string {
