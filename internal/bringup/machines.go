@@ -208,6 +208,16 @@ func (s *MachinesStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.
 	}
 	errs := make([]error, len(waitFor))
 	var wg sync.WaitGroup
+	if len(waitFor) > 0 && s.M.Provider.Name() != config.ProviderNspawn {
+		// A VM takes a while (cloud-init makes host keys, TCG is slow): say
+		// what is awaited so a quiet terminal does not look hung.
+		var names []string
+		for _, n := range waitFor {
+			names = append(names, n.Name)
+		}
+		env.Notef("waiting for SSH on %s (boot and cloud-init; at most %v)", strings.Join(names, ", "), boot)
+	}
+	started := time.Now()
 	for i, n := range waitFor {
 		wg.Add(1)
 		go func() {
@@ -217,6 +227,9 @@ func (s *MachinesStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.
 				return
 			}
 			fmt.Fprintf(env.NodeLog(n.Name), "%s 01-machines: SSH answers\n", time.Now().Format(time.RFC3339))
+			if s.M.Provider.Name() != config.ProviderNspawn {
+				env.Notef("%s: SSH answers after %v", n.Name, time.Since(started).Round(time.Second))
+			}
 		}()
 	}
 	wg.Wait()

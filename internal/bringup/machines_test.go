@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,9 +25,15 @@ type fakeProvider struct {
 	states  map[string]vm.State
 	created int
 	started []string
+	name    string // "" = nspawn
 }
 
-func (f *fakeProvider) Name() string { return "nspawn" }
+func (f *fakeProvider) Name() string {
+	if f.name != "" {
+		return f.name
+	}
+	return "nspawn"
+}
 func (f *fakeProvider) Status(ctx context.Context) ([]vm.NodeStatus, error) {
 	var out []vm.NodeStatus
 	for _, n := range f.c.Nodes {
@@ -122,6 +129,24 @@ func TestMachinesApplyCreatesStartsAndReportsSSH(t *testing.T) {
 	_ = s.Apply(context.Background(), env, []steps.Diff{{Node: "lb", What: whatNoSSH + ": x", Fix: fixWait}})
 	if f.created != 0 {
 		t.Errorf("Create called for an SSH-only diff")
+	}
+}
+
+// TestMachinesApplySaysWhatItWaitsFor: VMs take minutes to answer SSH, so
+// 01-machines says what it waits for (nspawn nodes answer in seconds: no
+// line).
+func TestMachinesApplySaysWhatItWaitsFor(t *testing.T) {
+	for _, prov := range []string{"libvirt", "nspawn"} {
+		s, f, env := newFake(t)
+		f.name = prov
+		f.states["cp2"], f.states["w1"] = vm.StateRunning, vm.StateRunning
+		_ = s.Apply(context.Background(), env, []steps.Diff{{Node: "cp2", What: whatNoSSH + ": x", Fix: fixWait}, {Node: "w1", What: whatNoSSH + ": x", Fix: fixWait}})
+		env.Close()
+		log, _ := os.ReadFile(env.NodeLogPath(""))
+		const want = "waiting for SSH on cp2, w1 (boot and cloud-init; at most 200ms)"
+		if got := strings.Contains(string(log), want); got != (prov == "libvirt") {
+			t.Errorf("%s: cluster log has %q: %v; log:\n%s", prov, want, got, log)
+		}
 	}
 }
 
