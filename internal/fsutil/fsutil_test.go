@@ -1,8 +1,10 @@
 package fsutil
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -80,5 +82,31 @@ func TestEnsureDirTightens(t *testing.T) {
 	}
 	if !Exists(d) || Exists(filepath.Join(d, "nope")) {
 		t.Fatal("Exists is wrong")
+	}
+}
+
+func TestRsync(t *testing.T) {
+	if _, err := RsyncPath(); err != nil {
+		t.Skipf("SKIPPED: %v", err)
+	}
+	src, dst := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "a"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dst, "stale"), []byte("y"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Rsync(context.Background(), "-a", "--delete", src+"/", dst+"/"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "a")); err != nil || string(b) != "x" {
+		t.Errorf("copied file: %q %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(dst, "stale")); !os.IsNotExist(err) {
+		t.Errorf("--delete kept the stale file: %v", err)
+	}
+	err := Rsync(context.Background(), "-a", filepath.Join(src, "missing"), dst)
+	if err == nil || !strings.Contains(err.Error(), "rsync -a "+filepath.Join(src, "missing")) || !strings.Contains(err.Error(), "No such file") {
+		t.Errorf("missing source: %v", err)
 	}
 }

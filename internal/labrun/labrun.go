@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"sort"
@@ -128,19 +127,11 @@ func RestoreState(ctx context.Context, d state.Dir, id string) error {
 }
 
 func rsync(ctx context.Context, src, dst string) error {
-	bin, err := exec.LookPath("rsync")
-	if err != nil {
-		return errors.New("lab snapshots need rsync on this host: apt-get install rsync")
-	}
 	args := []string{"-a", "--delete", "--modify-window=-1"}
 	for _, e := range stateExcludes {
 		args = append(args, "--exclude="+e)
 	}
-	out, err := exec.CommandContext(ctx, bin, append(args, src, dst)...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("rsync %s %s: %w: %s", src, dst, err, strings.TrimSpace(string(out)))
-	}
-	return nil
+	return fsutil.Rsync(ctx, append(args, src, dst)...)
 }
 
 // DeleteStateSnapshot removes the state copy taken before lab id.

@@ -1,18 +1,18 @@
 package vm
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/khw-dev/khw/internal/fsutil"
 )
 
 // Snapshots of nspawn nodes are copies of every node's root directory in
@@ -71,33 +71,12 @@ func (p *Nspawn) Snapshots() ([]string, error) {
 	return out, nil
 }
 
-func rsyncPath() (string, error) {
-	path, err := exec.LookPath("rsync")
-	if err != nil {
-		return "", errors.New("nspawn snapshots need rsync on this host: apt-get install rsync")
-	}
-	return path, nil
-}
+// rsyncNodeFlags copy a node root as it is: hard links, ACLs, xattrs,
+// numeric owners; files whose size and mtime match are skipped.
+var rsyncNodeFlags = []string{"-aHAX", "--numeric-ids", "--delete", "--modify-window=-1"}
 
 func runRsync(ctx context.Context, args ...string) error {
-	path, err := rsyncPath()
-	if err != nil {
-		return err
-	}
-	cmd := exec.CommandContext(ctx, path, append([]string{"-aHAX", "--numeric-ids", "--delete", "--modify-window=-1"}, args...)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("rsync %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(tail(stderr.String(), 600)))
-	}
-	return nil
-}
-
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return "…" + s[len(s)-n:]
+	return fsutil.Rsync(ctx, append(append([]string(nil), rsyncNodeFlags...), args...)...)
 }
 
 // freezerDir is the node's cgroup in the v1 freezer hierarchy, "" if none.
@@ -150,8 +129,8 @@ func (p *Nspawn) Snapshot(ctx context.Context, name string) error {
 	if err := p.checkOwner(); err != nil {
 		return err
 	}
-	if _, err := rsyncPath(); err != nil {
-		return err
+	if _, err := fsutil.RsyncPath(); err != nil {
+		return fmt.Errorf("nspawn snapshots: %w", err)
 	}
 	for _, n := range p.c.Nodes {
 		if _, err := os.Stat(filepath.Join(p.NodeRoot(n.Name), "usr/bin/systemctl")); err != nil {

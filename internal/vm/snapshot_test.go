@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/khw-dev/khw/internal/fsutil"
 )
 
 // TestNspawnSnapshotRevert boots two real nodes, writes a file on one,
@@ -17,7 +19,7 @@ import (
 // DeleteSnapshot removes it.
 func TestNspawnSnapshotRevert(t *testing.T) {
 	p, pool := testCluster(t, "lb", "cp1")
-	if _, err := rsyncPath(); err != nil {
+	if _, err := fsutil.RsyncPath(); err != nil {
 		t.Skip(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -55,7 +57,7 @@ func TestNspawnSnapshotRevert(t *testing.T) {
 	t0 = time.Now()
 	if err := p.Revert(ctx, "before-04-etcd"); err != nil {
 		log, _ := os.ReadFile(filepath.Join(p.nodeDir("cp1"), "console.log"))
-		t.Fatalf("%v\nconsole.log:\n%s", err, tail(string(log), 3000))
+		t.Fatalf("%v\nconsole.log:\n%s", err, string(log[max(0, len(log)-3000):]))
 	}
 	t.Logf("revert of 2 nodes: %v", time.Since(t0).Round(time.Millisecond))
 	wantState(t, p, StateRunning)
