@@ -271,6 +271,9 @@ func (s *MachinesStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Comm
 			create[d.Node] = d.Fix == fixCreateBoot
 		}
 	}
+	if c.Provider == config.ProviderLibvirt {
+		return libvirtCommands(env, nodes, create, boot)
+	}
 	if c.Provider != config.ProviderNspawn {
 		return []steps.Command{{Shell: "# provider " + c.Provider + ": no shell equivalent yet", Why: "Create the machines"}}
 	}
@@ -314,6 +317,74 @@ func (s *MachinesStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Comm
 		cmds = append(cmds, steps.Command{
 			Why:   n.Name + ": it is up when SSH answers",
 			Shell: fmt.Sprintf("ip netns exec %s ssh -i %s -o UserKnownHostsFile=%s %s@%s true", ns, key, KnownHostsPath(env.State), remote.DefaultUser, n.IP),
+		})
+	}
+	return cmds
+}
+
+// libvirtCommands is the shell equivalent of what the libvirt provider
+// does through libvirt's API (go-libvirt): virsh, qemu-img's overlay as a
+// volume, cloud-localds (package cloud-image-utils) for the NoCloud seed.
+// The files they read are the ones Create leaves in D/libvirt/<node>
+// (libvirt.NodeFilesDir), so the commands are exact once khw ran; the
+// base image volume is whatever libvirt.image or the catalog's cloud image
+// uploaded as khw-base-<sha256 prefix>.
+func libvirtCommands(env *steps.Env, nodes, create, boot map[string]bool) []steps.Command {
+	c := env.Cluster
+	uri, network := libvirt.DefaultURI, ""
+	if c.Libvirt != nil {
+		if c.Libvirt.URI != "" {
+			uri = c.Libvirt.URI
+		}
+		network = c.Libvirt.Network
+	}
+	virsh := "virsh -c " + uri
+	var cmds []steps.Command
+	if anyTrue(create) {
+		why := "The node network " + c.Network.CIDR + ": khw reuses the libvirt network that holds it (usually \"default\", virbr0) or defines khw-" + c.Name
+		if network != "" {
+			why = "The node network: libvirt network " + network + " (libvirt.network in cluster.yaml)"
+		}
+		cmds = append(cmds,
+			steps.Command{Why: why, Shell: virsh + " net-list --all\n" + virsh + " net-dumpxml default | grep -A2 '<ip '"},
+			steps.Command{Why: "The base disk image, uploaded once into the storage pool " + libvirt.DefaultPool + " (" + libvirt.DefaultPoolPath + ")",
+				Shell: virsh + " vol-list " + libvirt.DefaultPool + " | grep khw-base-"},
+		)
+	}
+	key := KeyPath(env.State)
+	for _, n := range c.Nodes {
+		if !nodes[n.Name] {
+			continue
+		}
+		dom := libvirt.DomainName(c.Name, n.Name)
+		files := libvirt.NodeFilesDir(env.State.Root, n.Name)
+		if create[n.Name] {
+			seed := filepath.Join(libvirt.DefaultPoolPath, dom+"-seed.iso")
+			cmds = append(cmds,
+				steps.Command{
+					Why:   n.Name + ": its disk, a qcow2 overlay of " + fmt.Sprint(n.DiskGiB) + " GiB on the base image (copy-on-write: the base stays untouched)",
+					Shell: virsh + " vol-create " + libvirt.DefaultPool + " " + filepath.Join(files, "disk-volume.xml"),
+				},
+				steps.Command{
+					Why: n.Name + ": the cloud-init NoCloud seed (ISO labelled cidata): hostname, /etc/hosts, user ubuntu with " + key + ".pub and sudo, static IP " + n.IP,
+					Shell: fmt.Sprintf("cloud-localds --network-config=%s %s %s %s\n%s pool-refresh %s",
+						filepath.Join(files, libvirt.SeedNetworkConfig), seed, filepath.Join(files, libvirt.SeedUserData), filepath.Join(files, libvirt.SeedMetaData), virsh, libvirt.DefaultPool),
+				},
+				steps.Command{
+					Why:   n.Name + ": define the VM (" + fmt.Sprint(n.CPUs) + " vCPU, " + fmt.Sprint(n.MemoryMiB) + " MiB, virtio disk and NIC, serial console)",
+					Shell: virsh + " define " + filepath.Join(files, "domain.xml"),
+				},
+			)
+		}
+		if boot[n.Name] {
+			cmds = append(cmds, steps.Command{
+				Why:   n.Name + ": boot it; cloud-init applies the seed on the first boot (watch with virsh console " + dom + ")",
+				Shell: virsh + " start " + dom,
+			})
+		}
+		cmds = append(cmds, steps.Command{
+			Why:   n.Name + ": it is up when SSH answers",
+			Shell: fmt.Sprintf("ssh -i %s -o UserKnownHostsFile=%s %s@%s true", key, KnownHostsPath(env.State), remote.DefaultUser, n.IP),
 		})
 	}
 	return cmds

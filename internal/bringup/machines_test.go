@@ -163,8 +163,27 @@ func TestMachinesCommands(t *testing.T) {
 		t.Errorf("commands for a stopped w1 should only boot and probe w1:\n%s", some)
 	}
 	env.Cluster.Provider = config.ProviderLibvirt
-	if got := joinCmds(s.Commands(env, nil)); strings.Contains(got, "nspawn") {
+	got := joinCmds(s.Commands(env, nil))
+	if strings.Contains(got, "nspawn") {
 		t.Errorf("libvirt commands mention nspawn: %s", got)
+	}
+	files := filepath.Join(env.State.Root, "libvirt", "w3")
+	for _, want := range []string{
+		"virsh -c qemu:///system net-list --all",
+		"virsh -c qemu:///system vol-create khw " + files + "/disk-volume.xml",
+		"cloud-localds --network-config=" + files + "/network-config /var/lib/libvirt/images/khw/khw-fk-w3-seed.iso " + files + "/user-data " + files + "/meta-data",
+		"virsh -c qemu:///system define " + files + "/domain.xml",
+		"virsh -c qemu:///system start khw-fk-w3",
+		"ubuntu@192.168.122.23 true",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("libvirt commands lack %q:\n%s", want, got)
+		}
+	}
+	// A stopped node is only started and probed.
+	some = joinCmds(s.Commands(env, []steps.Diff{{Node: "w1", What: whatNotRunning + " (stopped)", Fix: fixBoot}}))
+	if strings.Contains(some, "define") || strings.Contains(some, "net-list") || !strings.Contains(some, "start khw-fk-w1") || strings.Contains(some, "khw-fk-lb") {
+		t.Errorf("libvirt commands for a stopped w1 should only start and probe w1:\n%s", some)
 	}
 }
 

@@ -37,6 +37,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/fsutil"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/vm"
 )
@@ -160,7 +161,11 @@ func New(c *config.Cluster, opts Options) (*Provider, error) {
 func (p *Provider) Name() string { return config.ProviderLibvirt }
 
 // DomainName is the libvirt domain of node: khw-<cluster>-<node>.
-func (p *Provider) DomainName(node string) string { return "khw-" + p.c.Name + "-" + node }
+func (p *Provider) DomainName(node string) string { return DomainName(p.c.Name, node) }
+
+// DomainName is the libvirt domain of node in cluster: khw-<cluster>-<node>,
+// so `virsh list` shows whose VM it is.
+func DomainName(cluster, node string) string { return "khw-" + cluster + "-" + node }
 
 // DiskVolume is the node's overlay volume name.
 func (p *Provider) DiskVolume(node string) string { return p.DomainName(node) + ".qcow2" }
@@ -642,16 +647,16 @@ func (p *Provider) ensureNode(ctx context.Context, l *golibvirt.Libvirt, pool go
 	if capacity < base.capacity {
 		capacity = base.capacity
 	}
+	v, err := OverlayVolumeXML(spec.DiskVolume, capacity, base.disk, base.format)
+	if err != nil {
+		return err
+	}
+	volDoc, err := v.Marshal()
+	if err != nil {
+		return err
+	}
 	if _, err := l.StorageVolLookupByName(pool, spec.DiskVolume); isLibvirtErr(err, golibvirt.ErrNoStorageVol) {
-		v, err := OverlayVolumeXML(spec.DiskVolume, capacity, base.disk, base.format)
-		if err != nil {
-			return err
-		}
-		doc, err := v.Marshal()
-		if err != nil {
-			return err
-		}
-		if _, err := l.StorageVolCreateXML(pool, doc, 0); err != nil {
+		if _, err := l.StorageVolCreateXML(pool, volDoc, 0); err != nil {
 			return fmt.Errorf("node %s: create disk volume %s (%d GiB on %s): %w", n.Name, spec.DiskVolume, capacity>>30, base.disk, err)
 		}
 	} else if err != nil {
@@ -670,11 +675,6 @@ func (p *Provider) ensureNode(ctx context.Context, l *golibvirt.Libvirt, pool go
 		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
 
-	if _, found, err := p.lookupDomain(l, n.Name); err != nil {
-		return err
-	} else if found {
-		return nil
-	}
 	dx, err := DomainXML(spec)
 	if err != nil {
 		return err
@@ -683,10 +683,48 @@ func (p *Provider) ensureNode(ctx context.Context, l *golibvirt.Libvirt, pool go
 	if err != nil {
 		return err
 	}
+	if err := p.writeNodeFiles(n.Name, files, doc, volDoc); err != nil {
+		return err
+	}
+	if _, found, err := p.lookupDomain(l, n.Name); err != nil {
+		return err
+	} else if found {
+		return nil
+	}
 	if _, err := l.DomainDefineXMLFlags(doc, golibvirt.DomainDefineValidate); err != nil {
 		return fmt.Errorf("node %s: define domain %s: %w", n.Name, spec.Name, err)
 	}
 	fmt.Fprintf(p.opts.Log, "libvirt: defined %s (%s, %s, %d CPU, %d MiB, %d GiB)\n", spec.Name, Arches[p.c.Arch].Arch, spec.Type, spec.CPUs, spec.MemoryMiB, capacity>>30)
+	return nil
+}
+
+// NodeFilesDir is D/libvirt/<node>: where Create leaves, for the person
+// reading along, what it gave libvirt for the node: the cloud-init NoCloud
+// files (user-data, meta-data, network-config; the seed ISO is made from
+// them), the disk's overlay volume (disk-volume.xml, as `virsh vol-create`
+// takes it) and the domain definition (domain.xml, as `virsh define` takes
+// it). khw reads none of them back; Destroy removes them.
+func NodeFilesDir(stateDir, node string) string {
+	return filepath.Join(stateDir, "libvirt", node)
+}
+
+// writeNodeFiles writes the seed files, the domain and volume XML of node into
+// NodeFilesDir (atomically, 0600: user-data holds the node's SSH
+// authorized key and sudo rule), rewriting only what changed.
+func (p *Provider) writeNodeFiles(node string, seed map[string][]byte, domainXML, volumeXML string) error {
+	dir := NodeFilesDir(p.opts.StateDir, node)
+	if err := fsutil.EnsureDir(dir); err != nil {
+		return err
+	}
+	files := map[string][]byte{"domain.xml": []byte(domainXML + "\n"), "disk-volume.xml": []byte(volumeXML + "\n")}
+	for name, b := range seed {
+		files[name] = b
+	}
+	for name, b := range files {
+		if _, err := fsutil.WriteIfChanged(filepath.Join(dir, name), b, fsutil.SecretMode); err != nil {
+			return fmt.Errorf("node %s: %w", node, err)
+		}
+	}
 	return nil
 }
 
@@ -1021,6 +1059,11 @@ func (p *Provider) Destroy(ctx context.Context) error {
 	}
 	if len(errs) == 0 {
 		errs = append(errs, p.deleteOwnNetwork(l))
+	}
+	if errors.Join(errs...) == nil {
+		if err := os.RemoveAll(filepath.Join(p.opts.StateDir, "libvirt")); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -115,3 +115,47 @@ func TestMarkerWriter(t *testing.T) {
 		t.Errorf("tail = %q", tail)
 	}
 }
+
+// TestWriteNodeFiles: Create leaves the seed files and the XML it gave
+// libvirt in D/libvirt/<node>, 0600 (user-data names the SSH key and the
+// sudo rule), and rewrites only what changed.
+func TestWriteNodeFiles(t *testing.T) {
+	c := config.Default("lab", config.ArchAMD64, config.ProviderLibvirt)
+	d := t.TempDir()
+	p, err := New(c, Options{StateDir: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := c.Node("cp1")
+	seed, err := SeedFiles(c, n, NodeMAC(c.Name, n.Name), "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample khw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.writeNodeFiles("cp1", seed, "<domain/>", "<volume/>"); err != nil {
+		t.Fatal(err)
+	}
+	dir := NodeFilesDir(d, "cp1")
+	if dir != filepath.Join(d, "libvirt", "cp1") {
+		t.Errorf("NodeFilesDir = %s", dir)
+	}
+	want := map[string]string{"domain.xml": "<domain/>\n", "disk-volume.xml": "<volume/>\n"}
+	for name, b := range seed {
+		want[name] = string(b)
+	}
+	if len(want) < 5 {
+		t.Fatalf("seed files: %v", seed)
+	}
+	for name, content := range want {
+		path := filepath.Join(dir, name)
+		b, err := os.ReadFile(path)
+		if err != nil || string(b) != content {
+			t.Errorf("%s: %q, %v", name, b, err)
+		}
+		if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v, %v", name, st.Mode(), err)
+		}
+	}
+	if ud, _ := os.ReadFile(filepath.Join(dir, "user-data")); !strings.Contains(string(ud), "AAAAC3NzaC1lZDI1NTE5AAAAIExample") {
+		t.Errorf("user-data lacks the authorized key:\n%s", ud)
+	}
+}
