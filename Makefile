@@ -101,11 +101,15 @@ libvirt-deps:
 	hack/libvirt-deps.sh
 
 ## test-libvirt: the libvirt provider's tests (root): XML and seed unit tests, then
-## a real libvirtd in a throwaway network namespace booting a TCG VM from the
-## debootstrap test image (hack/libvirt-test-image.sh, built once, cached)
+## a real libvirtd in a throwaway network namespace booting TCG VMs from the
+## debootstrap test image (hack/libvirt-test-image.sh, direct kernel boot) and
+## from a disk laid out like the Ubuntu cloud image, fetched through the
+## catalog from a mirror (hack/libvirt-cloud-image.sh); both built once, cached
 test-libvirt: libvirt-deps
 	img=$$(hack/libvirt-test-image.sh | tail -1) && \
-	KHW_LIBVIRT_TEST=1 KHW_LIBVIRT_IMAGE="$$img" $(GO) test -count=1 -timeout 60m -v ./internal/vm/libvirt/
+	cloud=$$(hack/libvirt-cloud-image.sh "$$img" | tail -1) && \
+	KHW_LIBVIRT_TEST=1 KHW_LIBVIRT_IMAGE="$$img" KHW_LIBVIRT_CLOUD_IMAGE="$$cloud" \
+		$(GO) test -count=1 -timeout 60m -v ./internal/vm/libvirt/
 
 ## e2e-libvirt: khw up --provider libvirt (lb, cp1, w1; TCG) through 06-lb, with
 ## libvirtd in a throwaway network namespace; prints the time of each phase

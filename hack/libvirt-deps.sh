@@ -1,15 +1,17 @@
 #!/bin/sh
 # Install what the libvirt provider's tests need (qemu, libvirtd, UEFI
-# firmware for aarch64 and x86_64, debootstrap for the test image) WITHOUT
-# letting the package scripts start any daemon: libvirtd started in the root
-# network namespace would create virbr0 (192.168.122.1) there, which khw's
-# network rule forbids. Tests start libvirtd themselves inside a network
-# namespace of their own.
+# firmware for aarch64 and x86_64, debootstrap for the test image; sgdisk,
+# mkfs.vfat and mtools for the disk hack/libvirt-cloud-image.sh lays out like
+# an Ubuntu cloud image) WITHOUT letting the package scripts start any
+# daemon: libvirtd started in the root network namespace would create virbr0
+# (192.168.122.1) there, which khw's network rule forbids. Tests start
+# libvirtd themselves inside a network namespace of their own.
 set -eu
 
 PKGS="qemu-system-x86 qemu-system-arm qemu-utils qemu-efi-aarch64 ovmf
 libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients
-dnsmasq-base libxml2-utils debootstrap e2fsprogs iproute2 util-linux"
+dnsmasq-base libxml2-utils debootstrap e2fsprogs iproute2 util-linux
+gdisk dosfstools mtools"
 
 missing=
 for p in $PKGS; do
