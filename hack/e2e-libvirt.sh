@@ -125,6 +125,17 @@ phase "libvirtd"        start_libvirtd
 phase "khw init"        "$KHW" init --name "$NAME" --arch "$(go env GOARCH)" --provider libvirt
 phase "cluster.yaml"    write_cluster
 phase "khw up →$UNTIL"  up_until
+# What khw gave libvirt, left for the student in <state>/libvirt/<node>/.
+node_files() {
+  local n f
+  for n in lb cp1 w1; do
+    for f in user-data meta-data network-config disk-volume.xml domain.xml; do
+      [ -s "$STATE/$NAME/libvirt/$n/$f" ] || { echo "missing $STATE/$NAME/libvirt/$n/$f" >&2; return 1; }
+    done
+  done
+  grep -q "<name>khw-$NAME-cp1</name>" "$STATE/$NAME/libvirt/cp1/domain.xml"
+}
+phase "node files"      node_files
 phase "khw up (no-op)"  "$KHW" up --until "$UNTIL"
 phase "khw status"      "$KHW" status
 if [ "${E2E_KEEP:-}" != 1 ]; then
