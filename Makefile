@@ -113,5 +113,5 @@ test-libvirt: libvirt-deps
 
 ## e2e-libvirt: khw up --provider libvirt (lb, cp1, w1; TCG) through 06-lb, with
 ## libvirtd in a throwaway network namespace; prints the time of each phase
-e2e-libvirt: libvirt-deps build
+e2e-libvirt: deps mirror-deps libvirt-deps build
 	hack/e2e-libvirt.sh
