@@ -464,13 +464,21 @@ func printStatus(w io.Writer, c *config.Cluster, rep statusReport, now time.Time
 		t := tw()
 		fmt.Fprintln(t, "NAME\tSTATUS\tPOD CIDR\tVERSION\tAGE")
 		var notes []string
+		fromConfig := false
 		for _, n := range rep.KubeNodes {
-			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", n.Name, n.Summary(), dash(n.PodCIDR), dash(n.KubeletVersion), age(now.Sub(n.Created)))
+			cidr := n.PodCIDR
+			if cn, ok := c.Node(n.Name); ok && cidr == "" && cn.PodCIDR != "" {
+				cidr, fromConfig = cn.PodCIDR+" *", true
+			}
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", n.Name, n.Summary(), dash(cidr), dash(n.KubeletVersion), age(now.Sub(n.Created)))
 			if n.Message != "" {
 				notes = append(notes, fmt.Sprintf("%s: %s", n.Name, n.Message))
 			}
 		}
 		flush(t)
+		if fromConfig {
+			fmt.Fprintln(w, "* from cluster.yaml (the node's pod routes and CNI config); Node.spec.podCIDR is empty: the controller-manager runs with --allocate-node-cidrs=false")
+		}
 		for _, note := range notes {
 			fmt.Fprintln(w, note)
 		}

@@ -266,9 +266,10 @@ func TestPrintStatus(t *testing.T) {
 		"cp3     https://cp3:6443  no     -     -        dial tcp",
 		"kube-controller-manager  cp2                        3s ago   4            yes",
 		"kube-scheduler           (no Lease: never elected)  -        -            no",
-		"KUBE NODES\nNAME  STATUS                                   POD CIDR       VERSION  AGE\n",
-		"w1    Ready                                    10.200.0.0/24  v1.34.1  2h0m\n",
-		"w2    NotReady (KubeletNotReady),DiskPressure  -              -        1m30s\n",
+		"KUBE NODES\nNAME  STATUS                                   POD CIDR         VERSION  AGE\n",
+		"w1    Ready                                    10.200.0.0/24    v1.34.1  2h0m\n",
+		"w2    NotReady (KubeletNotReady),DiskPressure  10.200.1.0/24 *  -        1m30s\n",
+		"* from cluster.yaml",
 		"w2: container runtime network not ready\n",
 		"not registered: w3 (no kubelet has registered the Node yet)\n",
 	} {
