@@ -196,18 +196,7 @@ func testVMLifecycle(t *testing.T, env *lvEnv, img Image) {
 	newPool()
 	defer func() { pool.Close() }()
 	node := remote.Node{Name: "cp1", Addr: "192.168.150.11"}
-	run := func(cmd string, sudo bool) string {
-		t.Helper()
-		cl, err := pool.Get(ctx, node)
-		if err != nil {
-			t.Fatalf("ssh cp1: %v (console log: %s)", err, ConsoleLogPath("khw-lvt-cp1"))
-		}
-		out, _, err := cl.Run(ctx, cmd, remote.RunOptions{Sudo: sudo})
-		if err != nil {
-			t.Fatalf("%s: %v", cmd, err)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	run := sshRun(ctx, t, func() *remote.Pool { return pool }, node, "khw-lvt-cp1")
 
 	t0 = time.Now()
 	if err := p.Start(ctx, "cp1"); err != nil {
@@ -325,6 +314,25 @@ func testVMLifecycle(t *testing.T, env *lvEnv, img Image) {
 	}
 	t.Logf("Destroy took %s", since(t0))
 	checkDestroyed(ctx, t, p, "lvt")
+}
+
+// sshRun returns a function that runs cmd on node over SSH through the
+// current pool (pool() is called each time: the lifecycle test replaces the
+// pool after a revert) and returns its trimmed stdout; any failure ends the
+// test, naming the domain's console log.
+func sshRun(ctx context.Context, t *testing.T, pool func() *remote.Pool, node remote.Node, domain string) func(cmd string, sudo bool) string {
+	return func(cmd string, sudo bool) string {
+		t.Helper()
+		cl, err := pool().Get(ctx, node)
+		if err != nil {
+			t.Fatalf("ssh %s: %v (console log: %s)", node.Name, err, ConsoleLogPath(domain))
+		}
+		out, _, err := cl.Run(ctx, cmd, remote.RunOptions{Sudo: sudo})
+		if err != nil {
+			t.Fatalf("%s: %v", cmd, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
 }
 
 // checkDestroyed asserts what p.Destroy must have left of cluster name:
@@ -703,19 +711,7 @@ func testCatalogImage(t *testing.T, env *lvEnv) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	node := remote.Node{Name: "cp1", Addr: "192.168.152.11"}
-	run := func(cmd string, sudo bool) string {
-		t.Helper()
-		cl, err := pool.Get(ctx, node)
-		if err != nil {
-			t.Fatalf("ssh cp1: %v (console log: %s)", err, ConsoleLogPath("khw-lvtc-cp1"))
-		}
-		out, _, err := cl.Run(ctx, cmd, remote.RunOptions{Sudo: sudo})
-		if err != nil {
-			t.Fatalf("%s: %v", cmd, err)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	run := sshRun(ctx, t, func() *remote.Pool { return pool }, remote.Node{Name: "cp1", Addr: "192.168.152.11"}, "khw-lvtc-cp1")
 	t0 = time.Now()
 	if err := p.Start(ctx, "cp1"); err != nil {
 		t.Fatal(err)
