@@ -119,7 +119,9 @@ func HostsFile(c *config.Cluster, hostname string) []byte {
 // block for all of them with User ubuntu, khw's key (bringup.KeyPath,
 // IdentitiesOnly) and the host keys khw pinned (bringup.KnownHostsPath,
 // StrictHostKeyChecking yes: a node presenting another key is refused, and
-// no new key is accepted silently). The nodes' keys are pinned under their
+// no new key is accepted silently) and ConnectTimeout 15 (a node that is
+// down or unreachable fails in 15 s, connect and banner exchange, instead
+// of hanging a lab's commands). The nodes' keys are pinned under their
 // IPs, which is why HostName is the IP. Format: ssh_config(5); the first
 // value obtained for an option wins, so the per-node blocks come first.
 func SSHConfig(c *config.Cluster, d state.Dir) []byte {
@@ -144,6 +146,7 @@ func SSHConfig(c *config.Cluster, d state.Dir) []byte {
 	b.WriteString("    IdentitiesOnly yes\n")
 	fmt.Fprintf(&b, "    UserKnownHostsFile %s\n", quoteSSH(bringup.KnownHostsPath(d)))
 	b.WriteString("    StrictHostKeyChecking yes\n")
+	b.WriteString("    ConnectTimeout 15\n")
 	return []byte(b.String())
 }
 

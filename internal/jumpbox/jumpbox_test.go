@@ -98,7 +98,7 @@ func TestSSHConfigAsSSHReadsIt(t *testing.T) {
 		}
 		want := map[string]string{
 			"hostname": tc.ip, "user": "ubuntu", "identityfile": bringup.KeyPath(d), "identitiesonly": "yes",
-			"userknownhostsfile": bringup.KnownHostsPath(d), "stricthostkeychecking": "true",
+			"userknownhostsfile": bringup.KnownHostsPath(d), "stricthostkeychecking": "true", "connecttimeout": "15",
 		}
 		for k, v := range want {
 			if opts[k] != v {
