@@ -42,7 +42,7 @@ KVM_RESTORE=
 cleanup() {
   local rc=$?
   if [ "${E2E_KEEP:-}" = 1 ] && [ $rc = 0 ]; then
-    echo "kept: KHW_STATE_DIR=$STATE KHW_CLUSTER=$NAME KHW_LIBVIRT_NETNS=$KHW_LIBVIRT_NETNS $KHW down; then kill the daemons in $NS and ip netns delete $NS"
+    echo "kept: KHW_STATE_DIR=$STATE KHW_CLUSTER=$NAME KHW_LIBVIRT_NETNS=$KHW_LIBVIRT_NETNS $KHW down; then kill the daemons in $NS, ip netns delete $NS${KVM_RESTORE:+, and restore /dev/kvm: $KVM_RESTORE}"
     return
   fi
   "$KHW" down >/dev/null 2>&1 || "$KHW" down || true
