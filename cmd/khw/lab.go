@@ -12,7 +12,9 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -97,7 +99,7 @@ func newLabCmd(a *app) *cobra.Command {
 	for _, c := range []*cobra.Command{cmd, runCmd} {
 		c.Flags().BoolVarP(&o.yes, "yes", "y", false, "apply every change without asking")
 		c.Flags().BoolVar(&o.force, "force", false, "run even if an earlier lab is not done")
-		c.Flags().BoolVar(&o.plain, "plain", false, "print the lab text as plain Markdown")
+		c.Flags().BoolVar(&o.plain, "plain", false, "show the lab text as plain Markdown, without terminal styling (the lab still runs)")
 	}
 	var listOut string
 	listCmd := &cobra.Command{
@@ -636,6 +638,15 @@ func labResetIn(ctx context.Context, a *app, l labs.Lab, e *labEnv, yes bool) er
 			}
 			return fmt.Errorf("%w (a lab's snapshot is taken when khw lab runs it)", err)
 		}
+		if e.m.Provider.Name() == config.ProviderLibvirt {
+			// A libvirt snapshot of a running VM holds its memory, so the
+			// reverted guest's clock reads the snapshot's time. Certificates
+			// issued from now on (backdated only 5 minutes) would be "not yet
+			// valid" there, and leases and tokens would look too young.
+			if err := syncClocks(ctx, e, a.out); err != nil {
+				fmt.Fprintf(a.errOut, "Warning: %v\n", err)
+			}
+		}
 	}
 	if l.ID != labrun.FailoverLab {
 		if err := labrun.RestoreState(ctx, e.d, l.ID); err != nil {
@@ -663,5 +674,53 @@ func labResetIn(ctx context.Context, a *app, l labs.Lab, e *labEnv, yes bool) er
 		return err
 	}
 	fmt.Fprintf(a.out, "Back to before lab %s (%s). Labs %s to 12 are not done; continue with khw lab %s.\n", l.ID, time.Since(t0).Round(100*time.Millisecond), l.ID, l.ID)
+	return nil
+}
+
+// syncClocks sets the clock of every running node to the jumpbox's (UTC,
+// whole seconds) over SSH with `date -u -s @<unix seconds>`, through a new
+// SSH pool: connections opened before a revert are dead. For libvirt VMs
+// only: nspawn nodes share the host's clock. Nodes that do not answer are
+// named in the error; the others are set.
+func syncClocks(ctx context.Context, e *labEnv, out io.Writer) error {
+	m, err := bringup.Open(e.c, e.d, io.Discard)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	st, err := m.Provider.Status(ctx)
+	if err != nil {
+		return err
+	}
+	var nodes []remote.Node
+	for _, n := range st {
+		if n.State == vm.StateRunning {
+			nodes = append(nodes, remote.Node{Name: n.Name, Addr: n.IP.String()})
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	var behind []string
+	err = m.Pool.ForEach(cctx, nodes, 0, func(ctx context.Context, c *remote.Client) error {
+		now := time.Now()
+		o, _, err := c.Run(ctx, fmt.Sprintf("date -u +%%s; date -u -s @%d >/dev/null", now.Unix()), remote.RunOptions{Sudo: true})
+		if err != nil {
+			return err
+		}
+		if was, perr := strconv.ParseInt(strings.TrimSpace(string(o)), 10, 64); perr == nil {
+			mu.Lock()
+			behind = append(behind, fmt.Sprintf("%s %s", c.Node.Name, now.Sub(time.Unix(was, 0)).Round(time.Second)))
+			mu.Unlock()
+		}
+		return nil
+	})
+	sort.Strings(behind)
+	if len(behind) > 0 {
+		fmt.Fprintf(out, "Set the nodes' clocks to the jumpbox's (the snapshot had brought them back; they were behind by: %s).\n", strings.Join(behind, ", "))
+	}
+	if err != nil {
+		return fmt.Errorf("set the clocks after the revert: %w (set them by hand: sudo date -u -s @$(date -u +%%s) on each node)", err)
+	}
 	return nil
 }
