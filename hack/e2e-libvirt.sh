@@ -45,7 +45,21 @@ cleanup() {
     echo "kept: KHW_STATE_DIR=$STATE KHW_CLUSTER=$NAME KHW_LIBVIRT_NETNS=$KHW_LIBVIRT_NETNS $KHW down; then kill the daemons in $NS, ip netns delete $NS${KVM_RESTORE:+, and restore /dev/kvm: $KVM_RESTORE}"
     return
   fi
-  "$KHW" down >/dev/null 2>&1 || "$KHW" down || true
+  if ! "$KHW" down >/dev/null 2>&1 && ! "$KHW" down; then
+    # khw down could not run (e.g. cluster.yaml broken): remove this run's
+    # domains and volumes with virsh, so a later run does not find VMs of
+    # another state directory under the same names.
+    echo "e2e-libvirt: khw down failed; removing khw-$NAME-* with virsh" >&2
+    local d v
+    for d in $(virsh -c qemu:///system list --all --name 2>/dev/null | grep "^khw-$NAME-" || true); do
+      virsh -c qemu:///system destroy "$d" >/dev/null 2>&1 || true
+      virsh -c qemu:///system undefine "$d" --nvram --snapshots-metadata >/dev/null 2>&1 || true
+    done
+    for v in $(virsh -c qemu:///system vol-list khw 2>/dev/null | awk -v p="khw-$NAME-" 'index($1, p) == 1 {print $1}'); do
+      virsh -c qemu:///system vol-delete "$v" --pool khw >/dev/null 2>&1 || true
+    done
+    rc=1
+  fi
   local left=
   if virsh -c qemu:///system list --all --name 2>/dev/null | grep -q "khw-$NAME-"; then left="$left domains"; fi
   if virsh -c qemu:///system net-list --all --name 2>/dev/null | grep -q "khw-$NAME"; then left="$left network"; fi
