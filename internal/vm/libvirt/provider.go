@@ -1000,6 +1000,29 @@ func (p *Provider) DeleteSnapshot(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	return errors.Join(p.eachNodeDomain(l, func(n config.Node, d golibvirt.Domain, found bool) []error {
+		if !found {
+			return nil
+		}
+		s, err := l.DomainSnapshotLookupByName(d, name, 0)
+		if isLibvirtErr(err, golibvirt.ErrNoDomainSnapshot) {
+			return nil
+		}
+		if err == nil {
+			err = l.DomainSnapshotDelete(s, 0)
+		}
+		if err != nil {
+			return []error{fmt.Errorf("node %s: delete snapshot %q: %w", n.Name, name, err)}
+		}
+		return nil
+	})...)
+}
+
+// eachNodeDomain calls fn for every node of cluster.yaml with its domain
+// (found false when it has none) and returns the errors of the lookups and
+// of fn, in node order. A node whose lookup fails (e.g. a domain of
+// another state directory) is not passed to fn.
+func (p *Provider) eachNodeDomain(l *golibvirt.Libvirt, fn func(n config.Node, d golibvirt.Domain, found bool) []error) []error {
 	var errs []error
 	for _, n := range p.c.Nodes {
 		d, found, err := p.lookupDomain(l, n.Name)
@@ -1007,21 +1030,9 @@ func (p *Provider) DeleteSnapshot(ctx context.Context, name string) error {
 			errs = append(errs, err)
 			continue
 		}
-		if !found {
-			continue
-		}
-		s, err := l.DomainSnapshotLookupByName(d, name, 0)
-		if isLibvirtErr(err, golibvirt.ErrNoDomainSnapshot) {
-			continue
-		}
-		if err == nil {
-			err = l.DomainSnapshotDelete(s, 0)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("node %s: delete snapshot %q: %w", n.Name, name, err))
-		}
+		errs = append(errs, fn(n, d, found)...)
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // Destroy powers off and undefines every node domain (with its NVRAM and
@@ -1034,38 +1045,28 @@ func (p *Provider) Destroy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for _, n := range p.c.Nodes {
-		d, found, err := p.lookupDomain(l, n.Name)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
+	errs := p.eachNodeDomain(l, func(n config.Node, d golibvirt.Domain, found bool) []error {
 		if found {
 			if st, _ := domainState(l, d); st != golibvirt.DomainShutoff {
 				if err := l.DomainDestroy(d); err != nil && !isLibvirtErr(err, golibvirt.ErrOperationInvalid) {
-					errs = append(errs, fmt.Errorf("node %s: power off %s: %w", n.Name, d.Name, err))
-					continue
+					return []error{fmt.Errorf("node %s: power off %s: %w", n.Name, d.Name, err)}
 				}
 			}
 			flags := golibvirt.DomainUndefineManagedSave | golibvirt.DomainUndefineSnapshotsMetadata |
 				golibvirt.DomainUndefineNvram | golibvirt.DomainUndefineCheckpointsMetadata
 			if err := l.DomainUndefineFlags(d, flags); err != nil {
-				errs = append(errs, fmt.Errorf("node %s: undefine %s: %w", n.Name, d.Name, err))
-				continue
+				return []error{fmt.Errorf("node %s: undefine %s: %w", n.Name, d.Name, err)}
 			}
 		}
-		errs = append(errs, p.deleteVolumes(l, n.Name)...)
+		return p.deleteVolumes(l, n.Name)
+	})
+	if len(errs) > 0 {
+		return errors.Join(errs...)
 	}
-	if len(errs) == 0 {
-		errs = append(errs, p.deleteOwnNetwork(l))
+	if err := p.deleteOwnNetwork(l); err != nil {
+		return err
 	}
-	if errors.Join(errs...) == nil {
-		if err := os.RemoveAll(filepath.Join(p.opts.StateDir, "libvirt")); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return os.RemoveAll(filepath.Join(p.opts.StateDir, "libvirt"))
 }
 
 func (p *Provider) deleteVolumes(l *golibvirt.Libvirt, node string) []error {
