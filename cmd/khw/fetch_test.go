@@ -167,7 +167,7 @@ func TestFetchCommandFromDirectoryMirror(t *testing.T) {
 	t.Setenv(components.EnvMirror, mirror)
 	t.Setenv(components.EnvCacheDir, cache)
 	out, errOut, code = run(t, base, "fetch", "--only", "etcd")
-	if code != 0 || !regexp.MustCompile(`etcd\s+v3.7.0\s+amd64.*cached`).MatchString(out) {
+	if code != 0 || !regexp.MustCompile(`etcd\s+v3.7.3\s+amd64.*cached`).MatchString(out) {
 		t.Errorf("env: exit %d\n%s%s", code, out, errOut)
 	}
 }

@@ -22,8 +22,8 @@ instead: https://HOST/PATH is read from MIRROR/HOST/PATH.
 
 Layout (docs/catalog.md "Mirror layout"):
   dl.k8s.io/release/v1.37.2/bin/linux/arm64/kubelet            (+ .sha256)
-  github.com/etcd-io/etcd/releases/download/v3.7.0/etcd-v3.7.0-linux-arm64.tar.gz
-  github.com/etcd-io/etcd/releases/download/v3.7.0/SHA256SUMS
+  github.com/etcd-io/etcd/releases/download/v3.7.3/etcd-v3.7.3-linux-arm64.tar.gz
+  github.com/etcd-io/etcd/releases/download/v3.7.3/SHA256SUMS
   ...
   registry.k8s.io/pause/3.10.2/image-linux-arm64.tar            (+ .sha256)
   khw-mirror.json                                               (what it holds)

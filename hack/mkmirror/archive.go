@@ -18,7 +18,7 @@ import (
 // entry is one member of a tar archive or image layer.
 type entry struct {
 	// Name inside the archive, slash-separated, exactly as upstream writes
-	// it ("etcd-v3.7.0-linux-amd64/etcd", "bin/ctr", "./bridge", "crictl").
+	// it ("etcd-v3.7.3-linux-amd64/etcd", "bin/ctr", "./bridge", "crictl").
 	// Directories end in "/".
 	Name string
 	// Mode holds the permission bits (and sticky bit for /tmp).

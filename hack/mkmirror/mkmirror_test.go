@@ -44,7 +44,7 @@ func TestMirrorRelPath(t *testing.T) {
 		url, want, err string
 	}{
 		{"https://dl.k8s.io/release/v1.37.2/bin/linux/amd64/kubectl", "dl.k8s.io/release/v1.37.2/bin/linux/amd64/kubectl", ""},
-		{"https://github.com/etcd-io/etcd/releases/download/v3.7.0/SHA256SUMS", "github.com/etcd-io/etcd/releases/download/v3.7.0/SHA256SUMS", ""},
+		{"https://github.com/etcd-io/etcd/releases/download/v3.7.3/SHA256SUMS", "github.com/etcd-io/etcd/releases/download/v3.7.3/SHA256SUMS", ""},
 		{"http://127.0.0.1:8080/a//b/./c", "127.0.0.1:8080/a/b/c", ""},
 		{"https://example.com/a/../../etc/passwd", "", `".." segment`},
 		{"ftp://example.com/x", "", "not http(s)"},
@@ -124,7 +124,7 @@ func TestCatalogLayout(t *testing.T) {
 		}
 		want := map[string]string{
 			"kubectl":       "dl.k8s.io/release/v1.37.2/bin/linux/" + arch + "/kubectl",
-			"etcd":          "github.com/etcd-io/etcd/releases/download/v3.7.0/etcd-v3.7.0-linux-" + arch + ".tar.gz",
+			"etcd":          "github.com/etcd-io/etcd/releases/download/v3.7.3/etcd-v3.7.3-linux-" + arch + ".tar.gz",
 			"containerd":    "github.com/containerd/containerd/releases/download/v2.3.7/containerd-2.3.7-linux-" + arch + ".tar.gz",
 			"runc":          "github.com/opencontainers/runc/releases/download/v1.5.2/runc." + arch,
 			"cni-plugins":   "github.com/containernetworking/plugins/releases/download/v1.9.1/cni-plugins-linux-" + arch + "-v1.9.1.tgz",
@@ -139,7 +139,7 @@ func TestCatalogLayout(t *testing.T) {
 		}
 		wantSums := map[string]string{
 			"kubectl": "dl.k8s.io/release/v1.37.2/bin/linux/" + arch + "/kubectl.sha256",
-			"etcd":    "github.com/etcd-io/etcd/releases/download/v3.7.0/SHA256SUMS",
+			"etcd":    "github.com/etcd-io/etcd/releases/download/v3.7.3/SHA256SUMS",
 			"runc":    "github.com/opencontainers/runc/releases/download/v1.5.2/runc.sha256sum",
 		}
 		for k, v := range wantSums {
@@ -255,7 +255,7 @@ func archiveFor(t *testing.T, dir string, a components.Resolved) []entry {
 func TestArchiveLayouts(t *testing.T) {
 	rs := resolveDefault(t, "arm64")
 	wantFirst := map[string][]string{
-		"etcd":        {"etcd-v3.7.0-linux-arm64/", "etcd-v3.7.0-linux-arm64/etcd", "etcd-v3.7.0-linux-arm64/etcdctl", "etcd-v3.7.0-linux-arm64/etcdutl", "etcd-v3.7.0-linux-arm64/README.md"},
+		"etcd":        {"etcd-v3.7.3-linux-arm64/", "etcd-v3.7.3-linux-arm64/etcd", "etcd-v3.7.3-linux-arm64/etcdctl", "etcd-v3.7.3-linux-arm64/etcdutl", "etcd-v3.7.3-linux-arm64/README.md"},
 		"containerd":  {"bin/", "bin/containerd", "bin/containerd-shim-runc-v2", "bin/containerd-stress", "bin/ctr"},
 		"cni-plugins": {"./", "./bridge", "./host-local", "./loopback", "./portmap", "./README.md"},
 		"crictl":      {"crictl"},
@@ -521,11 +521,11 @@ func TestAssembleAndVerify(t *testing.T) {
 		t.Errorf("%s is not a hard link to %s", products[0].Rel, products[0].Src)
 	}
 	// The shared etcd SHA256SUMS lists both arches.
-	sums, err := os.ReadFile(abs(root, "github.com/etcd-io/etcd/releases/download/v3.7.0/SHA256SUMS"))
+	sums, err := os.ReadFile(abs(root, "github.com/etcd-io/etcd/releases/download/v3.7.3/SHA256SUMS"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := sha256sumNames(sums); strings.Join(got, ",") != "etcd-v3.7.0-linux-amd64.tar.gz,etcd-v3.7.0-linux-arm64.tar.gz" {
+	if got := sha256sumNames(sums); strings.Join(got, ",") != "etcd-v3.7.3-linux-amd64.tar.gz,etcd-v3.7.3-linux-arm64.tar.gz" {
 		t.Errorf("SHA256SUMS names %v", got)
 	}
 
@@ -654,10 +654,10 @@ func TestSmallHelpers(t *testing.T) {
 			t.Errorf("goDirective(%s) = %s, want %s", in, got, want)
 		}
 	}
-	m := goModule{Key: "etcd-v3.7.0", Requires: []string{"go.etcd.io/etcd/server/v3 v3.7.0"}, Replaces: []string{"a => a v1"},
+	m := goModule{Key: "etcd-v3.7.3", Requires: []string{"go.etcd.io/etcd/server/v3 v3.7.3"}, Replaces: []string{"a => a v1"},
 		Mains: []string{"z/main", "a/main"}}
 	gomod, tools := m.files("1.26.0")
-	for _, want := range []string{"module khw.local/mkmirror/etcd-v3.7.0\n", "go 1.26.0\n", "\tgo.etcd.io/etcd/server/v3 v3.7.0\n", "replace (\n\ta => a v1\n)"} {
+	for _, want := range []string{"module khw.local/mkmirror/etcd-v3.7.3\n", "go 1.26.0\n", "\tgo.etcd.io/etcd/server/v3 v3.7.3\n", "replace (\n\ta => a v1\n)"} {
 		if !strings.Contains(gomod, want) {
 			t.Errorf("go.mod lacks %q:\n%s", want, gomod)
 		}

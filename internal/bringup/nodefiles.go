@@ -22,7 +22,7 @@ import (
 type wantFile struct {
 	remote.File
 	// What says what the file is and where it comes from, for diffs:
-	// "etcd binary v3.7.0", "cluster CA certificate (D/pki/ca.pem)".
+	// "etcd binary v3.7.3", "cluster CA certificate (D/pki/ca.pem)".
 	What string
 	// Src is the file on the jumpbox a learner would copy (shown by
 	// Commands): a path under the state directory or the download cache.

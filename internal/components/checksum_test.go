@@ -24,7 +24,7 @@ func TestParseChecksum(t *testing.T) {
 		{"hex short", "abc", ChecksumHex, "kubectl", "", "not a SHA-256 digest"},
 		{"hex not hex", strings.Repeat("z", 64), ChecksumHex, "kubectl", "", "not hex"},
 		{"hex given a SHA256SUMS", a + "  x\n" + b + "  y\n", ChecksumHex, "x", "", "4 fields"},
-		{"sha256sum text mode", a + "  etcd-v3.7.0-linux-amd64.tar.gz\n" + b + "  etcd-v3.7.0-linux-arm64.tar.gz\n", ChecksumSHA256Sum, "etcd-v3.7.0-linux-arm64.tar.gz", b, ""},
+		{"sha256sum text mode", a + "  etcd-v3.7.3-linux-amd64.tar.gz\n" + b + "  etcd-v3.7.3-linux-arm64.tar.gz\n", ChecksumSHA256Sum, "etcd-v3.7.3-linux-arm64.tar.gz", b, ""},
 		{"sha256sum binary mode (Ubuntu)", a + " *ubuntu-24.04-server-cloudimg-amd64.img\n" + b + " *ubuntu-24.04-server-cloudimg-arm64.img\n", ChecksumSHA256Sum, "ubuntu-24.04-server-cloudimg-amd64.img", a, ""},
 		{"sha256sum comments and blank lines", "# release\n\n" + a + "  runc.amd64\n", ChecksumSHA256Sum, "runc.amd64", a, ""},
 		{"sha256sum ./ prefix", a + "  ./cni.tgz\n", ChecksumSHA256Sum, "cni.tgz", a, ""},
@@ -66,16 +66,16 @@ func TestExtractFile(t *testing.T) {
 	writeFile(t, arch, tarGz(t, map[string][]byte{
 		"./bridge":             []byte("bridge-binary"),
 		"./loopback":           []byte("loopback-binary"),
-		"etcd-v3.7.0-x/etcd":   []byte("etcd-binary"),
-		"etcd-v3.7.0-x/README": []byte("readme"),
+		"etcd-v3.7.3-x/etcd":   []byte("etcd-binary"),
+		"etcd-v3.7.3-x/README": []byte("readme"),
 	}))
 	cases := []struct{ member, want, err string }{
 		{"./bridge", "bridge-binary", ""},
 		{"bridge", "bridge-binary", ""},
-		{"etcd-v3.7.0-x/etcd", "etcd-binary", ""},
-		{"./etcd-v3.7.0-x/etcd", "etcd-binary", ""},
-		{"portmap", "", `has no file "portmap" (it has: bridge, etcd-v3.7.0-x/README, etcd-v3.7.0-x/etcd, loopback)`},
-		{"etcd-v3.7.0-x", "", "not a regular file"},
+		{"etcd-v3.7.3-x/etcd", "etcd-binary", ""},
+		{"./etcd-v3.7.3-x/etcd", "etcd-binary", ""},
+		{"portmap", "", `has no file "portmap" (it has: bridge, etcd-v3.7.3-x/README, etcd-v3.7.3-x/etcd, loopback)`},
+		{"etcd-v3.7.3-x", "", "not a regular file"},
 		{"", "", "empty member"},
 	}
 	for _, c := range cases {

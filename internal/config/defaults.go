@@ -18,7 +18,7 @@ const DefaultName = "khw"
 // 1.37 needs 2.3.0+ or 2.4.0+) and the runc that containerd release tests.
 var DefaultVersions = Versions{
 	Kubernetes: "v1.37.2",
-	Etcd:       "v3.7.0",
+	Etcd:       "v3.7.3",
 	Containerd: "v2.3.7",
 	Runc:       "v1.5.2",
 	CNIPlugins: "v1.9.1",
