@@ -42,7 +42,7 @@ deps:
 ## ~20 min on a cold 2-core machine, seconds once cached in $(MIRROR_DIR).
 TEST_MIRROR_ONLY ?= kubernetes,etcd
 test: deps testbins
-	KHW_MIRROR="$(MIRROR_DIR)" $(GO) test -count=1 $(PKGS)
+	KHW_MIRROR="$(MIRROR_DIR)" KHW_MIRROR_DIGEST="$$(hack/mirror-pin.sh "$(MIRROR_DIR)")" $(GO) test -count=1 $(PKGS)
 
 ## test-unit: the tests that need no built binaries (the control-plane test skips)
 test-unit: deps

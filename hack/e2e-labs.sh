@@ -81,6 +81,10 @@ reset_04() {
 
 phase "build khw"       make -s build
 phase "offline mirror"  hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$(go env GOARCH)" ${E2E_ONLY:+--only "$E2E_ONLY"}
+# This machine built the mirror, so it pins it (khw trusts a mirror only
+# through its pin).
+KHW_MIRROR_DIGEST=$(hack/mirror-pin.sh "$MIRROR_DIR")
+export KHW_MIRROR_DIGEST
 phase "khw init"        "$KHW" init --name "$NAME" --provider nspawn
 for l in 01-machines 02-pki 03-kubeconfig 04-etcd 05-control-plane 06-lb 07-workers \
          08-pod-network 09-coredns 10-tls-bootstrap 11-smoke 12-failover; do

@@ -135,6 +135,9 @@ phase "build khw"       make -s build
 phase "test image"      hack/libvirt-test-image.sh
 IMG=$(hack/libvirt-test-image.sh | tail -1)
 phase "offline mirror"  hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$(go env GOARCH)" --only kubernetes,etcd
+# This machine built the mirror, so it pins it.
+KHW_MIRROR_DIGEST=$(hack/mirror-pin.sh "$MIRROR_DIR")
+export KHW_MIRROR_DIGEST
 phase "libvirtd"        start_libvirtd
 phase "khw init"        "$KHW" init --name "$NAME" --arch "$(go env GOARCH)" --provider libvirt
 phase "cluster.yaml"    write_cluster

@@ -76,6 +76,10 @@ status_check() {
 
 phase "build khw"       make -s build
 phase "offline mirror"  hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$(go env GOARCH)" ${E2E_ONLY:+--only "$E2E_ONLY"}
+# This machine built the mirror, so it pins it (khw trusts a mirror only
+# through its pin).
+KHW_MIRROR_DIGEST=$(hack/mirror-pin.sh "$MIRROR_DIR")
+export KHW_MIRROR_DIGEST
 phase "khw init"        "$KHW" init --name "$NAME" --provider nspawn
 if [ -n "${E2E_CNI:-}" ]; then
   # kubernetes.cni: bridge (default) or mybridge (the teaching plugin)

@@ -24,6 +24,13 @@ KHW=$PWD/bin/khw
 
 echo "== offline mirror (${UP_ONLY:-every component}) in $MIRROR_DIR (first time: ~30 min on 2 cores; then seconds)"
 hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$(go env GOARCH)" ${UP_ONLY:+--only "$UP_ONLY"}
+# The mirror built here is pinned here; a KHW_MIRROR of your own needs your
+# KHW_MIRROR_DIGEST (khw trusts a mirror only through its pin).
+if [ "$KHW_MIRROR" = "$MIRROR_DIR" ]; then
+  KHW_MIRROR_DIGEST=$(hack/mirror-pin.sh "$MIRROR_DIR")
+  export KHW_MIRROR_DIGEST
+  echo "   mirror pin: $KHW_MIRROR_DIGEST"
+fi
 
 if ! "$KHW" config show >/dev/null 2>&1; then
   echo "== khw init --provider nspawn (cluster $KHW_CLUSTER)"

@@ -26,29 +26,38 @@ provider the Ubuntu 24.04 cloud image. Versions come from cluster.yaml's
 versions section; URLs and archive contents from khw's catalog
 (docs/catalog.md).
 
-Verification: each download is checked against the SHA-256 its project
-publishes (e.g. kubectl.sha256, etcd's SHA256SUMS) or a digest pinned in the
-catalog; images pulled from a registry are checked by the registry's content
-addressing. A mismatch is an error and nothing is kept.
-
-Cache: --cache-dir or $KHW_CACHE_DIR (default $XDG_CACHE_HOME/khw/artifacts,
-else ~/.cache/khw/artifacts). Files are stored by their SHA-256; what is
-already cached is re-hashed and not downloaded again. An interrupted download
-(Ctrl-C, a dropped connection) resumes where it stopped.
+Verification (docs/catalog.md "Trust model"): without a mirror each download
+is checked against the SHA-256 in the checksum file its project publishes
+over HTTPS (e.g. kubectl.sha256, etcd's SHA256SUMS) or a digest pinned in
+the catalog; images pulled from a registry are checked by the registry's
+content addressing. A mismatch is an error and nothing is kept. No download
+may exceed the catalog's size bound for it.
 
 Mirror: --mirror or $KHW_MIRROR reads https://HOST/PATH from MIRROR/HOST/PATH,
 where MIRROR is a directory or an http(s) base URL, e.g. one made with
-` + "`khw mirror export`" + ` and served with ` + "`khw mirror serve`" + `.`
+` + "`khw mirror export`" + ` and served with ` + "`khw mirror serve`" + `. A mirror is trusted
+only through its pin: --mirror-digest or $KHW_MIRROR_DIGEST, the sha256 of
+its khw-mirror.json that ` + "`khw mirror export`" + ` prints. khw checks the
+manifest against the pin and every file against the manifest (digest and
+size); a mirror without a pin is refused.
+
+Cache: --cache-dir or $KHW_CACHE_DIR (default $XDG_CACHE_HOME/khw/artifacts,
+else ~/.cache/khw/artifacts). Files are stored by their SHA-256 with the
+source that named it; what is already cached is re-hashed and not downloaded
+again, so a fetch works offline once the mirror is gone. A cache that another
+user can write to is refused. An interrupted download (Ctrl-C, a dropped
+connection) resumes where it stopped.`
 
 const fetchExample = `  khw fetch                                  # everything, for the cluster's arch
   khw fetch --arch amd64 --only kubectl,etcd
-  khw fetch --mirror /media/usb/khw-mirror   # offline, from a directory
-  khw fetch --mirror http://192.168.1.5:8080 # from a classroom server`
+  khw fetch --mirror /media/usb/khw-mirror --mirror-digest sha256:<hex>   # offline, from a directory
+  khw fetch --mirror http://192.168.1.5:8080 --mirror-digest sha256:<hex> # from a classroom server`
 
 // artifactFlags are the flags fetch and mirror export share.
 type artifactFlags struct {
 	arch     string
 	mirror   string
+	digest   string
 	only     []string
 	cacheDir string
 	parallel int
@@ -62,6 +71,7 @@ func (fl *artifactFlags) register(cmd *cobra.Command, archHelp string) {
 		cmd.RegisterFlagCompletionFunc("arch", fixedCompletions(config.ArchARM64, config.ArchAMD64))
 	}
 	f.StringVar(&fl.mirror, "mirror", components.DefaultMirror(), "read https://HOST/PATH from MIRROR/HOST/PATH: a directory or an http(s) base URL (env "+components.EnvMirror+")")
+	f.StringVar(&fl.digest, "mirror-digest", components.DefaultMirrorDigest(), "the mirror's pin, sha256:<hex> of its khw-mirror.json as `khw mirror export` prints it; required with --mirror (env "+components.EnvMirrorDigest+")")
 	f.StringSliceVar(&fl.only, "only", nil, "fetch only these artifacts or components (comma-separated, e.g. kubectl,etcd); also selects the VM image on any provider")
 	f.StringVar(&fl.cacheDir, "cache-dir", components.DefaultCacheDir(), "artifact cache directory (env "+components.EnvCacheDir+")")
 	f.IntVar(&fl.parallel, "parallel", components.DefaultParallel, "downloads at a time")
@@ -84,7 +94,15 @@ func (fl *artifactFlags) fetcher(a *app) (*components.Fetcher, error) {
 	if fl.parallel < 1 {
 		return nil, usagef("--parallel %d: use 1 or more", fl.parallel)
 	}
-	return &components.Fetcher{CacheDir: fl.cacheDir, Mirror: mirror, Parallel: fl.parallel, Progress: a.errOut}, nil
+	if mirror != "" {
+		if strings.TrimSpace(fl.digest) == "" {
+			return nil, usageError{components.NewMirrorPinError(mirror)}
+		}
+		if _, err := components.ParseMirrorDigest(fl.digest); err != nil {
+			return nil, usageError{err}
+		}
+	}
+	return &components.Fetcher{CacheDir: fl.cacheDir, Mirror: mirror, MirrorDigest: fl.digest, Parallel: fl.parallel, Progress: a.errOut}, nil
 }
 
 // selectArtifacts resolves the catalog for c and arch and keeps what the

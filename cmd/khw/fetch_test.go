@@ -43,7 +43,8 @@ func put(t *testing.T, p string, data []byte) {
 
 // fakeMirror writes every catalog artifact of the default versions for arch
 // into dir under its official path, with made-up content and checksum files
-// in the published formats. It returns the artifact names and their digests.
+// in the published formats, and its manifest, whose pin it puts into
+// $KHW_MIRROR_DIGEST. It returns the artifact names and their digests.
 func fakeMirror(t *testing.T, dir, arch string) map[string]string {
 	t.Helper()
 	cat, err := components.Load()
@@ -116,6 +117,11 @@ func fakeMirror(t *testing.T, dir, arch string) map[string]string {
 	for u, l := range lines {
 		put(t, at(u), []byte(l))
 	}
+	pin, err := components.ManifestFromDir(dir, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(components.EnvMirrorDigest, pin)
 	return sums
 }
 
@@ -208,9 +214,11 @@ func TestFetchCommandErrors(t *testing.T) {
 		}
 	}
 	p, _, _ := components.MirrorLocation(mirror, kubelet.URL)
-	put(t, p, []byte("not the real kubelet"))
+	fake := make([]byte, 2048) // the size the manifest lists
+	copy(fake, "not the real kubelet")
+	put(t, p, fake)
 	out, e, code := run(t, base, "fetch", "--mirror", mirror, "--cache-dir", cache)
-	if code != exitFailed || !strings.Contains(e, "sha256 mismatch for "+kubelet.URL) || !strings.Contains(e, "actual "+hexSum([]byte("not the real kubelet"))) {
+	if code != exitFailed || !strings.Contains(e, "sha256 mismatch for "+kubelet.URL) || !strings.Contains(e, "actual "+hexSum(fake)) {
 		t.Errorf("tampered kubelet: exit %d\n%s", code, e)
 	}
 	if !regexp.MustCompile(`(?m)^kubelet\s+v1.37.2\s+arm64\s+-\s+-\s+FAILED`).MatchString(out) || !regexp.MustCompile(`(?m)^ubuntu-24.04\s.*fetched`).MatchString(out) {
@@ -252,6 +260,13 @@ func TestMirrorExportServeFetch(t *testing.T) {
 			t.Errorf("export lacks %s: %v", rel, err)
 		}
 	}
+	// The pin it prints is the manifest's sha256, and the command to use it.
+	m := regexp.MustCompile(`--mirror-digest (sha256:[0-9a-f]{64})`).FindStringSubmatch(out)
+	man, _ := os.ReadFile(filepath.Join(exported, "khw-mirror.json"))
+	if m == nil || m[1] != "sha256:"+hexSum(man) {
+		t.Fatalf("export did not print the manifest's digest sha256:%s:\n%s", hexSum(man), out)
+	}
+	pin := m[1]
 	if b, _ := os.ReadFile(filepath.Join(exported, "github.com/opencontainers/runc/releases/download/v1.5.2/runc.sha256sum")); string(b) != sums["runc"]+"  runc.arm64\n" {
 		t.Errorf("runc.sha256sum = %q", b)
 	}
@@ -277,7 +292,15 @@ func TestMirrorExportServeFetch(t *testing.T) {
 		cancel()
 		t.Fatalf("serve did not start: %s %s", sout.String(), serr.String())
 	}
-	out, e, code = run(t, base, "fetch", "--mirror", url, "--cache-dir", filepath.Join(t.TempDir(), "c2"))
+	if !strings.Contains(sout.String(), "Mirror pin: "+pin) {
+		t.Errorf("serve does not print the pin %s:\n%s", pin, sout.String())
+	}
+	// Without the pin the mirror is refused, saying how to pin it.
+	t.Setenv(components.EnvMirrorDigest, "")
+	if _, e, code := run(t, base, "fetch", "--mirror", url, "--cache-dir", filepath.Join(t.TempDir(), "c3")); code != exitUsage || !strings.Contains(e, "is not pinned") || !strings.Contains(e, "--mirror-digest") {
+		t.Errorf("unpinned: exit %d %s", code, e)
+	}
+	out, e, code = run(t, base, "fetch", "--mirror", url, "--mirror-digest", pin, "--cache-dir", filepath.Join(t.TempDir(), "c2"))
 	if code != 0 || !strings.Contains(out, "fetched, 0 cached") {
 		t.Errorf("fetch through serve: exit %d\n%s\n%s", code, out, e)
 	}
@@ -286,7 +309,7 @@ func TestMirrorExportServeFetch(t *testing.T) {
 			t.Errorf("%s: digest %s missing from the table", n, sum[:12])
 		}
 	}
-	if !strings.Contains(serr.String(), "GET /dl.k8s.io/release/v1.37.2/bin/linux/arm64/kube-proxy 200") {
+	if !strings.Contains(serr.String(), `GET "/dl.k8s.io/release/v1.37.2/bin/linux/arm64/kube-proxy" 200`) {
 		t.Errorf("serve did not log the requests:\n%s", serr.String())
 	}
 	cancel()

@@ -26,7 +26,13 @@ Layout (docs/catalog.md "Mirror layout"):
   github.com/etcd-io/etcd/releases/download/v3.7.3/SHA256SUMS
   ...
   registry.k8s.io/pause/3.10.2/image-linux-arm64.tar            (+ .sha256)
-  khw-mirror.json                                               (what it holds)
+  khw-mirror.json               (the manifest: every file with its sha256 and size)
+
+Trust: a machine that uses the mirror believes nothing it serves until
+khw-mirror.json has the digest the user pinned (--mirror-digest sha256:<hex>
+or $KHW_MIRROR_DIGEST), then checks every file against the manifest.
+` + "`khw mirror export`" + ` prints that digest; hand it out with the address
+(on the board, in the course notes), not through the mirror itself.
 
 Images have no official file path; khw stores each as
 <registry>/<repository>/<tag>/image-linux-<arch>.tar, an image tarball that
@@ -111,7 +117,8 @@ over HTTP after ` + "`khw mirror serve DIR`" + `.`,
 			}
 			fmt.Fprintf(a.out, "Exported %d artifacts (%s, linux/%s) to %s: %d files written, %d unchanged\n",
 				len(res), components.HumanBytes(total), strings.Join(arches, ", linux/"), dir, len(rep.Written), len(rep.Unchanged))
-			fmt.Fprintf(a.out, "Use it on another machine:\n  khw fetch --mirror %s\nor serve it:\n  khw mirror serve %s --listen 0.0.0.0:8080\n", dir, dir)
+			fmt.Fprintf(a.out, "Mirror pin (the sha256 of %s): %s\n", components.MirrorManifestFile, rep.Digest)
+			fmt.Fprintf(a.out, "Use it on another machine:\n  khw fetch --mirror %s --mirror-digest %s\nor serve it:\n  khw mirror serve %s --listen 0.0.0.0:8080\n", dir, rep.Digest, dir)
 			return nil
 		},
 	}
@@ -132,11 +139,14 @@ supported so clients resume, dot-files hidden, no symlink out of DIR
 followed. Each request is logged on stderr. SIGINT (Ctrl-C) or SIGTERM stops
 the server: requests in flight get up to 10 s to finish, then are closed.
 
-Every file is verified by the client against its checksum file, which catches
-a corrupted or truncated copy. Both come from this server, so on a network you
-do not trust, serve it behind HTTPS (any reverse proxy) or hand out a mirror
-directory instead. A directory that does not look like a mirror is refused,
-so a typo cannot publish your home directory.`,
+Clients trust the mirror only through its pin, the sha256 of khw-mirror.json
+that this command and ` + "`khw mirror export`" + ` print: they check the manifest
+against it and every file against the manifest, so plain HTTP is safe on a
+network you do not trust as long as the pin reaches students another way.
+Timeouts: 10 s for a request's headers, 30 s for the request, 2 min idle
+keep-alive, and 1 min for each write to a client to make progress (a download
+itself may take as long as it needs). A directory that does not look like a
+mirror is refused, so a typo cannot publish your home directory.`,
 		Example: `  khw mirror serve ./mirror                          # http://127.0.0.1:8080/
   khw mirror serve ./mirror --listen 0.0.0.0:8080    # for the classroom
   khw fetch --mirror http://<this host>:8080         # on each laptop`,
@@ -146,21 +156,24 @@ so a typo cannot publish your home directory.`,
 			if err != nil {
 				return usagef("mirror directory %q: %v", args[0], err)
 			}
-			h, err := components.MirrorHandler(dir, a.errOut)
+			srv, err := components.MirrorServer(dir, a.errOut)
 			if err != nil {
 				return invalidInputError{err}
+			}
+			digest, err := components.ManifestDigest(dir)
+			if err != nil {
+				return invalidInputError{fmt.Errorf("%w (fix: a mirror made by `khw mirror export` has one; export into %s again)", err, dir)}
 			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return fmt.Errorf("listen on %s: %w (fix: choose another --listen address or port)", listen, err)
 			}
-			srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 			url := "http://" + ln.Addr().String()
 			fmt.Fprintf(a.out, "Serving mirror %s at %s/ (read-only; Ctrl-C to stop)\n", dir, url)
 			if host, _, _ := net.SplitHostPort(ln.Addr().String()); net.ParseIP(host).IsLoopback() {
 				fmt.Fprintf(a.out, "Only this machine can reach it; for others use --listen 0.0.0.0:%s\n", portOf(ln.Addr()))
 			}
-			fmt.Fprintf(a.out, "Clients: khw fetch --mirror %s\n", url)
+			fmt.Fprintf(a.out, "Mirror pin: %s\nClients: khw fetch --mirror %s --mirror-digest %s\n", digest, url, digest)
 			ctx, stop := signalContext(cmd)
 			defer stop()
 			errc := make(chan error, 1)

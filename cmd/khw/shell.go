@@ -152,10 +152,11 @@ func warnNoKubeconfig(a *app, s *jumpbox.Session) {
 // the fetch's progress lines (nil: none); retries is Fetcher.Retries (0:
 // the default, -1: none).
 func ensureKubectl(ctx context.Context, c *config.Cluster, d state.Dir, progress io.Writer, retries int) (jumpbox.Kubectl, error) {
-	f := &components.Fetcher{Mirror: components.DefaultMirror(), CacheDir: components.DefaultCacheDir(), Progress: progress, Retries: retries}
+	f := components.EnvFetcher()
+	f.Progress, f.Retries = progress, retries
 	// runtime.GOARCH, not hostArch(): kubectl must run here, and an
 	// architecture without a kubectl build is an error, not arm64.
-	return jumpbox.EnsureKubectl(ctx, c, d, runtime.GOARCH, f)
+	return jumpbox.EnsureKubectl(ctx, c, d, runtime.GOARCH, &f)
 }
 
 const kubectlLong = `Run kubectl against the cluster as admin, from where the cluster is
@@ -166,8 +167,8 @@ inside the cluster's network namespace, node names resolving through
 kubectl itself is <state>/bin/kubectl, of the cluster's Kubernetes version
 (cluster.yaml versions.kubernetes) for this host's architecture, taken from
 khw's component catalog like every other binary: from the artifact cache
-($KHW_CACHE_DIR), the mirror in $KHW_MIRROR, or dl.k8s.io, verified against
-its published SHA-256. It is rewritten only when it differs; remove it to
+($KHW_CACHE_DIR), the mirror in $KHW_MIRROR (pinned by $KHW_MIRROR_DIGEST),
+or dl.k8s.io, verified as khw fetch verifies (khw help fetch). It is rewritten only when it differs; remove it to
 get a fresh copy.
 
 Everything after the word kubectl belongs to kubectl, flags included

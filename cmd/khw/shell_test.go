@@ -415,7 +415,14 @@ func TestShellAndKubectlInNamespace(t *testing.T) {
 	if p, _, _ := components.MirrorLocation(mirror, r.URL); p == "" || !fileExists(p) {
 		t.Skipf("SKIP kubectl part: the mirror %s has no kubectl %s for %s (make it with hack/mkmirror, or set %s)", mirror, r.Version, runtime.GOARCH, components.EnvMirror)
 	}
-	withKubectl := []string{components.EnvMirror + "=" + mirror, components.EnvCacheDir + "=" + t.TempDir(), "KUBECONFIG=/not/this"}
+	pin := os.Getenv(components.EnvMirrorDigest)
+	if pin == "" {
+		// The mirror this machine built (make test pins it the same way).
+		if pin, err = components.ManifestDigest(mirror); err != nil {
+			t.Skipf("SKIP kubectl part: the mirror %s has no manifest to pin (%v)", mirror, err)
+		}
+	}
+	withKubectl := []string{components.EnvMirror + "=" + mirror, components.EnvMirrorDigest + "=" + pin, components.EnvCacheDir + "=" + t.TempDir(), "KUBECONFIG=/not/this"}
 
 	t.Run("kubectl version is the cluster's", func(t *testing.T) {
 		out, errOut, code := runBin(t, bin, withKubectl, "--state-dir", base, "-c", name, "kubectl", "version", "--client")

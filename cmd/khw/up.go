@@ -53,8 +53,9 @@ commands, changing nothing. --from and --until run a sub-range (both
 inclusive; "04-etcd", "04" or "etcd").
 
 Binaries come from the download cache (~/.cache/khw/artifacts), filled from
-$KHW_MIRROR (an offline mirror, see khw mirror) or the official URLs, each
-checked against its published SHA-256.
+$KHW_MIRROR (an offline mirror, see khw mirror; trusted only through its pin
+$KHW_MIRROR_DIGEST) or the official URLs, each checked as khw help fetch
+says.
 
 Logs: <state>/<cluster>/logs/<node>.log per node and
 <state>/<cluster>/logs/_khw.log (the runner's trail).

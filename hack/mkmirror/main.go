@@ -298,6 +298,27 @@ func realMain(args []string) int {
 		return 1
 	}
 	fmt.Printf("  all verified\n")
+	if *verifyOnly {
+		return 0
+	}
+	// The manifest khw trusts the mirror through: every catalog artifact of
+	// either arch present in the mirror, hashed now. Its digest is the pin a
+	// user passes to khw (--mirror-digest, KHW_MIRROR_DIGEST).
+	var all []components.Resolved
+	for _, arch := range []string{config.ArchAMD64, config.ArchARM64} {
+		rs, err := cat.Resolve(r.cluster, arch)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "mkmirror:", err)
+			return 1
+		}
+		all = append(all, rs...)
+	}
+	pin, err := components.ManifestFromDir(r.out, all)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mkmirror: writing the manifest:", err)
+		return 1
+	}
+	fmt.Printf("\n== manifest ==\n  %s\n  mirror pin: %s\n  use: KHW_MIRROR=%s KHW_MIRROR_DIGEST=%s\n", filepath.Join(r.out, components.MirrorManifestFile), pin, r.out, pin)
 	return 0
 }
 

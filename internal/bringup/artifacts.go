@@ -136,7 +136,8 @@ func (a *artifacts) fetchNamed(ctx context.Context, env *steps.Env, names []stri
 	}
 	f := a.Fetcher
 	if f == nil {
-		f = &components.Fetcher{Mirror: components.DefaultMirror()}
+		ef := components.EnvFetcher()
+		f = &ef
 	}
 	fc := *f
 	if fc.Progress == nil {
@@ -144,7 +145,7 @@ func (a *artifacts) fetchNamed(ctx context.Context, env *steps.Env, names []stri
 	}
 	fetched, err := fc.Fetch(ctx, sel)
 	if err != nil {
-		return nil, fmt.Errorf("fetch %v: %w (set %s to an offline mirror, or run khw fetch to see each download)", names, err, components.EnvMirror)
+		return nil, fmt.Errorf("fetch %v: %w (set %s to an offline mirror and %s to its pin, or run khw fetch to see each download)", names, err, components.EnvMirror, components.EnvMirrorDigest)
 	}
 	return fetched, nil
 }

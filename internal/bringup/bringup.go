@@ -51,7 +51,7 @@ func NewProvider(c *config.Cluster, d state.Dir, authorizedKey string, log io.Wr
 		return p, nil
 	case config.ProviderLibvirt:
 		p, err := libvirt.New(c, libvirt.Options{StateDir: d.Root, AuthorizedKey: authorizedKey, Log: log,
-			ResolveImage: libvirt.CatalogImage(c, components.DefaultMirror(), log)})
+			ResolveImage: libvirt.CatalogImage(c, components.EnvFetcher(), log)})
 		if err != nil {
 			return nil, err
 		}

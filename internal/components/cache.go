@@ -81,8 +81,13 @@ type IndexEntry struct {
 	// Source is the URL or file the blob was first fetched from.
 	Source string `json:"source"`
 	// VerifiedBy says how the digest was established: "checksum file <url>",
-	// "pinned in catalog", "mirror <path>.sha256" or "registry manifest".
+	// "pinned in catalog", "mirror manifest <loc> (sha256:<pin>, pinned)" or
+	// "registry manifest <digest>".
 	VerifiedBy string `json:"verifiedBy"`
+	// Trust is the kind of source that named the digest (TrustOfficial,
+	// TrustCatalog, TrustMirror, TrustRegistry); an entry without one is
+	// never used.
+	Trust string `json:"trust,omitempty"`
 	// ImageDigest is an image's manifest digest ("sha256:<hex>"), images only.
 	ImageDigest string `json:"imageDigest,omitempty"`
 	// ImageID is an image's config digest ("sha256:<hex>"), images only.
@@ -115,6 +120,12 @@ func openCache(dir string) (*cache, error) {
 		if err := os.MkdirAll(d, fsutil.DirMode); err != nil {
 			return nil, fmt.Errorf("artifact cache: create %s: %w (fix: choose a writable --cache-dir)", d, err)
 		}
+		if err := checkPrivate(d); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkPrivateFile(filepath.Join(abs, cacheIndexFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
 	}
 	return &cache{dir: abs}, nil
 }
@@ -233,6 +244,9 @@ func (c *cache) update(key string, e *IndexEntry) error {
 // trusted only after this check (docs/catalog.md "Artifact cache").
 func (c *cache) verifyBlob(sum string, size int64) error {
 	p := c.blobPath(sum)
+	if err := checkPrivateFile(p); err != nil {
+		return err
+	}
 	st, err := os.Stat(p)
 	if err != nil {
 		return err

@@ -80,6 +80,10 @@ type Artifact struct {
 	// Files are what to install: for an archive, each member's Path; for a
 	// binary, one entry with an empty Path.
 	Files []File `yaml:"files"`
+	// MaxMiB bounds the download in MiB: a transfer that brings more is cut
+	// off (a broken or hostile mirror cannot fill the disk). Set with room
+	// (about 3× the release's size) so a patch release does not hit it.
+	MaxMiB int64 `yaml:"maxMiB"`
 }
 
 // Checksum says how to verify a download.
@@ -132,6 +136,8 @@ type Resolved struct {
 	SHA256         string
 	// Files with their archive paths filled in.
 	Files []File
+	// MaxSize is the catalog's bound of the download in bytes (Artifact.MaxMiB).
+	MaxSize int64
 	// FileName is the base name of the download (the last URL path element),
 	// which a sha256sum-format checksum file lists.
 	FileName string
@@ -187,7 +193,7 @@ func (cat *Catalog) Resolve(c *config.Cluster, arch string) ([]Resolved, error) 
 		}
 		for _, a := range comp.Artifacts {
 			r := Resolved{Component: comp.Name, Version: ver, Arch: arch, Artifact: a,
-				ChecksumFormat: a.Checksum.Format, SHA256: a.Checksum.SHA256}
+				ChecksumFormat: a.Checksum.Format, SHA256: a.Checksum.SHA256, MaxSize: a.MaxMiB << 20}
 			var err error
 			if r.URL, err = expand(a.URL); err != nil {
 				return nil, err

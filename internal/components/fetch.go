@@ -38,19 +38,24 @@ const (
 // network request at all. A cached blob is re-hashed (and its size checked)
 // every time it is used; a damaged one is deleted and fetched again.
 //
-// Verification of downloads (never skipped):
-//   - a SHA-256 pinned in the catalog (Resolved.SHA256) wins; otherwise
-//   - the published checksum file (Resolved.ChecksumURL, format "hex" or
-//     "sha256sum", see ParseChecksum) is read from the same place as the
-//     artifact (the mirror when one is set) and its line for
-//     Resolved.FileName gives the digest;
+// Verification of downloads (never skipped; the trust model is in trust.go
+// and docs/catalog.md "Trust model"):
+//   - with a mirror, its manifest khw-mirror.json must have the SHA-256
+//     pinned in MirrorDigest, and each file the digest and size listed there
+//     (a catalog pin must agree with it); the mirror's checksum files are not
+//     read;
+//   - without one, a SHA-256 pinned in the catalog (Resolved.SHA256) wins;
+//     otherwise the official checksum file (Resolved.ChecksumURL, https only,
+//     format "hex" or "sha256sum", see ParseChecksum) gives the digest for
+//     Resolved.FileName;
 //   - images pulled from a registry are verified by the registry's content
 //     addressing (every layer and the config are checked against the digests
-//     in the manifest); an image tarball from a mirror is checked against the
-//     .sha256 file next to it (see ImageMirrorPath).
+//     in the manifest).
 //
-// A mismatch is a *DigestMismatchError; the bad file is deleted and nothing is
-// cached. Cancelling the context stops every transfer; a cancelled download
+// No download may exceed the catalog's bound for its artifact
+// (Resolved.MaxSize) nor, from a mirror, the size its manifest lists: the
+// transfer is cut off there. A mismatch is a *DigestMismatchError; the bad
+// file is deleted and nothing is cached. Cancelling the context stops every transfer; a cancelled download
 // stays in CacheDir/partial/ only, to be resumed (with an HTTP Range request)
 // by the next Fetch, and is never used without verification.
 //
@@ -63,6 +68,10 @@ type Fetcher struct {
 	// base URL; https://HOST/PATH is read from MIRROR/HOST/PATH (see
 	// MirrorLocation), images from MIRROR/ImageMirrorPath(...).
 	Mirror string
+	// MirrorDigest pins the mirror: "sha256:<hex>" of its khw-mirror.json, as
+	// `khw mirror export` prints it. Required when Mirror is set; Fetch
+	// refuses an unpinned mirror.
+	MirrorDigest string
 	// Parallel bounds the number of concurrent transfers (<= 0: DefaultParallel).
 	Parallel int
 	// Progress receives progress output (nil: none). On a terminal it shows
@@ -110,8 +119,10 @@ type Fetched struct {
 	// Source is the URL or file the blob came from (for a cached blob: where
 	// it came from when it was first fetched).
 	Source string
-	// VerifiedBy says how the digest was established (see IndexEntry).
+	// VerifiedBy says how the digest was established, and Trust by which kind
+	// of source (see IndexEntry).
 	VerifiedBy string
+	Trust      string
 	// Err is this artifact's error; the other fields except Resolved are then
 	// zero.
 	Err error
@@ -153,6 +164,12 @@ type fetchRun struct {
 	client *http.Client
 	mu     sync.Mutex
 	sums   map[string]*sumCall
+	// manifest is the pinned mirror manifest, read on the first cache miss
+	// (a run served entirely from the cache needs no mirror).
+	manifestOnce sync.Once
+	manifest     *pinnedManifest
+	manifestErr  error
+	pin          string
 }
 
 type sumCall struct {
@@ -192,6 +209,14 @@ func (f *Fetcher) Fetch(ctx context.Context, rs []Resolved) ([]Fetched, error) {
 		}
 	}
 	run := &fetchRun{cache: c, client: f.client(), sums: map[string]*sumCall{}}
+	if f.Mirror != "" {
+		if strings.TrimSpace(f.MirrorDigest) == "" {
+			return nil, NewMirrorPinError(f.Mirror)
+		}
+		if run.pin, err = ParseMirrorDigest(f.MirrorDigest); err != nil {
+			return nil, err
+		}
+	}
 
 	// owner[i] is the index whose result i shares (artifacts with the same
 	// cache key are fetched once).
@@ -277,6 +302,18 @@ func (f *Fetcher) fetchOne(ctx context.Context, run *fetchRun, r Resolved) Fetch
 	return res
 }
 
+// pinned returns the mirror's manifest, checked against the pin, reading it
+// once per Fetch call.
+func (f *Fetcher) pinned(ctx context.Context, run *fetchRun) (*pinnedManifest, error) {
+	run.manifestOnce.Do(func() {
+		run.manifest, run.manifestErr = f.loadPinnedManifest(ctx, run, run.pin)
+		if run.manifestErr != nil {
+			run.manifestErr = permanentError{run.manifestErr}
+		}
+	})
+	return run.manifest, run.manifestErr
+}
+
 // lock takes the cache's per-key fetch lock, noting when it has to wait.
 func (run *fetchRun) lock(ctx context.Context, key string) (func(), error) {
 	return run.cache.lockKey(ctx, key, func() {
@@ -287,7 +324,7 @@ func (run *fetchRun) lock(ctx context.Context, key string) (func(), error) {
 // cachedResult turns an index entry into a Fetched.
 func (run *fetchRun) cachedResult(r Resolved, e IndexEntry) Fetched {
 	return Fetched{Resolved: r, Path: run.cache.blobPath(e.SHA256), SHA256: e.SHA256, Size: e.Size,
-		ImageDigest: e.ImageDigest, ImageID: e.ImageID, Cached: true, Source: e.Source, VerifiedBy: e.VerifiedBy}
+		ImageDigest: e.ImageDigest, ImageID: e.ImageID, Cached: true, Source: e.Source, VerifiedBy: e.VerifiedBy, Trust: e.Trust}
 }
 
 // fromCache returns the cached blob for key if the index has it, its digest
@@ -295,7 +332,7 @@ func (run *fetchRun) cachedResult(r Resolved, e IndexEntry) Fetched {
 // is removed together with its index entry.
 func (run *fetchRun) fromCache(r Resolved, key, want string) (Fetched, bool) {
 	e, ok := run.cache.lookup(key)
-	if !ok || (want != "" && e.SHA256 != want) {
+	if !ok || (want != "" && e.SHA256 != want) || !trustedEntry(e) {
 		return Fetched{}, false
 	}
 	if err := run.cache.verifyBlob(e.SHA256, e.Size); err != nil {
@@ -334,26 +371,67 @@ func (f *Fetcher) fetchURL(ctx context.Context, run *fetchRun, r Resolved, it *p
 	if err != nil {
 		return Fetched{}, err
 	}
-	want, verifiedBy := pinned, "pinned in catalog"
+	if f.Mirror != "" {
+		man, err := f.pinned(ctx, run)
+		if err != nil {
+			return Fetched{}, err
+		}
+		e, err := man.lookup(r)
+		if err != nil {
+			return Fetched{}, err
+		}
+		if pinned != "" && e.SHA256 != pinned {
+			return Fetched{}, fmt.Errorf("the mirror manifest %s lists %s with sha256 %s, but the catalog pins %s: the mirror holds another file (fix: export the mirror again from a verified source)", man.loc, r.URL, e.SHA256, pinned)
+		}
+		limit, err := manifestLimit(r, e)
+		if err != nil {
+			return Fetched{}, err
+		}
+		return f.downloadVerified(ctx, run, r, key, r.URL, loc, isFile, download{want: e.SHA256, verifiedBy: man.verifiedBy(), trust: TrustMirror, limit: limit}, nil, it)
+	}
+	want, verifiedBy, trust := pinned, "pinned in catalog", TrustCatalog
 	if want == "" {
 		if r.ChecksumURL == "" {
 			return Fetched{}, fmt.Errorf("%s has no checksum URL and no pinned sha256 in the catalog; khw never uses an unverified download (fix: add checksum.url or checksum.sha256 to catalog.yaml)", r.URL)
 		}
-		sumLoc, sumIsFile, err := MirrorLocation(f.Mirror, r.ChecksumURL)
-		if err != nil {
-			return Fetched{}, err
+		if !strings.HasPrefix(r.ChecksumURL, "https://") {
+			return Fetched{}, fmt.Errorf("%s: its checksum file %s is not on HTTPS, so it proves nothing; khw never uses such a download (fix: use the https:// URL in catalog.yaml, or pin checksum.sha256)", r.URL, r.ChecksumURL)
 		}
-		data, err := f.checksumFile(ctx, run, sumLoc, sumIsFile)
+		data, err := f.checksumFile(ctx, run, r.ChecksumURL, false)
 		if err != nil {
 			return Fetched{}, fmt.Errorf("verify %s: %w", r.URL, err)
 		}
 		want, err = ParseChecksum(data, r.ChecksumFormat, r.FileName)
 		if err != nil {
-			return Fetched{}, fmt.Errorf("verify %s: %s: %w", r.URL, sumLoc, err)
+			return Fetched{}, fmt.Errorf("verify %s: %s: %w", r.URL, r.ChecksumURL, err)
 		}
-		verifiedBy = "checksum file " + sumLoc
+		verifiedBy, trust = "checksum file "+r.ChecksumURL, TrustOfficial
 	}
-	return f.downloadVerified(ctx, run, r, key, r.URL, loc, isFile, want, verifiedBy, nil, it)
+	return f.downloadVerified(ctx, run, r, key, r.URL, loc, isFile, download{want: want, verifiedBy: verifiedBy, trust: trust, limit: r.MaxSize}, nil, it)
+}
+
+// download is what downloadVerified needs to accept a file: the SHA-256 (hex)
+// a trusted source named, how it was named (IndexEntry.VerifiedBy and
+// .Trust), and the most bytes the transfer may bring (0: no bound).
+type download struct {
+	want, verifiedBy, trust string
+	limit                   int64
+}
+
+// manifestLimit is the byte bound of a mirror download: the size the pinned
+// manifest lists, refused when that is beyond the catalog's bound.
+func manifestLimit(r Resolved, e MirrorEntry) (int64, error) {
+	if r.MaxSize > 0 && e.Size > r.MaxSize {
+		return 0, permanentError{fmt.Errorf("the mirror manifest lists %s with %d bytes, more than the catalog's bound of %d MiB for %s: khw does not download it (fix: check the mirror; if the release really grew, raise maxMiB in catalog.yaml)",
+			e.Path, e.Size, r.MaxSize>>20, r.Artifact.Name)}
+	}
+	return max(e.Size, 1), nil // 0 would mean no bound; a listed empty file may bring 1 byte, which then fails the digest
+}
+
+// tooBig is the error of a transfer cut off at its bound.
+func tooBig(loc string, limit int64) error {
+	return permanentError{fmt.Errorf("%s: more than %d bytes, the most this artifact may have (its catalog bound, or the size the pinned mirror manifest lists); "+
+		"the transfer was stopped and nothing was kept (fix: the source is broken or hostile; export the mirror again, or check the release)", loc, limit)}
 }
 
 // downloadVerified gets loc into the partial file of key, checks its SHA-256
@@ -362,7 +440,8 @@ func (f *Fetcher) fetchURL(ctx context.Context, run *fetchRun, r Resolved, it *p
 // resumed; if the resumed result does not verify, the download starts once
 // more from byte 0 before a mismatch is reported.
 func (f *Fetcher) downloadVerified(ctx context.Context, run *fetchRun, r Resolved, key, official, loc string, isFile bool,
-	want, verifiedBy string, inspect func(string) (imageInfo, error), it *pitem) (Fetched, error) {
+	dl download, inspect func(string) (imageInfo, error), it *pitem) (Fetched, error) {
+	want, verifiedBy := dl.want, dl.verifiedBy
 	record := func(p string, size int64, cached bool) (Fetched, error) {
 		var info imageInfo
 		if inspect != nil {
@@ -380,7 +459,7 @@ func (f *Fetcher) downloadVerified(ctx context.Context, run *fetchRun, r Resolve
 				return Fetched{}, err
 			}
 		}
-		e := IndexEntry{SHA256: want, Size: size, Source: loc, VerifiedBy: verifiedBy, ImageDigest: info.digest, ImageID: info.id, Fetched: time.Now().UTC()}
+		e := IndexEntry{SHA256: want, Size: size, Source: loc, VerifiedBy: verifiedBy, Trust: dl.trust, ImageDigest: info.digest, ImageID: info.id, Fetched: time.Now().UTC()}
 		if err := run.cache.update(key, &e); err != nil {
 			return Fetched{}, err
 		}
@@ -405,7 +484,7 @@ func (f *Fetcher) downloadVerified(ctx context.Context, run *fetchRun, r Resolve
 				return record(part, n, false)
 			}
 		}
-		if err := f.download(ctx, run, loc, isFile, part, it); err != nil {
+		if err := f.download(ctx, run, loc, isFile, part, dl.limit, it); err != nil {
 			var pe permanentError
 			if errors.As(err, &pe) {
 				os.Remove(part)
@@ -447,23 +526,28 @@ func (f *Fetcher) checksumFile(ctx context.Context, run *fetchRun, loc string, i
 			return nil, ctxErr(ctx)
 		}
 	}
-	call.data, call.err = f.getSmall(ctx, run, loc, isFile)
+	call.data, call.err = f.getBounded(ctx, run, loc, isFile, maxChecksumFileSize, "checksum file")
 	close(call.done)
 	return call.data, call.err
 }
 
-// getSmall reads a small file (a checksum file, at most 4 MiB) from a URL,
-// with retries, or from a directory mirror.
-func (f *Fetcher) getSmall(ctx context.Context, run *fetchRun, loc string, isFile bool) ([]byte, error) {
+// getBounded reads a small file (a checksum file or a mirror manifest, at
+// most max bytes) from a URL, with retries, or from a directory mirror.
+func (f *Fetcher) getBounded(ctx context.Context, run *fetchRun, loc string, isFile bool, max int64, what string) ([]byte, error) {
 	if isFile {
-		st, err := os.Stat(loc)
+		fh, err := os.Open(loc)
 		if err != nil {
-			return nil, fmt.Errorf("mirror has no checksum file %s (fix: export the mirror again with `khw mirror export`): %w", loc, err)
+			return nil, fmt.Errorf("mirror has no %s %s (fix: export the mirror again with `khw mirror export`): %w", what, loc, err)
 		}
-		if st.Size() > maxChecksumFileSize {
-			return nil, fmt.Errorf("checksum file %s is %d bytes; that is not a checksum file", loc, st.Size())
+		defer fh.Close()
+		data, err := io.ReadAll(io.LimitReader(fh, max+1))
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", loc, err)
 		}
-		return os.ReadFile(loc)
+		if int64(len(data)) > max {
+			return nil, fmt.Errorf("%s %s has more than %d bytes; that is not a %s", what, loc, max, what)
+		}
+		return data, nil
 	}
 	var data []byte
 	err := f.retry(ctx, func() error {
@@ -483,12 +567,12 @@ func (f *Fetcher) getSmall(ctx context.Context, run *fetchRun, loc string, isFil
 		if resp.StatusCode != http.StatusOK {
 			return permanentError{fmt.Errorf("GET %s: unexpected HTTP %s", loc, resp.Status)}
 		}
-		data, err = io.ReadAll(io.LimitReader(resp.Body, maxChecksumFileSize+1))
+		data, err = io.ReadAll(io.LimitReader(resp.Body, max+1))
 		if err != nil {
 			return fmt.Errorf("GET %s: %w", loc, err)
 		}
-		if len(data) > maxChecksumFileSize {
-			return permanentError{fmt.Errorf("GET %s: more than %d bytes; that is not a checksum file", loc, maxChecksumFileSize)}
+		if int64(len(data)) > max {
+			return permanentError{fmt.Errorf("GET %s: more than %d bytes; that is not a %s", loc, max, what)}
 		}
 		return nil
 	})
@@ -571,17 +655,19 @@ func stopped(ctx context.Context, op error) error {
 }
 
 // download copies loc into part: from a directory mirror a plain copy; over
-// HTTP with retries, each retry resuming from the bytes already in part.
-func (f *Fetcher) download(ctx context.Context, run *fetchRun, loc string, isFile bool, part string, it *pitem) error {
+// HTTP with retries, each retry resuming from the bytes already in part. No
+// more than limit bytes (0: no bound) end up in part: a longer transfer is
+// stopped, part removed, and a permanentError returned.
+func (f *Fetcher) download(ctx context.Context, run *fetchRun, loc string, isFile bool, part string, limit int64, it *pitem) error {
 	if isFile {
-		return copyLocal(ctx, loc, part, it)
+		return copyLocal(ctx, loc, part, limit, it)
 	}
-	return f.retry(ctx, func() error { return f.attempt(ctx, run, loc, part, it) })
+	return f.retry(ctx, func() error { return f.attempt(ctx, run, loc, part, limit, it) })
 }
 
 // attempt is one HTTP GET of loc, appending to part with a Range request
 // when part already holds bytes.
-func (f *Fetcher) attempt(ctx context.Context, run *fetchRun, loc, part string, it *pitem) error {
+func (f *Fetcher) attempt(ctx context.Context, run *fetchRun, loc, part string, limit int64, it *pitem) error {
 	var off int64
 	if st, err := os.Stat(part); err == nil {
 		off = st.Size()
@@ -626,6 +712,10 @@ func (f *Fetcher) attempt(ctx context.Context, run *fetchRun, loc, part string, 
 	if resp.ContentLength >= 0 {
 		total = off + resp.ContentLength
 	}
+	if limit > 0 && total > limit {
+		os.Remove(part)
+		return tooBig(loc, limit)
+	}
 	it.set(off, total)
 	out, err := os.OpenFile(part, flags, fsutil.PublicMode)
 	if err != nil {
@@ -644,6 +734,11 @@ func (f *Fetcher) attempt(ctx context.Context, run *fetchRun, loc, part string, 
 		m, rerr := resp.Body.Read(buf)
 		if m > 0 {
 			timer.Reset(stall)
+			if limit > 0 && off+n+int64(m) > limit {
+				out.Close()
+				os.Remove(part)
+				return tooBig(loc, limit)
+			}
 			if _, werr := out.Write(buf[:m]); werr != nil {
 				out.Close()
 				return permanentError{fmt.Errorf("artifact cache: write %s: %w (fix: free disk space or choose another --cache-dir)", part, werr)}
@@ -692,8 +787,9 @@ func contentRangeStart(h string) (int64, bool) {
 	return n, err == nil
 }
 
-// copyLocal copies a file of a directory mirror into part.
-func copyLocal(ctx context.Context, src, part string, it *pitem) error {
+// copyLocal copies a file of a directory mirror into part, at most limit
+// bytes (0: no bound).
+func copyLocal(ctx context.Context, src, part string, limit int64, it *pitem) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return permanentError{fmt.Errorf("mirror has no file %s (fix: export the mirror again with `khw mirror export`, or check --mirror): %w", src, err)}
@@ -706,12 +802,16 @@ func copyLocal(ctx context.Context, src, part string, it *pitem) error {
 	if !st.Mode().IsRegular() {
 		return permanentError{fmt.Errorf("mirror path %s is not a regular file", src)}
 	}
+	if limit > 0 && st.Size() > limit {
+		return tooBig(src, limit)
+	}
 	it.set(0, st.Size())
 	out, err := os.OpenFile(part, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fsutil.PublicMode)
 	if err != nil {
 		return permanentError{fmt.Errorf("artifact cache: %w", err)}
 	}
 	buf := make([]byte, 1<<20)
+	var n int64
 	for {
 		if err := ctx.Err(); err != nil {
 			out.Close()
@@ -720,6 +820,11 @@ func copyLocal(ctx context.Context, src, part string, it *pitem) error {
 		}
 		m, rerr := in.Read(buf)
 		if m > 0 {
+			if n += int64(m); limit > 0 && n > limit { // the file grew while being read
+				out.Close()
+				os.Remove(part)
+				return tooBig(src, limit)
+			}
 			if _, werr := out.Write(buf[:m]); werr != nil {
 				out.Close()
 				os.Remove(part)

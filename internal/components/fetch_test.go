@@ -71,7 +71,7 @@ func TestFetchURLMirrorThenCacheHit(t *testing.T) {
 		t.Fatal(err)
 	}
 	kubectl := pick(rs, "kubectl")[0]
-	if e := idx.Entries[kubectl.URL]; e.SHA256 != sum256(w.content[kubectl.URL]) || !strings.Contains(e.VerifiedBy, "kubectl.sha256") {
+	if e := idx.Entries[kubectl.URL]; e.SHA256 != sum256(w.content[kubectl.URL]) || !strings.Contains(e.VerifiedBy, srv.URL+"/"+MirrorManifestFile) || e.Trust != TrustMirror {
 		t.Errorf("index entry for %s: %+v", kubectl.URL, e)
 	}
 
@@ -137,18 +137,27 @@ func TestFetchChecksumMismatch(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			w := newWorld(t, config.ArchAMD64)
 			r := pick(w.rs[config.ArchAMD64], name)[0]
-			// The mirror serves other bytes than the checksum file promises.
-			bad := append([]byte("tampered"), w.content[r.URL]...)
+			// The mirror serves other bytes (of the same size) than its pinned
+			// manifest lists, and has rewritten its checksum file to match
+			// them: the checksum file must not matter.
+			f := testFetcher(t, w.root) // pinned to the manifest as exported
+			bad := append([]byte(nil), w.content[r.URL]...)
+			copy(bad, "tampered")
 			writeFile(t, w.path(r.URL), bad)
+			if r.ChecksumFormat == ChecksumHex {
+				writeFile(t, w.path(r.ChecksumURL), []byte(sum256(bad)))
+			} else {
+				writeFile(t, w.path(r.ChecksumURL), []byte(sum256(bad)+"  "+r.FileName+"\n"))
+			}
 			srv := newDirServer(t, w.root)
-			f := testFetcher(t, srv.URL)
+			f.Mirror = srv.URL
 			res, err := f.Fetch(context.Background(), []Resolved{r})
 			var mm *DigestMismatchError
 			if !errors.As(err, &mm) || !errors.As(res[0].Err, &mm) {
 				t.Fatalf("want a DigestMismatchError, got %v", err)
 			}
 			want, got := sum256(w.content[r.URL]), sum256(bad)
-			for _, s := range []string{r.URL, "expected " + want, "actual " + got, srv.URL + urlPath(r.URL), urlPath(r.ChecksumURL)} {
+			for _, s := range []string{r.URL, "expected " + want, "actual " + got, srv.URL + urlPath(r.URL), srv.URL + "/" + MirrorManifestFile} {
 				if !strings.Contains(err.Error(), s) {
 					t.Errorf("error does not name %q:\n%v", s, err)
 				}
@@ -175,8 +184,7 @@ func TestFetchResumesCutTransfer(t *testing.T) {
 	w := newWorld(t, config.ArchAMD64)
 	r := pick(w.rs[config.ArchAMD64], "kube-proxy")[0]
 	big := randBytes(t, 1<<20)
-	writeFile(t, w.path(r.URL), big)
-	writeFile(t, w.path(r.ChecksumURL), []byte(sum256(big)+"\n"))
+	w.replace(t, r, big)
 	srv := newDirServer(t, w.root)
 	p := urlPath(r.URL)
 	half := len(big) / 2
@@ -207,9 +215,9 @@ func TestFetchResumesCutTransfer(t *testing.T) {
 	if len(ranges) != 2 || ranges[0] != "" || ranges[1] != fmt.Sprintf("bytes=%d-", half) {
 		t.Fatalf("Range headers %q, want [\"\" \"bytes=%d-\"]", ranges, half)
 	}
-	// Bytes sent: half, then the other half (plus the tiny checksum file).
+	// Bytes sent: half, then the other half (plus the manifest).
 	sent := srv.bytes.Load() - before
-	if sent < int64(len(big)) || sent > int64(len(big))+200 {
+	if man := int64(len(readFile(t, filepath.Join(w.root, MirrorManifestFile)))); sent < int64(len(big)) || sent > int64(len(big))+man {
 		t.Errorf("server sent %d bytes for a %d-byte file; a resume sends each byte once", sent, len(big))
 	}
 }
@@ -348,6 +356,7 @@ func TestFetchDirectoryMirror(t *testing.T) {
 func TestFetchParallelIsBounded(t *testing.T) {
 	dir := t.TempDir()
 	var rs []Resolved
+	var man []MirrorEntry
 	content := map[string][]byte{}
 	for i := range 12 {
 		u := fmt.Sprintf("https://example.test/files/v1/bin-%02d", i)
@@ -358,11 +367,15 @@ func TestFetchParallelIsBounded(t *testing.T) {
 		writeFile(t, p+".sha256", []byte(sum256(data)+"\n"))
 		rs = append(rs, Resolved{Component: "test", Version: "v1", Arch: "amd64", URL: u, ChecksumURL: u + ".sha256",
 			ChecksumFormat: ChecksumHex, FileName: filepath.Base(u), Artifact: Artifact{Name: filepath.Base(u), Format: FormatBinary}})
+		man = append(man, MirrorEntry{Path: strings.TrimPrefix(urlPath(u), "/"), URL: u, Arch: "amd64", SHA256: sum256(data), Size: int64(len(data))})
+	}
+	if _, _, err := WriteMirrorManifest(dir, man); err != nil {
+		t.Fatal(err)
 	}
 	srv := newDirServer(t, dir)
 	var inflight, peak, started atomic.Int32
 	srv.setHook(func(rw http.ResponseWriter, req *http.Request) bool {
-		if strings.HasSuffix(req.URL.Path, ".sha256") {
+		if strings.HasSuffix(req.URL.Path, ".sha256") || strings.HasSuffix(req.URL.Path, MirrorManifestFile) {
 			return false
 		}
 		first := started.Add(1) <= 4
@@ -408,8 +421,7 @@ func TestFetchCancelLeavesNoCacheEntry(t *testing.T) {
 	w := newWorld(t, config.ArchAMD64)
 	r := pick(w.rs[config.ArchAMD64], "kube-apiserver")[0]
 	big := randBytes(t, 256<<10)
-	writeFile(t, w.path(r.URL), big)
-	writeFile(t, w.path(r.ChecksumURL), []byte(sum256(big)))
+	w.replace(t, r, big)
 	srv := newDirServer(t, w.root)
 	p := urlPath(r.URL)
 	halfSent := make(chan struct{})
@@ -471,14 +483,16 @@ func TestFetchCancelLeavesNoCacheEntry(t *testing.T) {
 	}
 }
 
-// A digest pinned in the catalog wins over the published checksum file.
+// A digest pinned in the catalog wins over the official checksum file; with
+// a mirror, the manifest must agree with the pin, and the mirror's own
+// checksum file is never read.
 func TestFetchPinnedDigest(t *testing.T) {
 	w := newWorld(t, config.ArchAMD64)
 	r := pick(w.rs[config.ArchAMD64], "kubectl")[0]
 	good := sum256(w.content[r.URL])
 	writeFile(t, w.path(r.ChecksumURL), []byte(strings.Repeat("0", 64))) // the published file is wrong
 	srv := newDirServer(t, w.root)
-	f := testFetcher(t, srv.URL)
+	f, _ := officialFetcher(t, srv)
 
 	pinned := r
 	pinned.SHA256 = strings.ToUpper(good)
@@ -490,7 +504,7 @@ func TestFetchPinnedDigest(t *testing.T) {
 		t.Errorf("pinned: %+v, checksum file requested %d times", res[0], srv.count(urlPath(r.ChecksumURL)))
 	}
 	// Without the pin the (wrong) published file is used and fails.
-	f2 := testFetcher(t, srv.URL)
+	f2, _ := officialFetcher(t, srv)
 	if _, err := f2.Fetch(context.Background(), []Resolved{r}); err == nil || !strings.Contains(err.Error(), "expected "+strings.Repeat("0", 64)) {
 		t.Errorf("unpinned: %v", err)
 	}
@@ -515,6 +529,20 @@ func TestFetchPinnedDigest(t *testing.T) {
 	bad.SHA256 = "xyz"
 	if _, err := f.Fetch(context.Background(), []Resolved{bad}); err == nil || !strings.Contains(err.Error(), "not a SHA-256 digest") {
 		t.Errorf("malformed pin: %v", err)
+	}
+
+	// Through the mirror: its (wrong) checksum file is not read at all.
+	m := testFetcher(t, srv.URL)
+	res, err = m.Fetch(context.Background(), []Resolved{r})
+	if err != nil || res[0].SHA256 != good || res[0].Trust != TrustMirror {
+		t.Errorf("mirror: %v %+v", err, res[0])
+	}
+	if n := srv.count(urlPath(r.ChecksumURL)); n != 1 { // the unpinned official fetch above, none from the mirror
+		t.Errorf("checksum file requested %d times, want 1", n)
+	}
+	// A catalog pin the manifest contradicts is refused.
+	if _, err := testFetcher(t, srv.URL).Fetch(context.Background(), []Resolved{wrong}); err == nil || !strings.Contains(err.Error(), "but the catalog pins "+wrong.SHA256) {
+		t.Errorf("manifest vs catalog pin: %v", err)
 	}
 }
 
@@ -542,9 +570,7 @@ func TestFetchImageFromMirrorChecksPlatform(t *testing.T) {
 	}
 	// An amd64 image where the arm64 one belongs is refused and not cached.
 	wrong := imageTarball(t, r.Image, testImage(t, config.ArchAMD64))
-	rel, _ := ImageMirrorPath(r.Image, config.ArchARM64)
-	writeFile(t, filepath.Join(w.root, rel), wrong)
-	writeFile(t, filepath.Join(w.root, rel+".sha256"), []byte(sum256(wrong)+"\n"))
+	w.replaceImage(t, r, wrong)
 	f2 := testFetcher(t, srv.URL)
 	_, err = f2.Fetch(context.Background(), []Resolved{r})
 	if err == nil || !strings.Contains(err.Error(), "is for linux/amd64, want linux/arm64") {
@@ -555,8 +581,7 @@ func TestFetchImageFromMirrorChecksPlatform(t *testing.T) {
 	}
 	// A tarball tagged for another image is refused too.
 	other := imageTarball(t, "registry.k8s.io/other:1", testImage(t, config.ArchARM64))
-	writeFile(t, filepath.Join(w.root, rel), other)
-	writeFile(t, filepath.Join(w.root, rel+".sha256"), []byte(sum256(other)+"\n"))
+	w.replaceImage(t, r, other)
 	if _, err := testFetcher(t, srv.URL).Fetch(context.Background(), []Resolved{r}); err == nil || !strings.Contains(err.Error(), "not found in tarball") {
 		t.Errorf("wrongly tagged tarball: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -38,6 +39,7 @@ type world struct {
 	rs      map[string][]Resolved // by arch
 	content map[string][]byte     // by CacheKey: the file bytes (images: the tarball)
 	images  map[string]v1.Image   // by CacheKey
+	pin     string                // sha256:<hex> of its khw-mirror.json
 }
 
 func sum256(b []byte) string {
@@ -188,7 +190,82 @@ func newWorld(t *testing.T, arches ...string) *world {
 		sort.Strings(lines)
 		writeFile(t, w.path(u), []byte(strings.Join(lines, "\n")+"\n"))
 	}
+	w.writeManifest(t)
 	return w
+}
+
+// replace makes the world hold data for r (a download): the file, its
+// official checksum file, and the manifest (w.pin changes).
+func (w *world) replace(t *testing.T, r Resolved, data []byte) {
+	t.Helper()
+	writeFile(t, w.path(r.URL), data)
+	if r.ChecksumFormat == ChecksumHex {
+		writeFile(t, w.path(r.ChecksumURL), []byte(sum256(data)+"\n"))
+	} else {
+		writeFile(t, w.path(r.ChecksumURL), []byte(sum256(data)+"  "+r.FileName+"\n"))
+	}
+	w.content[CacheKey(r)] = data
+	w.writeManifest(t)
+}
+
+// replaceImage makes the world hold the image tarball data for r.
+func (w *world) replaceImage(t *testing.T, r Resolved, data []byte) {
+	t.Helper()
+	rel, _ := ImageMirrorPath(r.Image, r.Arch)
+	writeFile(t, filepath.Join(w.root, rel), data)
+	writeFile(t, filepath.Join(w.root, rel+".sha256"), []byte(sum256(data)+"\n"))
+	w.content[CacheKey(r)] = data
+	w.writeManifest(t)
+}
+
+// officialTransport answers requests for any official https:// URL from
+// the test server srv (which serves a directory in the mirror layout), so a
+// Fetcher without a mirror can be tested offline; it counts requests.
+type officialTransport struct {
+	srv *server
+	n   atomic.Int64
+}
+
+func (o *officialTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	o.n.Add(1)
+	if r.URL.Scheme != "https" {
+		return nil, errors.New("test: the official path must use https, not " + r.URL.String())
+	}
+	u := *r.URL
+	u.Scheme, u.Host, u.Path, u.RawPath = "http", strings.TrimPrefix(o.srv.URL, "http://"), "/"+r.URL.Host+r.URL.Path, ""
+	req := r.Clone(r.Context())
+	req.URL, req.Host = &u, u.Host
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// officialFetcher is a Fetcher without a mirror whose "internet" is srv.
+func officialFetcher(t *testing.T, srv *server) (*Fetcher, *officialTransport) {
+	tr := &officialTransport{srv: srv}
+	return &Fetcher{CacheDir: filepath.Join(t.TempDir(), "cache"), RetryWait: time.Millisecond, HTTPClient: &http.Client{Transport: tr}}, tr
+}
+
+// writeManifest writes the world's khw-mirror.json for what it holds now and
+// sets w.pin to its digest.
+func (w *world) writeManifest(t *testing.T) {
+	t.Helper()
+	var es []MirrorEntry
+	for arch, rs := range w.rs {
+		for _, r := range rs {
+			data := w.content[CacheKey(r)]
+			e := MirrorEntry{Name: r.Artifact.Name, Version: r.Version, Arch: arch, URL: r.URL, Image: r.Image, SHA256: sum256(data), Size: int64(len(data))}
+			if r.Artifact.Format == FormatImage {
+				e.Path, _ = ImageMirrorPath(r.Image, arch)
+			} else {
+				e.Path = strings.TrimPrefix(urlPath(r.URL), "/")
+			}
+			es = append(es, e)
+		}
+	}
+	_, pin, err := WriteMirrorManifest(w.root, es)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.pin = pin
 }
 
 // path is where the fake upstream keeps an official URL.
@@ -227,6 +304,10 @@ type server struct {
 func newServer(t *testing.T, h http.Handler) *server {
 	s := &server{requests: map[string]int{}, ranges: map[string][]string{}}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(pinProbe) != "" { // testFetcher reading the pin: not the Fetcher's traffic
+			h.ServeHTTP(w, r)
+			return
+		}
 		s.total.Add(1)
 		s.mu.Lock()
 		s.requests[r.URL.Path]++
@@ -305,9 +386,46 @@ func (localOnly) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
+// testFetcher is a Fetcher with a fresh cache that reaches 127.0.0.1 only.
+// A mirror is pinned to the manifest it serves when the Fetcher is made
+// (tests of the pin itself change MirrorDigest).
 func testFetcher(t *testing.T, mirror string) *Fetcher {
-	return &Fetcher{CacheDir: filepath.Join(t.TempDir(), "cache"), Mirror: mirror, RetryWait: time.Millisecond,
+	t.Helper()
+	f := &Fetcher{CacheDir: filepath.Join(t.TempDir(), "cache"), Mirror: mirror, RetryWait: time.Millisecond,
 		HTTPClient: &http.Client{Transport: localOnly{}}}
+	if mirror != "" {
+		f.MirrorDigest = servedPin(t, f.HTTPClient, mirror)
+	}
+	return f
+}
+
+// pinProbe marks servedPin's request, which test servers do not count.
+const pinProbe = "X-Test-Pin-Probe"
+
+// servedPin is "sha256:<hex>" of the khw-mirror.json mirror holds now, or ""
+// when it has none.
+func servedPin(t *testing.T, c *http.Client, mirror string) string {
+	t.Helper()
+	var data []byte
+	if isURLMirror(mirror) {
+		req, _ := http.NewRequest(http.MethodGet, strings.TrimRight(mirror, "/")+"/"+MirrorManifestFile, nil)
+		req.Header.Set(pinProbe, "1")
+		resp, err := c.Do(req)
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return ""
+		}
+		data, _ = io.ReadAll(resp.Body)
+	} else {
+		var err error
+		if data, err = os.ReadFile(filepath.Join(mirrorDir(mirror), MirrorManifestFile)); err != nil {
+			return ""
+		}
+	}
+	return "sha256:" + sum256(data)
 }
 
 func readFile(t *testing.T, p string) []byte {

@@ -30,8 +30,10 @@ import (
 // image tarball as go-containerregistry's tarball.Write produces it (the
 // `docker save` layout: manifest.json, the config blob, one file per layer),
 // which `ctr -n k8s.io images import` accepts; next to it,
-// image-linux-<arch>.tar.sha256 holds the tarball's SHA-256 in hex. Registries
-// have no such file layout; it is khw's own (docs/catalog.md "Mirror layout").
+// image-linux-<arch>.tar.sha256 holds the tarball's SHA-256 in hex (for
+// `sha256sum -c` by hand; khw itself takes the digest from the pinned
+// manifest). Registries have no such file layout; it is khw's own
+// (docs/catalog.md "Mirror layout").
 func ImageMirrorPath(ref, arch string) (string, error) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
@@ -78,25 +80,31 @@ func (f *Fetcher) fetchImage(ctx context.Context, run *fetchRun, r Resolved, it 
 }
 
 // imageFromMirror downloads MIRROR/ImageMirrorPath, checks it against the
-// .sha256 next to it, then opens it as an image tarball and checks that it
-// holds the reference's tag for linux/<arch>.
+// digest and size the pinned manifest lists, then opens it as an image
+// tarball and checks that it holds the reference's tag for linux/<arch>.
 func (f *Fetcher) imageFromMirror(ctx context.Context, run *fetchRun, r Resolved, ref name.Reference, key string, it *pitem) (Fetched, error) {
 	rel := imageMirrorPath(ref, r.Arch)
-	loc, sumLoc := "", ""
+	loc := ""
 	isFile := !isURLMirror(f.Mirror)
 	if isFile {
 		loc = filepath.Join(mirrorDir(f.Mirror), filepath.FromSlash(rel))
 	} else {
 		loc = strings.TrimRight(f.Mirror, "/") + "/" + rel
 	}
-	sumLoc = loc + ".sha256"
-	data, err := f.checksumFile(ctx, run, sumLoc, isFile)
+	man, err := f.pinned(ctx, run)
 	if err != nil {
-		return Fetched{}, fmt.Errorf("image %s for linux/%s: %w", r.Image, r.Arch, err)
+		return Fetched{}, err
 	}
-	want, err := ParseChecksum(data, ChecksumHex, path.Base(rel))
+	e, err := man.lookup(r)
 	if err != nil {
-		return Fetched{}, fmt.Errorf("image %s: %s: %w", r.Image, sumLoc, err)
+		return Fetched{}, err
+	}
+	if e.Path != rel {
+		return Fetched{}, fmt.Errorf("the mirror manifest %s lists image %s for linux/%s at %s, not at %s (fix: export the mirror again with `khw mirror export`)", man.loc, r.Image, r.Arch, e.Path, rel)
+	}
+	limit, err := manifestLimit(r, e)
+	if err != nil {
+		return Fetched{}, err
 	}
 	inspect := func(p string) (imageInfo, error) {
 		var tag *name.Tag
@@ -111,7 +119,7 @@ func (f *Fetcher) imageFromMirror(ctx context.Context, run *fetchRun, r Resolved
 		info.digest = "" // computed from the tarball, not the registry's manifest digest
 		return info, err
 	}
-	return f.downloadVerified(ctx, run, r, key, r.Image, loc, isFile, want, "mirror "+sumLoc, inspect, it)
+	return f.downloadVerified(ctx, run, r, key, r.Image, loc, isFile, download{want: e.SHA256, verifiedBy: man.verifiedBy(), trust: TrustMirror, limit: limit}, inspect, it)
 }
 
 // imageFromRegistry pulls linux/<arch> of ref with go-containerregistry and
@@ -144,7 +152,7 @@ func (f *Fetcher) imageFromRegistry(ctx context.Context, run *fetchRun, r Resolv
 		it.set(0, size)
 	}
 	h := sha256.New()
-	cw := &countingWriter{w: io.MultiWriter(out, h), it: it}
+	cw := &countingWriter{w: io.MultiWriter(out, h), it: it, limit: r.MaxSize}
 	fail := func(err error) (Fetched, error) {
 		out.Close()
 		os.Remove(part)
@@ -169,11 +177,11 @@ func (f *Fetcher) imageFromRegistry(ctx context.Context, run *fetchRun, r Resolv
 	}
 	source := "registry " + ref.Context().RegistryStr()
 	verified := "registry manifest " + info.digest
-	e := IndexEntry{SHA256: sum, Size: cw.n, Source: source, VerifiedBy: verified, ImageDigest: info.digest, ImageID: info.id, Fetched: time.Now().UTC()}
+	e := IndexEntry{SHA256: sum, Size: cw.n, Source: source, VerifiedBy: verified, Trust: TrustRegistry, ImageDigest: info.digest, ImageID: info.id, Fetched: time.Now().UTC()}
 	if err := run.cache.update(key, &e); err != nil {
 		return Fetched{}, err
 	}
-	return Fetched{Resolved: r, Path: p, SHA256: sum, Size: cw.n, ImageDigest: info.digest, ImageID: info.id, Source: source, VerifiedBy: verified}, nil
+	return Fetched{Resolved: r, Path: p, SHA256: sum, Size: cw.n, ImageDigest: info.digest, ImageID: info.id, Source: source, VerifiedBy: verified, Trust: TrustRegistry}, nil
 }
 
 // imageInfo is what khw records about an image.
@@ -202,14 +210,19 @@ func checkImage(img v1.Image, ref, arch string) (imageInfo, error) {
 	return imageInfo{digest: d.String(), id: id.String()}, nil
 }
 
-// countingWriter counts bytes and reports them to a progress item.
+// countingWriter counts bytes and reports them to a progress item; past
+// limit bytes (0: no bound) it fails, which stops tarball.Write.
 type countingWriter struct {
-	w  io.Writer
-	it *pitem
-	n  int64
+	w     io.Writer
+	it    *pitem
+	n     int64
+	limit int64
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
+	if c.limit > 0 && c.n+int64(len(p)) > c.limit {
+		return 0, fmt.Errorf("the image is larger than its catalog bound of %d MiB; stopped", c.limit>>20)
+	}
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	c.it.add(int64(n))

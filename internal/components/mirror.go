@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,8 +24,11 @@ import (
 )
 
 // MirrorManifestFile is the file `khw mirror export` writes at the root of a
-// mirror, listing what it holds (MirrorManifest as JSON). A directory with it
-// is recognised as a mirror by CheckMirrorDir.
+// mirror, listing what it holds with each file's SHA-256 and size
+// (MirrorManifest as JSON). Its own SHA-256 is the mirror's pin: a Fetcher
+// trusts the mirror only when the file has the digest the user pinned
+// (Fetcher.MirrorDigest). A directory with it is recognised as a mirror by
+// CheckMirrorDir.
 const MirrorManifestFile = "khw-mirror.json"
 
 // Permissions inside an exported mirror: it holds only public release files
@@ -63,10 +68,14 @@ type MirrorEntry struct {
 
 const mirrorFormat = "khw-mirror/v1"
 
-// ExportReport lists what Export did, as paths relative to the mirror root.
+// ExportReport lists what Export did, as paths relative to the mirror root,
+// and the mirror's pin.
 type ExportReport struct {
 	Written   []string
 	Unchanged []string
+	// Digest is "sha256:<hex>" of the khw-mirror.json written: what a user of
+	// the mirror pins (--mirror-digest).
+	Digest string
 }
 
 // Export writes fetched artifacts (the result of a successful Fetch) into
@@ -173,21 +182,82 @@ func Export(ctx context.Context, fetched []Fetched, dir string) (ExportReport, e
 		entries[rel] = MirrorEntry{Path: rel, Name: r.Artifact.Name, Version: r.Version, Arch: r.Arch, URL: r.URL, Image: r.Image,
 			SHA256: f.SHA256, Size: f.Size, ImageDigest: f.ImageDigest, ImageID: f.ImageID}
 	}
-	man = MirrorManifest{Format: mirrorFormat}
+	list := make([]MirrorEntry, 0, len(entries))
 	for _, e := range entries {
-		man.Artifacts = append(man.Artifacts, e)
+		list = append(list, e)
 	}
-	sort.Slice(man.Artifacts, func(i, j int) bool { return man.Artifacts[i].Path < man.Artifacts[j].Path })
-	data, err := json.MarshalIndent(man, "", "  ")
-	if err != nil {
-		return rep, err
-	}
-	w, err := writeSmall(filepath.Join(abs, MirrorManifestFile), append(data, '\n'))
+	w, digest, err := WriteMirrorManifest(abs, list)
 	if err != nil {
 		return rep, err
 	}
 	note(MirrorManifestFile, w)
+	rep.Digest = digest
 	return rep, nil
+}
+
+// ManifestFromDir writes dir/khw-mirror.json for the artifacts of rs that
+// dir holds at their mirror paths (each file hashed now; artifacts not in
+// dir are left out) and returns the pin, "sha256:<hex>". It is how a mirror
+// laid out by other means than `khw mirror export` (the builder in hack/, a
+// copy made by hand) gets its manifest: whoever runs it vouches for the
+// files, and the pin it prints is what users of the mirror trust.
+func ManifestFromDir(dir string, rs []Resolved) (digest string, err error) {
+	var es []MirrorEntry
+	seen := map[string]bool{}
+	for _, r := range rs {
+		var rel string
+		if r.Artifact.Format == FormatImage || (r.URL == "" && r.Image != "") {
+			rel, err = ImageMirrorPath(r.Image, r.Arch)
+		} else {
+			rel, err = mirrorRel(r.URL)
+		}
+		if err != nil {
+			return "", err
+		}
+		if seen[rel] {
+			continue
+		}
+		seen[rel] = true
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		st, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("mirror %s: %w", dir, err)
+		}
+		if !st.Mode().IsRegular() {
+			return "", fmt.Errorf("mirror %s: %s is not a regular file", dir, rel)
+		}
+		sum, n, err := hashFile(p)
+		if err != nil {
+			return "", err
+		}
+		es = append(es, MirrorEntry{Path: rel, Name: r.Artifact.Name, Version: r.Version, Arch: r.Arch, URL: r.URL, Image: r.Image, SHA256: sum, Size: n})
+	}
+	_, digest, err = WriteMirrorManifest(dir, es)
+	return digest, err
+}
+
+// WriteMirrorManifest writes dir/khw-mirror.json listing entries (sorted by
+// Path; each entry's SHA256 and Size must be the file's) unless it already
+// holds exactly that, and returns whether it wrote and the manifest's pin,
+// "sha256:<hex>". It is the one writer of the format, used by `khw mirror
+// export` and by the mirror builder in hack/.
+func WriteMirrorManifest(dir string, entries []MirrorEntry) (written bool, digest string, err error) {
+	man := MirrorManifest{Format: mirrorFormat, Artifacts: append([]MirrorEntry(nil), entries...)}
+	sort.Slice(man.Artifacts, func(i, j int) bool { return man.Artifacts[i].Path < man.Artifacts[j].Path })
+	data, err := json.MarshalIndent(man, "", "  ")
+	if err != nil {
+		return false, "", err
+	}
+	data = append(data, '\n')
+	w, err := writeSmall(filepath.Join(dir, MirrorManifestFile), data)
+	if err != nil {
+		return false, "", err
+	}
+	sum := sha256.Sum256(data)
+	return w, "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
 // mirrorRel is the slash path of an official URL inside a mirror: HOST/PATH.
@@ -350,12 +420,36 @@ func CheckMirrorDir(dir string) error {
 		dir, MirrorManifestFile, strings.Join(hosts, ", "), dir)
 }
 
+// Timeouts of MirrorServer. A download has no overall deadline (a 1 GiB
+// image on a slow classroom network takes minutes); instead each write must
+// make progress within mirrorWriteIdle, so a client that stops reading does
+// not hold a connection and its file open for ever.
+var (
+	mirrorReadHeaderTimeout = 10 * time.Second
+	mirrorReadTimeout       = 30 * time.Second // requests are GET/HEAD without a body
+	mirrorIdleTimeout       = 2 * time.Minute  // keep-alive between requests
+	mirrorWriteIdle         = time.Minute
+)
+
+// MirrorServer is an http.Server for MirrorHandler(dir, logw) with the
+// timeouts above: header 10 s, request 30 s, keep-alive idle 2 min, and 1 min
+// for each write to the client to progress. Errors: those of MirrorHandler.
+func MirrorServer(dir string, logw io.Writer) (*http.Server, error) {
+	h, err := MirrorHandler(dir, logw)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Server{Handler: h, ReadHeaderTimeout: mirrorReadHeaderTimeout, ReadTimeout: mirrorReadTimeout, IdleTimeout: mirrorIdleTimeout}, nil
+}
+
 // MirrorHandler serves the mirror directory dir read-only over HTTP: GET and
 // HEAD only (others get 405), Range requests supported (so Fetchers resume),
-// files and directories whose name starts with "." are hidden (404; an
-// export in progress writes such temporary files), symlinks leaving dir are
-// not followed (os.Root; such a path is answered 403). Each request is logged to logw (nil: no log) as
-// "<RFC 3339 time> <client> <method> <path> <status> <bytes> <duration>".
+// files and directories whose name starts with "." are hidden (404, and left
+// out of directory listings; an export in progress writes such temporary
+// files), symlinks leaving dir are not followed (os.Root; such a path is
+// answered 403). Each request is logged to logw (nil: no log) as
+// "<RFC 3339 time> <client> <method> <quoted path> <status> <bytes> <duration>",
+// the path Go-quoted so a request cannot forge log lines or terminal escapes.
 // Errors: dir does not look like a mirror (CheckMirrorDir).
 func MirrorHandler(dir string, logw io.Writer) (http.Handler, error) {
 	if err := CheckMirrorDir(dir); err != nil {
@@ -365,11 +459,11 @@ func MirrorHandler(dir string, logw io.Writer) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mirror directory: %w", err)
 	}
-	files := http.FileServerFS(forbidEscapes{root.FS()})
+	files := http.FileServerFS(hideDotFiles{forbidEscapes{root.FS()}})
 	var logMu sync.Mutex
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK, rc: http.NewResponseController(w)}
 		switch {
 		case r.Method != http.MethodGet && r.Method != http.MethodHead:
 			rec.Header().Set("Allow", "GET, HEAD")
@@ -381,7 +475,7 @@ func MirrorHandler(dir string, logw io.Writer) (http.Handler, error) {
 		}
 		if logw != nil {
 			logMu.Lock()
-			fmt.Fprintf(logw, "%s %s %s %s %d %d %s\n", start.Format(time.RFC3339), r.RemoteAddr, r.Method, r.URL.Path,
+			fmt.Fprintf(logw, "%s %s %s %q %d %d %s\n", start.Format(time.RFC3339), r.RemoteAddr, r.Method, r.URL.Path,
 				rec.status, rec.n, time.Since(start).Round(time.Millisecond))
 			logMu.Unlock()
 		}
@@ -414,6 +508,38 @@ func (f forbidEscapes) Open(name string) (fs.File, error) {
 	return file, err
 }
 
+// hideDotFiles leaves names starting with "." out of directory listings
+// (hasHiddenElement answers 404 for them).
+type hideDotFiles struct{ fs.FS }
+
+func (h hideDotFiles) Open(name string) (fs.File, error) {
+	f, err := h.FS.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := f.(fs.ReadDirFile); ok {
+		if st, err := f.Stat(); err == nil && st.IsDir() {
+			return dirWithoutDots{d}, nil
+		}
+	}
+	return f, nil
+}
+
+type dirWithoutDots struct{ fs.ReadDirFile }
+
+// ReadDir filters the entries; with n > 0 it may return fewer than n, which
+// fs.ReadDirFile allows, and http.FileServer reads listings with n <= 0.
+func (d dirWithoutDots) ReadDir(n int) ([]fs.DirEntry, error) {
+	es, err := d.ReadDirFile.ReadDir(n)
+	out := es[:0]
+	for _, e := range es {
+		if !strings.HasPrefix(e.Name(), ".") {
+			out = append(out, e)
+		}
+	}
+	return out, err
+}
+
 func hasHiddenElement(p string) bool {
 	for _, e := range strings.Split(p, "/") {
 		if strings.HasPrefix(e, ".") {
@@ -427,6 +553,7 @@ type statusRecorder struct {
 	http.ResponseWriter
 	status int
 	n      int64
+	rc     *http.ResponseController
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
@@ -435,6 +562,7 @@ func (s *statusRecorder) WriteHeader(code int) {
 }
 
 func (s *statusRecorder) Write(p []byte) (int, error) {
+	s.rc.SetWriteDeadline(time.Now().Add(mirrorWriteIdle))
 	n, err := s.ResponseWriter.Write(p)
 	s.n += int64(n)
 	return n, err

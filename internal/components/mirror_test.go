@@ -147,8 +147,12 @@ func TestExportThenFetchOffline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Export(context.Background(), arm, out); err != nil {
+	rep, err = Export(context.Background(), arm, out)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if d, err := ManifestDigest(out); err != nil || d != rep.Digest || !strings.HasPrefix(d, "sha256:") {
+		t.Errorf("export's digest %s, the manifest's %s (%v)", rep.Digest, d, err)
 	}
 	etcdArm := pick(w.rs[config.ArchARM64], "etcd")[0]
 	check("github.com/etcd-io/etcd/releases/download/v3.7.3/SHA256SUMS",
@@ -164,7 +168,7 @@ func TestExportThenFetchOffline(t *testing.T) {
 	// Another machine: empty cache, no network, --mirror = the export.
 	for _, arch := range []string{config.ArchAMD64, config.ArchARM64} {
 		off := &offlineTransport{}
-		g := &Fetcher{CacheDir: filepath.Join(t.TempDir(), "c"), Mirror: out, HTTPClient: &http.Client{Transport: off}}
+		g := &Fetcher{CacheDir: filepath.Join(t.TempDir(), "c"), Mirror: out, MirrorDigest: rep.Digest, HTTPClient: &http.Client{Transport: off}}
 		res, err := g.Fetch(context.Background(), w.rs[arch])
 		if err != nil {
 			t.Fatal(err)
@@ -215,7 +219,7 @@ func TestMirrorHandler(t *testing.T) {
 			t.Errorf("%s differs", rs[i].Artifact.Name)
 		}
 	}
-	if !strings.Contains(logs.String(), "GET "+urlPath(rs[0].URL)+" 200 ") {
+	if !strings.Contains(logs.String(), "GET \""+urlPath(rs[0].URL)+"\" 200 ") {
 		t.Errorf("request log:\n%s", logs.String())
 	}
 	get := func(method, p string) (int, string) {

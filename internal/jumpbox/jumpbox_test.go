@@ -235,13 +235,33 @@ func fakeKubectlMirror(t *testing.T, mirror, ver, arch string, content []byte) {
 	}
 }
 
+// pinMirror writes the manifest of the kubectls in mirror and returns its pin.
+func pinMirror(t *testing.T, mirror string, vers ...string) string {
+	t.Helper()
+	var rs []components.Resolved
+	for _, v := range vers {
+		c := config.Default("m", config.ArchARM64, config.ProviderNspawn)
+		c.Versions.Kubernetes = v
+		r, err := ResolveKubectl(c, config.ArchARM64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
+	}
+	pin, err := components.ManifestFromDir(mirror, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pin
+}
+
 func TestEnsureKubectl(t *testing.T) {
 	mirror := t.TempDir()
 	v1 := []byte("#!/bin/sh\necho fake kubectl v1.37.2\n")
 	v2 := []byte("#!/bin/sh\necho fake kubectl v1.37.3\n")
 	fakeKubectlMirror(t, mirror, "v1.37.2", config.ArchARM64, v1)
 	fakeKubectlMirror(t, mirror, "v1.37.3", config.ArchARM64, v2)
-	f := &components.Fetcher{Mirror: mirror, CacheDir: t.TempDir()}
+	f := &components.Fetcher{Mirror: mirror, MirrorDigest: pinMirror(t, mirror, "v1.37.2", "v1.37.3"), CacheDir: t.TempDir()}
 	c := config.Default("k", config.ArchAMD64, config.ProviderNspawn) // node arch differs from the jumpbox's on purpose
 	d := state.New(t.TempDir(), "k")
 	ctx := context.Background()
@@ -274,7 +294,7 @@ func TestEnsureKubectl(t *testing.T) {
 
 	// Second run: the stamp says it is in place; nothing is fetched, so an
 	// unreachable mirror does not matter.
-	broken := &components.Fetcher{Mirror: filepath.Join(t.TempDir(), "gone"), CacheDir: t.TempDir()}
+	broken := &components.Fetcher{Mirror: filepath.Join(t.TempDir(), "gone"), MirrorDigest: f.MirrorDigest, CacheDir: t.TempDir()}
 	k, err = EnsureKubectl(ctx, c, d, config.ArchARM64, broken)
 	check("second run", k, err, false, false, v1)
 

@@ -87,7 +87,7 @@ func binDir(t *testing.T) string {
 			want = append(want, r)
 		}
 	}
-	f := &components.Fetcher{CacheDir: components.DefaultCacheDir(), Mirror: mirror}
+	f := &components.Fetcher{CacheDir: components.DefaultCacheDir(), Mirror: mirror, MirrorDigest: components.DefaultMirrorDigest()}
 	got, err := f.Fetch(context.Background(), want)
 	if err != nil {
 		t.Fatalf("fetch from mirror %s: %v", mirror, err)

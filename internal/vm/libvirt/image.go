@@ -17,10 +17,10 @@ const EnvNetns = "KHW_LIBVIRT_NETNS"
 
 // CatalogImage returns an Options.ResolveImage that fetches the base image
 // of the artifact catalog (role vm-image: the Ubuntu 24.04 cloud image for
-// c.Arch), verified against its published sha256, cached in the artifact
-// cache and read from mirror when one is set (components.Fetcher). The
+// c.Arch) with a copy of from (its cache, mirror and mirror pin), verified
+// as components.Fetcher verifies every download, progress to progress. The
 // cloud image boots from its own disk (no direct kernel boot).
-func CatalogImage(c *config.Cluster, mirror string, progress io.Writer) func(ctx context.Context) (Image, error) {
+func CatalogImage(c *config.Cluster, from components.Fetcher, progress io.Writer) func(ctx context.Context) (Image, error) {
 	return func(ctx context.Context) (Image, error) {
 		cat, err := components.Load()
 		if err != nil {
@@ -34,7 +34,8 @@ func CatalogImage(c *config.Cluster, mirror string, progress io.Writer) func(ctx
 		if len(imgs) == 0 {
 			return Image{}, fmt.Errorf("the artifact catalog has no %s for %s; set libvirt.image in cluster.yaml", components.RoleVMImage, c.Arch)
 		}
-		f := components.Fetcher{Mirror: mirror, Progress: progress}
+		f := from
+		f.Progress = progress
 		got, err := f.Fetch(ctx, imgs[:1])
 		if err != nil {
 			return Image{}, err

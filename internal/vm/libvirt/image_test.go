@@ -75,7 +75,19 @@ func writeCatalogImageMirror(t *testing.T, mirror string, r components.Resolved,
 	if err := os.WriteFile(sums, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return sums
+	// The manifest a mirror is trusted through, listing sum as the image's
+	// digest, pinned as a user would pin it.
+	var size int64 = 1
+	if st, err := os.Stat(image); err == nil {
+		size = st.Size()
+	}
+	rel := strings.TrimPrefix(filepath.ToSlash(strings.TrimPrefix(mirrorPath(t, mirror, r.URL), mirror)), "/")
+	_, pin, err := components.WriteMirrorManifest(mirror, []components.MirrorEntry{{Path: rel, Name: r.Artifact.Name, Version: r.Version, Arch: r.Arch, URL: r.URL, SHA256: sum, Size: size}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(components.EnvMirrorDigest, pin)
+	return filepath.Join(mirror, components.MirrorManifestFile)
 }
 
 func copyFile(t *testing.T, src, dst string) {
@@ -134,9 +146,9 @@ func dirEntries(t *testing.T, dir string) []string {
 // TestCatalogImageFromMirror runs CatalogImage as bringup wires it for a
 // cluster without libvirt.image (mirror from KHW_MIRROR, artifact cache from
 // KHW_CACHE_DIR) against a directory mirror holding a stand-in image: the
-// published digest gets it into the cache, verified by the mirror's
-// SHA256SUMS; a wrong digest, or a mirror without the image, fails naming
-// the file and caches nothing. The real boot of such an image is the
+// right digest gets it into the cache, verified by the pinned mirror
+// manifest; a wrong digest, or a mirror without the image, fails naming the
+// file and caches nothing. The real boot of such an image is the
 // catalog-image subtest of TestLibvirtIntegration.
 func TestCatalogImageFromMirror(t *testing.T) {
 	c := oneNodeCluster("cat", "192.168.153")
@@ -164,7 +176,7 @@ func TestCatalogImageFromMirror(t *testing.T) {
 		wantErr   []string // substrings of the error; none: success
 	}{
 		{"published digest", true, good, nil},
-		{"wrong digest", true, bad, []string{"sha256 mismatch", r.URL, "expected " + bad, "actual " + good, "SHA256SUMS", "nothing was cached"}},
+		{"wrong digest", true, bad, []string{"sha256 mismatch", r.URL, "expected " + bad, "actual " + good, components.MirrorManifestFile, "nothing was cached"}},
 		{"image missing from the mirror", false, good, []string{"mirror has no file", r.FileName}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -176,7 +188,7 @@ func TestCatalogImageFromMirror(t *testing.T) {
 				image = src
 			}
 			sums := writeCatalogImageMirror(t, mirror, r, image, tc.sum)
-			resolve := CatalogImage(c, components.DefaultMirror(), io.Discard)
+			resolve := CatalogImage(c, components.EnvFetcher(), io.Discard)
 
 			img, err := resolve(t.Context())
 			if tc.wantErr != nil {
@@ -213,7 +225,7 @@ func TestCatalogImageFromMirror(t *testing.T) {
 				t.Errorf("cached image differs from the mirror's: %v", err)
 			}
 			e, ok := cacheIndexEntry(t, cache, r.URL)
-			if !ok || e.SHA256 != good || e.VerifiedBy != "checksum file "+sums || e.Source != mirrorPath(t, mirror, r.URL) {
+			if !ok || e.SHA256 != good || !strings.Contains(e.VerifiedBy, sums) || e.Trust != components.TrustMirror || e.Source != mirrorPath(t, mirror, r.URL) {
 				t.Errorf("cache index entry for %s = %+v, %v; want it verified by %s and fetched from the mirror", r.URL, e, ok, sums)
 			}
 			// A second resolve uses the cache: it works with the mirror's

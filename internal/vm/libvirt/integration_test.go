@@ -651,7 +651,7 @@ func testCatalogImage(t *testing.T, env *lvEnv) {
 	// As bringup.NewProvider builds it for libvirt; Pool, PoolPath,
 	// NetnsPath and ProbeTimeout as in the other subtests (the test pool,
 	// the test libvirtd's namespace). The wrapper only records the fetch.
-	catalog := CatalogImage(c, components.DefaultMirror(), logWriter{t})
+	catalog := CatalogImage(c, components.EnvFetcher(), logWriter{t})
 	var fetched []Image
 	var fetchTook time.Duration
 	p, err := New(c, Options{StateDir: state, AuthorizedKey: authLine, Log: logWriter{t},

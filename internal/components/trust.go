@@ -1,0 +1,230 @@
+package components
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// The trust model (docs/catalog.md "Trust model"):
+//
+//   - Without a mirror, a download is accepted only if its SHA-256 equals the
+//     digest pinned in the catalog or the one in the official checksum file,
+//     fetched over HTTPS from the project's own release location.
+//   - With a mirror, nothing the mirror says is believed until its manifest
+//     (khw-mirror.json) has the SHA-256 the user pinned (--mirror-digest,
+//     $KHW_MIRROR_DIGEST); then each file must have the digest and size the
+//     manifest lists. The mirror's own checksum files are not used.
+//   - The cache keeps a blob only under a digest that one of those sources
+//     (or a registry's content addressing) named, records which, and refuses
+//     to work in a directory that another user could write to.
+
+// EnvMirrorDigest pins the mirror's manifest (see Fetcher.MirrorDigest).
+const EnvMirrorDigest = "KHW_MIRROR_DIGEST"
+
+// DefaultMirrorDigest returns $KHW_MIRROR_DIGEST ("" when unset).
+func DefaultMirrorDigest() string { return os.Getenv(EnvMirrorDigest) }
+
+// Trust values of IndexEntry.Trust: the source that named a cached blob's
+// digest. An entry without one of these (written by an older khw, or by
+// hand) is never used; the artifact is fetched and verified again.
+const (
+	TrustOfficial = "official checksum file" // the project's checksum file over HTTPS
+	TrustCatalog  = "catalog pin"            // checksum.sha256 in catalog.yaml
+	TrustMirror   = "pinned mirror manifest" // khw-mirror.json with the pinned digest
+	TrustRegistry = "registry manifest"      // a registry's content addressing
+)
+
+func trustedEntry(e IndexEntry) bool {
+	switch e.Trust {
+	case TrustOfficial, TrustCatalog, TrustMirror, TrustRegistry:
+		return true
+	}
+	return false
+}
+
+// maxManifestSize bounds khw-mirror.json (a full two-arch mirror's is ~10 KiB).
+const maxManifestSize = 16 << 20
+
+// ParseMirrorDigest checks a mirror pin, "sha256:" and 64 hex digits (the
+// form `khw mirror export` prints), and returns the lower-case hex. Errors
+// name the flag and show the expected form.
+func ParseMirrorDigest(s string) (string, error) {
+	hexPart, ok := strings.CutPrefix(strings.TrimSpace(s), "sha256:")
+	if !ok {
+		return "", fmt.Errorf("--mirror-digest / %s %q: want sha256:<64 hex digits>, as `khw mirror export` prints it", EnvMirrorDigest, shorten(s))
+	}
+	h, err := normalizeHex(hexPart)
+	if err != nil {
+		return "", fmt.Errorf("--mirror-digest / %s: %w (want sha256:<64 hex digits>, as `khw mirror export` prints it)", EnvMirrorDigest, err)
+	}
+	return h, nil
+}
+
+func shorten(s string) string {
+	if len(s) > 80 {
+		return s[:77] + "..."
+	}
+	return s
+}
+
+// ManifestDigest returns the pin of the mirror in dir: "sha256:<hex>" of
+// dir/khw-mirror.json as it is on disk (`sha256sum khw-mirror.json` gives the
+// same hex).
+func ManifestDigest(dir string) (string, error) {
+	sum, _, err := hashFile(filepath.Join(dir, MirrorManifestFile))
+	if err != nil {
+		return "", fmt.Errorf("mirror manifest: %w", err)
+	}
+	return "sha256:" + sum, nil
+}
+
+// pinnedManifest is a mirror's khw-mirror.json whose digest matched the pin.
+type pinnedManifest struct {
+	pin     string                 // hex
+	loc     string                 // where it was read
+	entries map[string]MirrorEntry // by CacheKey: official URL, or "image <ref> linux/<arch>"
+}
+
+func (m *pinnedManifest) verifiedBy() string {
+	return fmt.Sprintf("mirror manifest %s (sha256:%s, pinned)", m.loc, m.pin)
+}
+
+// lookup returns the manifest's entry for r, or an error that says the mirror
+// does not hold it.
+func (m *pinnedManifest) lookup(r Resolved) (MirrorEntry, error) {
+	e, ok := m.entries[CacheKey(r)]
+	if !ok {
+		what := r.URL
+		if what == "" {
+			what = r.Image + " for linux/" + r.Arch
+		}
+		return MirrorEntry{}, permanentError{fmt.Errorf("the pinned mirror manifest %s does not list %s (fix: export the mirror again with this artifact, e.g. `khw mirror export DIR --arch %s`, and pin the new digest it prints)", m.loc, what, r.Arch)}
+	}
+	return e, nil
+}
+
+// loadPinnedManifest reads khw-mirror.json from the mirror, checks its
+// SHA-256 against pin (hex) and indexes its entries. Errors: missing or
+// oversized manifest, a digest other than the pin (the mirror changed, or
+// the pin is for another mirror), a manifest that does not parse.
+func (f *Fetcher) loadPinnedManifest(ctx context.Context, run *fetchRun, pin string) (*pinnedManifest, error) {
+	var loc string
+	isFile := !isURLMirror(f.Mirror)
+	if isFile {
+		loc = filepath.Join(mirrorDir(f.Mirror), MirrorManifestFile)
+	} else {
+		loc = strings.TrimRight(f.Mirror, "/") + "/" + MirrorManifestFile
+	}
+	data, err := f.getBounded(ctx, run, loc, isFile, maxManifestSize, "mirror manifest")
+	if err != nil {
+		return nil, fmt.Errorf("mirror %s: %w (fix: the mirror must be made by `khw mirror export` or hack/build-mirror.sh, which write %s)", f.Mirror, err, MirrorManifestFile)
+	}
+	h := sha256.Sum256(data)
+	if got := hex.EncodeToString(h[:]); got != pin {
+		return nil, fmt.Errorf("mirror %s: its manifest %s has sha256:%s, but the pin (--mirror-digest / %s) is sha256:%s: "+
+			"nothing was fetched from it (fix: if the mirror was exported again, get the new digest from whoever made it; otherwise this is not the mirror you pinned)",
+			f.Mirror, loc, got, EnvMirrorDigest, pin)
+	}
+	var man MirrorManifest
+	if err := json.Unmarshal(data, &man); err != nil || man.Format != mirrorFormat {
+		return nil, fmt.Errorf("mirror manifest %s: not a %s file", loc, mirrorFormat)
+	}
+	m := &pinnedManifest{pin: pin, loc: loc, entries: map[string]MirrorEntry{}}
+	for _, e := range man.Artifacts {
+		if _, err := normalizeHex(e.SHA256); err != nil || e.Size < 0 {
+			return nil, fmt.Errorf("mirror manifest %s: entry %s: bad sha256 or size", loc, e.Path)
+		}
+		switch {
+		case e.URL != "":
+			m.entries[e.URL] = e
+		case e.Image != "":
+			m.entries["image "+e.Image+" linux/"+e.Arch] = e
+		}
+	}
+	return m, nil
+}
+
+// NewMirrorPinError is the refusal of a mirror without a pin: it says why
+// and how to get and give the pin.
+func NewMirrorPinError(mirror string) error {
+	shown := mirror
+	if u, err := url.Parse(mirror); err == nil && u.User != nil {
+		shown = u.Redacted()
+	}
+	how := "run `sha256sum " + filepath.Join(mirrorDir(mirror), MirrorManifestFile) + "` where the mirror was made"
+	if isURLMirror(mirror) {
+		how = "ask whoever serves it: `khw mirror export` and `khw mirror serve` print it"
+	}
+	return fmt.Errorf("mirror %s is not pinned: khw trusts a mirror only through the SHA-256 of its manifest %s, which you pin "+
+		"(fix: add --mirror-digest sha256:<hex> or set %s; to get the digest, %s)", shown, MirrorManifestFile, EnvMirrorDigest, how)
+}
+
+// checkPrivate refuses a cache path that a user other than this process's
+// could change: p must be owned by the effective uid and not writable by
+// group or others; every ancestor must be owned by the effective uid or
+// root and be either not writable by group and others or sticky (like /tmp,
+// where others cannot rename what they do not own). Symlinks are resolved
+// first. This is OpenSSH's StrictModes rule applied to the directory whose
+// files khw installs as root on every node and runs on the jumpbox.
+func checkPrivate(p string) error {
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return fmt.Errorf("artifact cache %s: %w", p, err)
+	}
+	uid := uint32(os.Geteuid())
+	for d, first := real, true; ; d, first = filepath.Dir(d), false {
+		st, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("artifact cache %s: %w", p, err)
+		}
+		sys, ok := st.Sys().(*syscall.Stat_t)
+		if !ok {
+			return nil
+		}
+		mode := st.Mode()
+		writable := mode.Perm()&0o022 != 0
+		switch {
+		case first && (sys.Uid != uid || writable):
+			return fmt.Errorf("artifact cache %s (owner uid %d, mode %s) can be changed by another user, and what it holds is installed as root on every node: khw refuses to use it "+
+				"(fix: `chown %d %s && chmod go-w %s`, or choose a cache only you can write with --cache-dir / %s)", real, sys.Uid, mode.Perm(), uid, real, real, EnvCacheDir)
+		case !first && ((sys.Uid != uid && sys.Uid != 0) || (writable && mode&fs.ModeSticky == 0)):
+			return fmt.Errorf("artifact cache %s: its parent directory %s (owner uid %d, mode %s) lets another user replace the cache: khw refuses to use it "+
+				"(fix: `chmod go-w %s`, or choose a cache under a directory only you and root can write, with --cache-dir / %s)", real, d, sys.Uid, mode.Perm(), d, EnvCacheDir)
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
+}
+
+// checkPrivateFile refuses a cache file (the index, a blob) that is a
+// symlink, not owned by the effective uid, or writable by group or others.
+func checkPrivateFile(p string) error {
+	st, err := os.Lstat(p)
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("artifact cache: %s is not a regular file (fix: remove it; khw fetches it again)", p)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && (sys.Uid != uint32(os.Geteuid()) || st.Mode().Perm()&0o022 != 0) {
+		return fmt.Errorf("artifact cache: %s (owner uid %d, mode %s) could have been written by another user (fix: remove it; khw fetches it again)", p, sys.Uid, st.Mode().Perm())
+	}
+	return nil
+}
+
+// EnvFetcher is a Fetcher configured from the environment: the mirror in
+// $KHW_MIRROR with its pin in $KHW_MIRROR_DIGEST, the cache in
+// $KHW_CACHE_DIR (or the XDG default).
+func EnvFetcher() Fetcher {
+	return Fetcher{Mirror: DefaultMirror(), MirrorDigest: DefaultMirrorDigest(), CacheDir: DefaultCacheDir()}
+}
