@@ -160,6 +160,21 @@ func TestNameLengths(t *testing.T) {
 	c = mutate(func(c *Cluster) { c.Kubernetes.ClusterDomain = strings.Repeat("d", 64) + ".local" })
 	_, err = c.Validate()
 	fieldErr(t, err, "kubernetes.clusterDomain")
+
+	// libvirt paths within PATH_MAX, the kernel command line within
+	// COMMAND_LINE_SIZE.
+	libvirt := func(l Libvirt) error {
+		_, err := mutate(func(c *Cluster) { c.Provider = ProviderLibvirt; c.Libvirt = &l }).Validate()
+		return err
+	}
+	path := func(n int) string { return "/" + strings.Repeat("p", n-1) }
+	if err := libvirt(Libvirt{Image: path(4095), Kernel: path(4095), Cmdline: strings.Repeat("c", 2047)}); err != nil {
+		t.Errorf("paths of 4095 bytes, a command line of 2047: %v", err)
+	}
+	err = libvirt(Libvirt{Image: path(4096), Kernel: path(4096), Initrd: path(4096), Cmdline: strings.Repeat("c", 2048)})
+	for _, f := range []string{"libvirt.image", "libvirt.kernel", "libvirt.initrd", "libvirt.cmdline"} {
+		fieldErr(t, err, f)
+	}
 }
 
 // A bad value is repeated in the message only up to MaxEcho characters.

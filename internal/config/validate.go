@@ -159,6 +159,17 @@ const MaxMachineNameLen = 64
 // DNS1123SubdomainMaxLength), each label at most 63.
 const maxDNSName = 253
 
+// maxPath is Linux's PATH_MAX, 4096 bytes with the final NUL
+// (include/uapi/linux/limits.h): the longest libvirt.image, kernel or initrd
+// path is one byte shorter.
+const maxPath = 4096
+
+// maxCmdline is the kernel's COMMAND_LINE_SIZE on x86 and arm64, 2048 bytes
+// with the final NUL (arch/x86/include/asm/setup.h,
+// arch/arm64/include/uapi/asm/setup.h): the longest libvirt.cmdline is one
+// byte shorter.
+const maxCmdline = 2048
+
 // ValidName reports whether name is a valid cluster name (see Cluster.Name
 // and MaxClusterNameLen).
 func ValidName(name string) error {
@@ -445,9 +456,16 @@ func (c *Cluster) validateLibvirt(v *validator) {
 	for _, f := range []struct{ field, val string }{
 		{"libvirt.image", l.Image}, {"libvirt.kernel", l.Kernel}, {"libvirt.initrd", l.Initrd},
 	} {
-		if f.val != "" && !strings.HasPrefix(f.val, "/") {
+		switch {
+		case f.val != "" && !strings.HasPrefix(f.val, "/"):
 			v.add(f.field, f.val, "is not an absolute path", "write the full path of the file, e.g. /var/lib/khw/"+strings.TrimPrefix(f.field, "libvirt."))
+		case len(f.val) >= maxPath:
+			v.add(f.field, f.val, fmt.Sprintf("is %d bytes long, no path is that long (PATH_MAX %d)", len(f.val), maxPath), "write the full path of the file")
 		}
+	}
+	if len(l.Cmdline) >= maxCmdline {
+		v.add("libvirt.cmdline", l.Cmdline, fmt.Sprintf("is %d bytes long, over the kernel's command line limit (COMMAND_LINE_SIZE %d)", len(l.Cmdline), maxCmdline),
+			"keep only the parameters the image needs, e.g. root=/dev/vda1 console=ttyS0")
 	}
 	if l.Kernel != "" && l.Image == "" {
 		v.add("libvirt.kernel", l.Kernel, "is set without libvirt.image", "set libvirt.image to the disk image whose root file system that kernel boots, or remove kernel")
