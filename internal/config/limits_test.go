@@ -203,11 +203,11 @@ func TestBadValuesAreClipped(t *testing.T) {
 	// The node's other fields are named by index only.
 	fieldErr(t, err, "nodes[4].name")
 
-	if got := Quote("short"); got != `"short"` {
-		t.Errorf("Quote(short) = %s", got)
+	if got := quote("short"); got != `"short"` {
+		t.Errorf("quote(short) = %s", got)
 	}
-	if got := Quote(strings.Repeat("é", 101)); got != `"`+strings.Repeat("é", 100)+`…" (101 characters)` {
-		t.Errorf("Quote counts bytes, not characters: %s", got)
+	if got := quote(strings.Repeat("é", 101)); got != `"`+strings.Repeat("é", 100)+`…" (101 characters)` {
+		t.Errorf("quote counts bytes, not characters: %s", got)
 	}
 
 	// Parser messages: an unknown key, a duplicate key.

@@ -17,7 +17,7 @@ type FieldError struct {
 	// Field is the YAML path, e.g. "nodes[4].podCIDR" or "kubernetes.serviceCIDR".
 	Field string
 	// Value is the offending value as written (may be empty). Error shows
-	// at most MaxEcho characters of it (see Quote).
+	// at most MaxEcho characters of it (see quote).
 	Value string
 	// Problem says what is wrong.
 	Problem string
@@ -30,7 +30,7 @@ func (e *FieldError) Error() string {
 	b.WriteString(e.Field)
 	b.WriteString(": ")
 	if e.Value != "" {
-		b.WriteString(Quote(e.Value))
+		b.WriteString(quote(e.Value))
 		b.WriteString(": ")
 	}
 	b.WriteString(e.Problem)
@@ -47,10 +47,10 @@ func (e *FieldError) Error() string {
 // the message, and cluster.yaml may hold up to MaxFileSize bytes of it.
 const MaxEcho = 100
 
-// Quote returns s Go-quoted (%q: control characters and invalid UTF-8
+// quote returns s Go-quoted (%q: control characters and invalid UTF-8
 // escaped), cut to its first MaxEcho characters with an ellipsis and the
 // full length when longer: "aaaa…" (5000 characters).
-func Quote(s string) string {
+func quote(s string) string {
 	n := 0
 	for i := range s {
 		if n == MaxEcho {
@@ -174,7 +174,7 @@ const maxCmdline = 2048
 // and MaxClusterNameLen).
 func ValidName(name string) error {
 	if !clusterNameRE.MatchString(name) || len(name) > MaxClusterNameLen {
-		return fmt.Errorf("%s is not a valid cluster name: use 1-%d lowercase letters, digits and '-', starting with a letter", Quote(name), MaxClusterNameLen)
+		return fmt.Errorf("%s is not a valid cluster name: use 1-%d lowercase letters, digits and '-', starting with a letter", quote(name), MaxClusterNameLen)
 	}
 	return nil
 }
