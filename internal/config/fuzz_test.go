@@ -18,6 +18,11 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("kubernetes: {serviceCIDR: 10.32.0.0/31, clusterDNS: '::1'}\n"))
 	f.Add([]byte("pki: {certValidity: -5h, renewBefore: 1000000h}\n"))
 	f.Add([]byte("network: {cidr: 0.0.0.0/0}\n"))
+	// Once panics: a document with a tag but no "!!" (the error text was cut
+	// at the "!!"), and a reserved node name without a role (the fix took
+	// the role's first letter).
+	f.Add([]byte("\n\n!00"))
+	f.Add([]byte("nodes:\n  - {name: admin, ip: 192.168.122.21}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, _, err := Parse(data, "fuzz.yaml")
 		if err != nil {

@@ -17,14 +17,34 @@ import (
 // FileName is the name of the desired-state file inside a cluster's state dir.
 const FileName = "cluster.yaml"
 
+// MaxFileSize is the largest cluster.yaml khw reads: 1 MiB. khw init writes
+// about 3 KiB for the default cluster; the limit keeps a wrong path (a disk
+// image, a log) or a hostile file from being read into memory and parsed.
+const MaxFileSize = 1 << 20
+
+// tooLarge is the error for a file of size bytes (or more) over MaxFileSize.
+func tooLarge(source string, size int64, atLeast bool) error {
+	more := ""
+	if atLeast {
+		more = "at least "
+	}
+	return fmt.Errorf("%s is %s%d bytes (%.1f MiB), over the %d-byte (1 MiB) limit of a cluster.yaml; nothing was read (fix: point khw at the cluster's own cluster.yaml, which `khw init` writes in a few KiB)",
+		source, more, size, float64(size)/(1<<20), MaxFileSize)
+}
+
 // Parse decodes one cluster.yaml document strictly (unknown fields and extra
 // documents are errors), fills unset fields with defaults and validates it.
 // source names the file in error messages. The returned error is a
 // *ValidationError for semantic problems, or a plain error naming the line for
-// YAML syntax and schema problems.
+// YAML syntax and schema problems. data longer than MaxFileSize is refused
+// before parsing. Error messages repeat at most MaxEcho characters of a bad
+// value or key.
 func Parse(data []byte, source string) (*Cluster, []Warning, error) {
 	if source == "" {
 		source = FileName
+	}
+	if len(data) > MaxFileSize {
+		return nil, nil, tooLarge(source, int64(len(data)), false)
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, nil, fmt.Errorf("%s is empty (fix: run `khw init` to write a complete one)", source)
@@ -56,20 +76,36 @@ func Parse(data []byte, source string) (*Cluster, []Warning, error) {
 	return &c, warns, nil
 }
 
-// Load reads and parses path; see Parse.
+// Load reads and parses path; see Parse. A file larger than MaxFileSize is
+// refused by its size before any of it is read; one that is not a regular
+// file (a FIFO, a device) is read up to MaxFileSize+1 bytes only.
 func Load(path string) (*Cluster, []Warning, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, nil, fmt.Errorf("%s does not exist (fix: run `khw init` first, or point --state-dir/--cluster at an existing cluster)", path)
 		}
 		return nil, nil, err
 	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return nil, nil, err
+	} else if st.Mode().IsRegular() && st.Size() > MaxFileSize {
+		return nil, nil, tooLarge(path, st.Size(), false)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, nil, tooLarge(path, int64(len(data)), true)
+	}
 	return Parse(data, path)
 }
 
 var (
-	unknownFieldRE  = regexp.MustCompile(`line (\d+): field (\S+) not found in type config\.(\w+)`)
+	unknownFieldRE  = regexp.MustCompile(`(?s)line (\d+): field (.+) not found in type config\.(\w+)$`)
+	notMapping      = regexp.MustCompile(`(?s)cannot unmarshal (.*) into config\.Cluster$`)
 	cannotUnmarshal = regexp.MustCompile(`line (\d+): cannot unmarshal !!(\w+) ` + "`" + `([^` + "`" + `]*)` + "`" + ` into (\S+)`)
 )
 
@@ -83,7 +119,7 @@ var typeSection = map[string]string{
 func explainYAML(source string, err error) error {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
-		return fmt.Errorf("%s: %v (fix: check the YAML syntax at that line; indentation uses spaces)", source, strings.TrimPrefix(err.Error(), "yaml: "))
+		return fmt.Errorf("%s: %s (fix: check the YAML syntax at that line; indentation uses spaces)", source, clip(strings.TrimPrefix(err.Error(), "yaml: ")))
 	}
 	var lines []string
 	for _, msg := range te.Errors {
@@ -94,17 +130,32 @@ func explainYAML(source string, err error) error {
 			if where == "" {
 				where = m[3]
 			}
-			lines = append(lines, fmt.Sprintf("line %s: unknown field %q in %s (fix: remove it or correct its spelling; `khw init` writes every known field)", m[1], m[2], where))
-		case strings.Contains(msg, "into config.Cluster"):
-			lines = append(lines, "the document must be a mapping of fields (apiVersion, kind, name, nodes …), not "+strings.TrimSpace(msg[strings.Index(msg, "!!"):strings.Index(msg, " into")])+" (fix: start from `khw init`)")
+			lines = append(lines, fmt.Sprintf("line %s: unknown field %s in %s (fix: remove it or correct its spelling; `khw init` writes every known field)", m[1], quote(m[2]), where))
+		case notMapping.MatchString(msg):
+			lines = append(lines, "the document must be a mapping of fields (apiVersion, kind, name, nodes …), not "+clip(notMapping.FindStringSubmatch(msg)[1])+" (fix: start from `khw init`)")
 		case cannotUnmarshal.MatchString(msg):
 			m := cannotUnmarshal.FindStringSubmatch(msg)
 			lines = append(lines, fmt.Sprintf("line %s: %q is a YAML %s but this field needs %s (fix: write a value of that type, e.g. durations as 720h, counts as plain integers)", m[1], m[3], m[2], goTypeWord(m[4])))
 		default:
-			lines = append(lines, msg)
+			// yaml.v3 repeats keys and anchors in some messages
+			// ("mapping key ... already defined").
+			lines = append(lines, clip(msg))
 		}
 	}
 	return fmt.Errorf("%s does not match the cluster.yaml schema:\n  - %s", source, strings.Join(lines, "\n  - "))
+}
+
+// clip shortens a message from the YAML parser, which may repeat a key or an
+// anchor of any length, to 2*MaxEcho characters with an ellipsis.
+func clip(msg string) string {
+	n := 0
+	for i := range msg {
+		if n == 2*MaxEcho {
+			return msg[:i] + "… (cut)"
+		}
+		n++
+	}
+	return msg
 }
 
 func goTypeWord(t string) string {

@@ -9,13 +9,15 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // FieldError is one problem with one field of cluster.yaml.
 type FieldError struct {
 	// Field is the YAML path, e.g. "nodes[4].podCIDR" or "kubernetes.serviceCIDR".
 	Field string
-	// Value is the offending value as written (may be empty).
+	// Value is the offending value as written (may be empty). Error shows
+	// at most MaxEcho characters of it (see quote).
 	Value string
 	// Problem says what is wrong.
 	Problem string
@@ -28,7 +30,8 @@ func (e *FieldError) Error() string {
 	b.WriteString(e.Field)
 	b.WriteString(": ")
 	if e.Value != "" {
-		fmt.Fprintf(&b, "%q: ", e.Value)
+		b.WriteString(quote(e.Value))
+		b.WriteString(": ")
 	}
 	b.WriteString(e.Problem)
 	if e.Fix != "" {
@@ -37,6 +40,25 @@ func (e *FieldError) Error() string {
 		b.WriteString(")")
 	}
 	return b.String()
+}
+
+// MaxEcho is how many characters of a bad value an error message repeats: a
+// value pasted by mistake (a certificate, a whole file) would otherwise bury
+// the message, and cluster.yaml may hold up to MaxFileSize bytes of it.
+const MaxEcho = 100
+
+// quote returns s Go-quoted (%q: control characters and invalid UTF-8
+// escaped), cut to its first MaxEcho characters with an ellipsis and the
+// full length when longer: "aaaa…" (5000 characters).
+func quote(s string) string {
+	n := 0
+	for i := range s {
+		if n == MaxEcho {
+			return fmt.Sprintf("%q (%d characters)", s[:i]+"…", utf8.RuneCountInString(s))
+		}
+		n++
+	}
+	return fmt.Sprintf("%q", s)
 }
 
 // ValidationError collects every FieldError found in one document, so a user
@@ -79,22 +101,15 @@ var (
 	dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 	// A DNS-1123 subdomain, dot-separated labels.
 	dnsSubdomainRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-	// Cluster names: a short DNS label starting with a letter, because it
-	// becomes part of VM, network-namespace and interface names.
-	clusterNameRE = regexp.MustCompile(`^[a-z]([-a-z0-9]{0,18}[a-z0-9])?$`)
+	// Cluster names: a DNS label starting with a letter, at most
+	// MaxClusterNameLen characters (checked separately).
+	clusterNameRE = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
 	// vMAJOR.MINOR.PATCH with an optional pre-release (v1.37.0-rc.1).
 	semverRE = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$`)
 	// Image tags of the pause image: 3.10 or 3.10.1, no leading v.
 	countryRE  = regexp.MustCompile(`^[A-Z]{2}$`)
 	pauseTagRE = regexp.MustCompile(`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*))?$`)
 )
-
-// reservedNodeNames are file names of the PKI and kubeconfigs that a node's
-// files would collide with (pki/<node>.pem, kubeconfigs/<node>.kubeconfig).
-var reservedNodeNames = map[string]bool{
-	"ca": true, "admin": true, "admin-cp": true, "kubernetes": true, "service-account": true,
-	"kube-proxy": true, "kube-controller-manager": true, "kube-scheduler": true,
-}
 
 // reservedPorts are the ports the apiserver must not share on a control plane.
 var reservedPorts = map[int]string{
@@ -107,12 +122,103 @@ var reservedPorts = map[int]string{
 // (KubeletConfiguration v1beta1).
 const MinKubernetesMinor = 31
 
-// ValidName reports whether name is a valid cluster name (see Cluster.Name).
+// MaxClusterNameLen is the longest cluster name, in characters (the name is
+// ASCII: a DNS label starting with a letter). The cluster name is part of
+// these names, each within its limit up to this length:
+//   - the nspawn machine name <cluster>-<node> (systemd-nspawn -M), which
+//     systemd accepts when machine_name_is_valid, i.e. hostname_is_valid: at
+//     most HOST_NAME_MAX = 64 characters (systemd src/basic/hostname-util.c).
+//     20 leaves a node name 43; Validate checks the sum for provider nspawn
+//     (MaxMachineNameLen);
+//   - the network namespace /run/netns/khw-<cluster> and its owner file
+//     khw-<cluster>.owner, the state directory <state>/<cluster>, and the
+//     libvirt network khw-<cluster>, domains khw-<cluster>-<node> and volumes
+//     khw-<cluster>-<node>-seed.iso, which libvirt keeps as files
+//     (/etc/libvirt/qemu/<domain>.xml): file names, at most NAME_MAX = 255
+//     bytes (include/uapi/linux/limits.h);
+//   - interface names, at most IFNAMSIZ-1 = 15 bytes
+//     (include/uapi/linux/if.h): none holds the cluster name as is. The
+//     libvirt bridge is khwbr-<8 hex digits of the name's sha256> (14
+//     bytes), the nspawn bridge is khw0 inside the cluster's namespace, and
+//     systemd-nspawn shortens vb-<machine> to a hash when it is longer.
+const MaxClusterNameLen = 20
+
+// MaxNodeNameLen is the longest node name: a node name is the host name and
+// the Kubernetes Node name, a DNS-1123 label of at most 63 characters (RFC
+// 1123 2.1; k8s.io/apimachinery/pkg/util/validation DNS1123LabelMaxLength),
+// also within HOST_NAME_MAX = 64 of sethostname(2).
+const MaxNodeNameLen = 63
+
+// MaxMachineNameLen is the longest nspawn machine name <cluster>-<node>:
+// HOST_NAME_MAX = 64, which systemd-nspawn -M checks (machine_name_is_valid).
+const MaxMachineNameLen = 64
+
+// maxDNSName is the longest DNS name (network.domain, kubernetes.clusterDomain
+// and a node's FQDN <node>.<network.domain>): 253 characters (RFC 1035 2.3.4
+// without the final dot; k8s.io/apimachinery/pkg/util/validation
+// DNS1123SubdomainMaxLength), each label at most 63.
+const maxDNSName = 253
+
+// maxPath is Linux's PATH_MAX, 4096 bytes with the final NUL
+// (include/uapi/linux/limits.h): the longest libvirt.image, kernel or initrd
+// path is one byte shorter.
+const maxPath = 4096
+
+// maxCmdline is the kernel's COMMAND_LINE_SIZE on x86 and arm64, 2048 bytes
+// with the final NUL (arch/x86/include/asm/setup.h,
+// arch/arm64/include/uapi/asm/setup.h): the longest libvirt.cmdline is one
+// byte shorter.
+const maxCmdline = 2048
+
+// ValidName reports whether name is a valid cluster name (see Cluster.Name
+// and MaxClusterNameLen).
 func ValidName(name string) error {
-	if !clusterNameRE.MatchString(name) {
-		return fmt.Errorf("%q is not a valid cluster name: use 1-20 lowercase letters, digits and '-', starting with a letter", name)
+	if !clusterNameRE.MatchString(name) || len(name) > MaxClusterNameLen {
+		return fmt.Errorf("%s is not a valid cluster name: use 1-%d lowercase letters, digits and '-', starting with a letter", quote(name), MaxClusterNameLen)
 	}
 	return nil
+}
+
+// validDNSName reports whether s is a DNS-1123 subdomain: lowercase labels of
+// at most 63 characters separated by dots, at most maxDNSName in all.
+func validDNSName(s string) bool {
+	if len(s) > maxDNSName || !dnsSubdomainRE.MatchString(s) {
+		return false
+	}
+	for l := range strings.SplitSeq(s, ".") {
+		if len(l) > MaxNodeNameLen {
+			return false
+		}
+	}
+	return true
+}
+
+// nodeRef names nodes[i] in a field path: "nodes[4] (w1)", or "nodes[4]"
+// when the name is empty, longer than MaxNodeNameLen or would need quoting
+// (the name's own error shows it, clipped).
+func (c *Cluster) nodeRef(i int) string {
+	name := c.Nodes[i].Name
+	if name == "" || len(name) > MaxNodeNameLen || strconv.Quote(name) != `"`+name+`"` {
+		return fmt.Sprintf("nodes[%d]", i)
+	}
+	return fmt.Sprintf("nodes[%d] (%s)", i, name)
+}
+
+// exampleNodeName is a free name for a node of role in c, for a Fix: lb, cpN
+// or wN with the smallest N no node has.
+func (c *Cluster) exampleNodeName(role string) string {
+	prefix := map[string]string{RoleLoadBalancer: "lb", RoleControlPlane: "cp"}[role]
+	if prefix == "" {
+		prefix = "w"
+	}
+	if _, taken := c.Node(prefix); role == RoleLoadBalancer && !taken {
+		return prefix
+	}
+	for i := 1; ; i++ {
+		if _, taken := c.Node(prefix + strconv.Itoa(i)); !taken {
+			return prefix + strconv.Itoa(i)
+		}
+	}
 }
 
 // fmtDur prints a duration the way cluster.yaml writes it (8760h, 2s).
@@ -223,7 +329,7 @@ func (c *Cluster) validate(v *validator) {
 	}
 	if ValidName(c.Name) != nil {
 		v.add("name", c.Name, "is not a valid cluster name",
-			"use 1-20 lowercase letters, digits and '-', starting with a letter (it becomes part of VM and network names)")
+			fmt.Sprintf("use 1-%d lowercase letters, digits and '-', starting with a letter (it becomes part of VM and network names)", MaxClusterNameLen))
 	}
 	v.oneOf("arch", c.Arch, ArchARM64, ArchAMD64)
 	v.oneOf("provider", c.Provider, ProviderLibvirt, ProviderNspawn)
@@ -240,8 +346,9 @@ func (c *Cluster) validate(v *validator) {
 			"use the jumpbox's address inside "+c.Network.CIDR+", usually the first one ("+nodeNet.Addr().Next().String()+")")
 		gwOK = false
 	}
-	if c.Network.Domain != "" && !dnsSubdomainRE.MatchString(c.Network.Domain) {
-		v.add("network.domain", c.Network.Domain, "is not a DNS domain", "use lowercase labels separated by dots, e.g. kubernetes.local")
+	if c.Network.Domain != "" && !validDNSName(c.Network.Domain) {
+		v.add("network.domain", c.Network.Domain, "is not a DNS domain",
+			"use lowercase labels of at most 63 characters separated by dots, at most 253 in all, e.g. kubernetes.local")
 	}
 
 	k := c.Kubernetes
@@ -290,8 +397,9 @@ func (c *Cluster) validate(v *validator) {
 				"use another address, e.g. "+nthAddr(svc, 10).String())
 		}
 	}
-	if !dnsSubdomainRE.MatchString(k.ClusterDomain) {
-		v.add("kubernetes.clusterDomain", k.ClusterDomain, "is not a DNS domain", "use e.g. cluster.local")
+	if !validDNSName(k.ClusterDomain) {
+		v.add("kubernetes.clusterDomain", k.ClusterDomain, "is not a DNS domain",
+			"use lowercase labels of at most 63 characters separated by dots, at most 253 in all, e.g. cluster.local")
 	}
 	if k.ClusterName == "" || strings.ContainsAny(k.ClusterName, " \t\n/") {
 		v.add("kubernetes.clusterName", k.ClusterName, "must be non-empty without spaces or '/'", "use e.g. kubernetes-the-hard-way")
@@ -336,7 +444,7 @@ func (c *Cluster) validateLibvirt(v *validator) {
 	if l == nil {
 		return
 	}
-	if c.Provider != ProviderLibvirt {
+	if c.Provider == ProviderNspawn {
 		v.warn("libvirt", "is ignored: provider is "+c.Provider)
 	}
 	if l.URI != "" && !strings.HasPrefix(l.URI, "qemu:///") && !strings.HasPrefix(l.URI, "qemu+") {
@@ -348,9 +456,16 @@ func (c *Cluster) validateLibvirt(v *validator) {
 	for _, f := range []struct{ field, val string }{
 		{"libvirt.image", l.Image}, {"libvirt.kernel", l.Kernel}, {"libvirt.initrd", l.Initrd},
 	} {
-		if f.val != "" && !strings.HasPrefix(f.val, "/") {
+		switch {
+		case f.val != "" && !strings.HasPrefix(f.val, "/"):
 			v.add(f.field, f.val, "is not an absolute path", "write the full path of the file, e.g. /var/lib/khw/"+strings.TrimPrefix(f.field, "libvirt."))
+		case len(f.val) >= maxPath:
+			v.add(f.field, f.val, fmt.Sprintf("is %d bytes long, no path is that long (PATH_MAX %d)", len(f.val), maxPath), "write the full path of the file")
 		}
+	}
+	if len(l.Cmdline) >= maxCmdline {
+		v.add("libvirt.cmdline", l.Cmdline, fmt.Sprintf("is %d bytes long, over the kernel's command line limit (COMMAND_LINE_SIZE %d)", len(l.Cmdline), maxCmdline),
+			"keep only the parameters the image needs, e.g. root=/dev/vda1 console=ttyS0")
 	}
 	if l.Kernel != "" && l.Image == "" {
 		v.add("libvirt.kernel", l.Kernel, "is set without libvirt.image", "set libvirt.image to the disk image whose root file system that kernel boots, or remove kernel")
@@ -496,23 +611,27 @@ func (c *Cluster) validateNodes(v *validator, nodeNet netip.Prefix, nodeNetOK bo
 	var podNets []podNet
 	counts := map[string]int{}
 	for i, n := range c.Nodes {
-		f := func(s string) string {
-			if n.Name != "" {
-				return fmt.Sprintf("nodes[%d] (%s).%s", i, n.Name, s)
-			}
-			return fmt.Sprintf("nodes[%d].%s", i, s)
-		}
-		if !dnsLabelRE.MatchString(n.Name) || len(n.Name) > 63 {
-			v.add(f("name"), n.Name, "is not a valid host name", "use a DNS label: lowercase letters, digits and '-', e.g. w4")
-		} else if reservedNodeNames[n.Name] || strings.HasSuffix(n.Name, "-bootstrap") {
-			v.add(f("name"), n.Name, "collides with the name of a cluster certificate or kubeconfig (pki/"+n.Name+".pem, kubeconfigs/"+n.Name+".kubeconfig)",
-				"pick another name, e.g. "+n.Role[:1]+"1")
+		f := func(s string) string { return c.nodeRef(i) + "." + s }
+		if !dnsLabelRE.MatchString(n.Name) || len(n.Name) > MaxNodeNameLen {
+			v.add(f("name"), n.Name, "is not a valid host name",
+				fmt.Sprintf("use a DNS label: 1-%d lowercase letters, digits and '-', e.g. %s", MaxNodeNameLen, c.exampleNodeName(n.Role)))
+		} else if why := ReservedNodeName(n.Name); why != "" {
+			v.add(f("name"), n.Name, "collides with a file khw writes for the cluster (a node's cert, key and kubeconfig are named after the node): "+why,
+				"rename the node, e.g. to "+c.exampleNodeName(n.Role)+"; taken are "+strings.Join(reservedBases, ", ")+" and names ending in -key, -csr or -bootstrap")
+		} else if c.Provider == ProviderNspawn && ValidName(c.Name) == nil && len(c.Name)+1+len(n.Name) > MaxMachineNameLen {
+			v.add(f("name"), n.Name, fmt.Sprintf("makes the nspawn machine name %s-%s %d characters long, over the %d systemd-nspawn allows (HOST_NAME_MAX)",
+				c.Name, n.Name, len(c.Name)+1+len(n.Name), MaxMachineNameLen),
+				fmt.Sprintf("shorten the node name to at most %d characters (or the cluster name)", MaxMachineNameLen-1-len(c.Name)))
+		} else if validDNSName(c.Network.Domain) && len(n.Name)+1+len(c.Network.Domain) > maxDNSName {
+			v.add(f("name"), n.Name, fmt.Sprintf("makes the FQDN %s.%s longer than %d characters (a DNS name, and a SAN of the node's certs)", n.Name, c.Network.Domain, maxDNSName),
+				"shorten the node name or network.domain")
 		} else if j, dup := names[n.Name]; dup {
 			v.add(f("name"), n.Name, fmt.Sprintf("duplicates nodes[%d]", j), "give every node its own name")
 		} else {
 			names[n.Name] = i
 		}
-		if v.oneOf(f("role"), n.Role, RoleLoadBalancer, RoleControlPlane, RoleWorker) {
+		roleOK := v.oneOf(f("role"), n.Role, RoleLoadBalancer, RoleControlPlane, RoleWorker)
+		if roleOK {
 			counts[n.Role]++
 		}
 		if a, ok := v.addr(f("ip"), n.IP); ok {
@@ -524,7 +643,7 @@ func (c *Cluster) validateNodes(v *validator, nodeNet netip.Prefix, nodeNetOK bo
 				v.add(f("ip"), n.IP, "is network.gateway, the jumpbox's own address", "give the node another address")
 			default:
 				if j, dup := ips[a]; dup {
-					v.add(f("ip"), n.IP, fmt.Sprintf("duplicates nodes[%d] (%s)", j, c.Nodes[j].Name), "give every node its own IP")
+					v.add(f("ip"), n.IP, "duplicates "+c.nodeRef(j), "give every node its own IP")
 				} else {
 					ips[a] = i
 				}
@@ -532,8 +651,12 @@ func (c *Cluster) validateNodes(v *validator, nodeNet netip.Prefix, nodeNetOK bo
 		}
 		if n.Role == RoleWorker {
 			if n.PodCIDR == "" {
+				inside := "kubernetes.clusterCIDR"
+				if podsOK {
+					inside += " " + pods.String()
+				}
 				v.add(f("podCIDR"), "", "is missing: every worker needs its own pod subnet",
-					"add podCIDR: a free /24 inside kubernetes.clusterCIDR "+c.Kubernetes.ClusterCIDR)
+					"add podCIDR: a free /24 inside "+inside)
 			} else if p, ok := v.prefix(f("podCIDR"), n.PodCIDR); ok {
 				switch {
 				case podsOK && !(pods.Contains(p.Addr()) && p.Bits() >= pods.Bits()):
@@ -544,7 +667,7 @@ func (c *Cluster) validateNodes(v *validator, nodeNet netip.Prefix, nodeNetOK bo
 				default:
 					for _, o := range podNets {
 						if o.p.Overlaps(p) {
-							v.add(f("podCIDR"), n.PodCIDR, fmt.Sprintf("overlaps the podCIDR %s of nodes[%d] (%s)", o.p, o.idx, c.Nodes[o.idx].Name),
+							v.add(f("podCIDR"), n.PodCIDR, fmt.Sprintf("overlaps the podCIDR %s of %s", o.p, c.nodeRef(o.idx)),
 								"give every worker its own, non-overlapping podCIDR")
 							break
 						}
@@ -552,7 +675,8 @@ func (c *Cluster) validateNodes(v *validator, nodeNet netip.Prefix, nodeNetOK bo
 					podNets = append(podNets, podNet{i, p})
 				}
 			}
-		} else {
+		} else if roleOK {
+			// Only a known role: the role error already covers the rest.
 			if n.PodCIDR != "" {
 				v.add(f("podCIDR"), n.PodCIDR, "is set on a "+n.Role+" node, which runs no pods", "remove it (only workers have a podCIDR)")
 			}

@@ -22,7 +22,7 @@ import (
 
 // CAFile is the cluster CA cert inside the PKI directory, embedded as
 // certificate-authority-data in every kubeconfig.
-const CAFile = "ca.pem"
+const CAFile = config.CertCA + ".pem"
 
 // Bootstrap token format: "<id>.<secret>", id [a-z0-9]{6}, secret
 // [a-z0-9]{16} (k8s.io/cluster-bootstrap token/api BootstrapTokenIDPattern and

@@ -60,28 +60,30 @@ const (
 	SchedulerPath = "/var/lib/kubernetes/kube-scheduler.kubeconfig"
 )
 
-// File names in the state directory that do not depend on a node name.
+// File names in the state directory that do not depend on a node name. The
+// names come from config's constants, which refuses node names that would
+// make a node's file one of these (config.ReservedNodeName).
 const (
 	// AdminFile: user admin via the load balancer, for kubectl on the jumpbox.
-	AdminFile = "admin.kubeconfig"
+	AdminFile = config.CertAdmin + nodeFileSuffix
 	// AdminCPFile: user admin via https://127.0.0.1:<port>, copied to every
 	// control plane as AdminCPPath (kubectl there works even when the load
 	// balancer is down). Same cert as AdminFile, different server.
-	AdminCPFile             = "admin-cp.kubeconfig"
-	KubeProxyFile           = "kube-proxy.kubeconfig"
-	ControllerManagerFile   = "kube-controller-manager.kubeconfig"
-	SchedulerFile           = "kube-scheduler.kubeconfig"
-	bootstrapFileSuffix     = "-bootstrap.kubeconfig"
+	AdminCPFile             = config.KubeconfigAdminCP + nodeFileSuffix
+	KubeProxyFile           = config.CertKubeProxy + nodeFileSuffix
+	ControllerManagerFile   = config.CertControllerManager + nodeFileSuffix
+	SchedulerFile           = config.CertScheduler + nodeFileSuffix
+	bootstrapFileSuffix     = config.BootstrapSuffix + nodeFileSuffix
 	nodeFileSuffix          = ".kubeconfig"
 	controllerManagerUser   = "system:kube-controller-manager"
 	schedulerUser           = "system:kube-scheduler"
 	kubeProxyUser           = "system:kube-proxy"
 	adminUser               = "admin"
 	nodeUserPrefix          = "system:node:"
-	controllerManagerCertID = "kube-controller-manager"
-	schedulerCertID         = "kube-scheduler"
-	kubeProxyCertID         = "kube-proxy"
-	adminCertID             = "admin"
+	controllerManagerCertID = config.CertControllerManager
+	schedulerCertID         = config.CertScheduler
+	kubeProxyCertID         = config.CertKubeProxy
+	adminCertID             = config.CertAdmin
 )
 
 // Target is one place a kubeconfig is copied to.
@@ -156,7 +158,7 @@ func Specs(c *config.Cluster) []Spec {
 		}
 		return t
 	}
-	certPair := func(id string) (string, string) { return id + ".pem", id + "-key.pem" }
+	certPair := func(id string) (string, string) { return id + ".pem", id + config.KeySuffix + ".pem" }
 
 	var out []Spec
 	cf, kf := certPair(adminCertID)

@@ -38,12 +38,14 @@ func init() {
 const backdate = 5 * time.Minute
 
 // CAConfigFile is the cfssl signing config in the pki directory.
-const CAConfigFile = "ca-config.json"
+const CAConfigFile = config.CAConfigBase + ".json"
 
-// File names of one cert in the pki directory.
+// File names of one cert in the pki directory. The names and suffixes come
+// from config (CertCA …, KeySuffix, CSRSuffix), which refuses node names
+// that would make one cert's file another's.
 func certFile(name string) string { return name + ".pem" }
-func keyFile(name string) string  { return name + "-key.pem" }
-func csrFile(name string) string  { return name + "-csr.json" }
+func keyFile(name string) string  { return name + config.KeySuffix + ".pem" }
+func csrFile(name string) string  { return name + config.CSRSuffix + ".json" }
 
 // usages returns the cfssl usage names (ca-config.json "usages") of a profile
 // for a key algorithm: digital signature everywhere, key encipherment only

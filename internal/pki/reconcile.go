@@ -5,6 +5,7 @@ import (
 	"crypto"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -147,6 +148,7 @@ func Reconcile(c *config.Cluster, dir string, now time.Time, opts ...Option) (*R
 	if err := checkNames(c, specs); err != nil {
 		return nil, err
 	}
+	r.snapshotKeys()
 	units, err := r.plan(specs)
 	if err != nil {
 		return nil, err
@@ -195,20 +197,39 @@ func Reconcile(c *config.Cluster, dir string, now time.Time, opts ...Option) (*R
 	return r.rep, errors.Join(errs...)
 }
 
-// checkNames rejects a worker whose name is also the name of a component
-// cert (a node called "kubernetes" would overwrite kubernetes.pem).
+// checkNames rejects a cert table in which two certs (or a cert and
+// ca-config.json) would write the same file: a worker "kubernetes" would
+// write kubernetes.pem, a worker "ca-key" its cert over ca-key.pem, the CA's
+// private key. config.Validate refuses such node names already
+// (config.ReservedNodeName); this is the writer's own guard, on the file
+// names it is about to write. The error is a FieldError on the worker's
+// nodes[i].name.
 func checkNames(c *config.Cluster, specs []Spec) error {
-	component := map[string]bool{}
+	owner := map[string]Spec{CAConfigFile: {Name: config.CAConfigBase}}
 	for _, s := range specs {
-		if s.Node == "" {
-			component[s.Name] = true
-		}
-	}
-	for _, s := range specs {
-		if s.Node != "" && component[s.Name] {
-			i := slices.IndexFunc(c.Nodes, func(n config.Node) bool { return n.Name == s.Node })
-			return &config.FieldError{Field: fmt.Sprintf("nodes[%d].name", i), Value: s.Node,
-				Problem: "is also the name of a component cert, so " + certFile(s.Name) + " would hold two certs",
+		for _, f := range []string{csrFile(s.Name), certFile(s.Name), keyFile(s.Name)} {
+			o, taken := owner[f]
+			if !taken {
+				owner[f] = s
+				continue
+			}
+			// Blame the worker; of two workers, the one for which f is not
+			// its key file (w1-key, not w1, for w1-key.pem).
+			node, other := s, o
+			if node.Node == "" || (o.Node != "" && f == keyFile(s.Name)) {
+				node, other = o, s
+			}
+			what := "the files of the " + other.Name + " cert"
+			if other.Name == config.CAConfigBase {
+				what = "cfssl's signing config"
+			}
+			i := slices.IndexFunc(c.Nodes, func(n config.Node) bool { return n.Name == node.Node })
+			field := "nodes[?].name"
+			if i >= 0 {
+				field = fmt.Sprintf("nodes[%d].name", i)
+			}
+			return &config.FieldError{Field: field, Value: node.Name,
+				Problem: "would write " + f + ", which is also one of " + what + " (a worker's cert, key and CSR are named after it)",
 				Fix:     "rename the worker, e.g. to w" + fmt.Sprint(len(c.Workers())+1)}
 		}
 	}
@@ -221,6 +242,9 @@ type reconciler struct {
 	now  time.Time
 	opts options
 	rep  *Report
+	// keysAtStart maps each <name>-key.pem of dir to its content before the
+	// run wrote anything (see put).
+	keysAtStart map[string][]byte
 }
 
 func (r *reconciler) logf(format string, args ...any) {
@@ -357,7 +381,7 @@ func certNames(dir string) []string {
 	var out []string
 	for _, e := range entries {
 		base, ok := strings.CutSuffix(e.Name(), ".pem")
-		if ok && !e.IsDir() && !strings.HasSuffix(base, "-key") && !strings.HasPrefix(base, ".") && base != "" {
+		if ok && !e.IsDir() && !strings.HasSuffix(base, config.KeySuffix) && !strings.HasPrefix(base, ".") && base != "" {
 			out = append(out, base)
 		}
 	}
@@ -654,11 +678,22 @@ func (r *reconciler) write(u unit, skip string) (o outcome) {
 // put stores f unless dir already holds exactly its content with its mode.
 // Same content with another mode is a chmod, noted in o.modes; other content
 // is an atomic write, noted in o.written. With DryRun it only notes.
+//
+// A file that holds a private key is replaced only by a private key: a cert
+// or CSR JSON written over ca-key.pem would lose the CA for good, whatever
+// name mix-up led there (checkNames and config.Validate prevent the ones
+// known). Such a write is an error and leaves the file as it is. The one
+// exception is a file other than a key file that holds an exact copy of a
+// <x>-key.pem as it was when this run began (a key pasted over a cert): the
+// key is still in its own file, so the cert may be repaired.
 func (r *reconciler) put(o *outcome, f file) error {
 	path := filepath.Join(r.dir, f.name)
 	old, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("pki: %s %v (fix: remove it or make it readable)", path, err)
+	}
+	if err == nil && holdsPrivateKey(old) && !holdsPrivateKey(f.data) && !r.keyCopy(f.name, old) {
+		return fmt.Errorf("pki: refusing to replace %s, which holds a private key, with a file that does not (a node or cert name that collides with a key file; fix: rename the node in cluster.yaml, or move %s away if you are sure no cert needs that key)", path, f.name)
 	}
 	if err == nil && bytes.Equal(old, f.data) {
 		st, err := os.Stat(path)
@@ -741,4 +776,50 @@ func (r *reconciler) reportStale(specs []Spec) {
 			certFile(name), keyFile(name), csrFile(name))
 		r.addStatus(CertStatus{Name: name, Action: Stale, Reasons: []Reason{{ReasonNotInConfig, detail}}}, p.cert, true)
 	}
+}
+
+// keyCopy reports whether data, about to be replaced in file name, is an
+// exact copy of what some <x>-key.pem held when Reconcile began (see put).
+// A key file's own name never qualifies.
+func (r *reconciler) keyCopy(name string, data []byte) bool {
+	if strings.HasSuffix(name, config.KeySuffix+".pem") {
+		return false
+	}
+	for _, k := range r.keysAtStart {
+		if bytes.Equal(k, data) {
+			return true
+		}
+	}
+	return false
+}
+
+// snapshotKeys records the content of every <name>-key.pem in dir (for
+// keyCopy), before anything is written.
+func (r *reconciler) snapshotKeys() {
+	r.keysAtStart = map[string][]byte{}
+	entries, _ := os.ReadDir(r.dir)
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), config.KeySuffix+".pem") {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(r.dir, e.Name())); err == nil {
+			r.keysAtStart[e.Name()] = b
+		}
+	}
+}
+
+// holdsPrivateKey reports whether data has a PEM block of a private key
+// ("PRIVATE KEY", "EC PRIVATE KEY", "RSA PRIVATE KEY", "ENCRYPTED PRIVATE
+// KEY", … : RFC 7468 and the OpenSSL legacy labels all end so).
+func holdsPrivateKey(data []byte) bool {
+	for len(data) > 0 {
+		var b *pem.Block
+		if b, data = pem.Decode(data); b == nil {
+			return false
+		}
+		if strings.HasSuffix(b.Type, "PRIVATE KEY") {
+			return true
+		}
+	}
+	return false
 }

@@ -840,7 +840,7 @@ func TestInvalidConfigIsRejected(t *testing.T) {
 // is Reconcile's own guard should it ever let one through. Either way
 // nothing is written.
 func TestWorkerNamedLikeAComponentCert(t *testing.T) {
-	for _, name := range []string{"kubernetes", "admin", "ca"} {
+	for _, name := range []string{"kubernetes", "admin", "ca", "ca-key", "kubernetes-key", "service-account-key"} {
 		c := defaultCluster(t)
 		c.Nodes[4].Name = name // w1
 		dir := filepath.Join(t.TempDir(), "pki")

@@ -68,7 +68,7 @@ const (
 )
 
 // CAName is the file base name of the cluster CA (ca.pem, ca-key.pem).
-const CAName = "ca"
+const CAName = config.CertCA
 
 // Spec is one certificate of the cluster: its identity, its SANs and how it
 // is used. Specs returns them; Reconcile makes the files match them.
@@ -132,7 +132,7 @@ func Specs(c *config.Cluster) []Spec {
 	}
 	ca := mk(CAName, "Kubernetes", orgKubernetes, ProfileCA, nil)
 	ca.OU = "CA"
-	specs := []Spec{ca, mk("admin", "admin", groupMasters, ProfileClient, nil)}
+	specs := []Spec{ca, mk(config.CertAdmin, "admin", groupMasters, ProfileClient, nil)}
 	for _, n := range c.Workers() {
 		if n.TLSBootstrap {
 			continue
@@ -146,11 +146,11 @@ func Specs(c *config.Cluster) []Spec {
 		specs = append(specs, s)
 	}
 	specs = append(specs,
-		mk("kube-controller-manager", userKCM, userKCM, ProfileClient, nil),
-		mk("kube-scheduler", userScheduler, userScheduler, ProfileClient, nil),
-		mk("kube-proxy", userKubeProxy, groupNodeProxier, ProfileClient, nil),
-		mk("kubernetes", userAPIServer, orgKubernetes, ProfileKubernetes, APIServerSANs(c)),
-		mk("service-account", userSigner, orgKubernetes, ProfileSigning, nil),
+		mk(config.CertControllerManager, userKCM, userKCM, ProfileClient, nil),
+		mk(config.CertScheduler, userScheduler, userScheduler, ProfileClient, nil),
+		mk(config.CertKubeProxy, userKubeProxy, groupNodeProxier, ProfileClient, nil),
+		mk(config.CertAPIServer, userAPIServer, orgKubernetes, ProfileKubernetes, APIServerSANs(c)),
+		mk(config.CertServiceAccount, userSigner, orgKubernetes, ProfileSigning, nil),
 	)
 	return specs
 }
