@@ -77,11 +77,19 @@ func newUpCmd(a *app) *cobra.Command {
 		Example: upExample,
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, c, unlock, err := a.loadForWrite()
+			// A dry-run changes nothing, so it takes no lock either (and
+			// makes no lock file).
+			d, c, err := a.load()
 			if err != nil {
 				return err
 			}
-			defer unlock()
+			if !opts.DryRun {
+				unlock, err := a.lock(d)
+				if err != nil {
+					return err
+				}
+				defer unlock()
+			}
 			// Step names are checked before anything is touched (the
 			// constructors do not use the machines).
 			if _, err := steps.Select(bringup.Steps(nil, c), opts.From, opts.Until); err != nil {
@@ -90,7 +98,11 @@ func newUpCmd(a *app) *cobra.Command {
 			env := steps.NewEnv(c, d)
 			env.Verbosity = a.verbosity
 			defer env.Close()
-			m, err := bringup.Open(c, d, env.NodeLog(""))
+			open := bringup.Open
+			if opts.DryRun {
+				open = bringup.OpenReadOnly // no SSH key written
+			}
+			m, err := open(c, d, env.NodeLog(""))
 			if err != nil {
 				return err
 			}
