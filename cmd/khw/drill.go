@@ -71,7 +71,9 @@ running, etcd not all healthy, an apiserver not ready, a Lease not held, a
 Node NotReady or under memory/disk/PID pressure; khw status shows why) and
 to break every etcd member or apiserver, unless --force. Only nodes
 of cluster.yaml are touched, never the machine khw runs on. One drill at a
-time.
+time: khw break holds the cluster lock until the drill ends, so khw up,
+power, lab … wait for it; khw heal, status, shell and kubectl work
+meanwhile.
 
 Exit status: 0 when every expectation held, 1 when one failed (or the drill
 could not run), 2 for a bad command line, 130 when interrupted (with --for

@@ -49,7 +49,7 @@ and quick, and after a failure (or Ctrl-C, or a crash) it continues where
 it stopped.
 
 --dry-run checks and prints what would change with the equivalent shell
-commands, changing nothing. --from and --until run a sub-range (both
+commands, changing nothing (it writes no SSH key, log or lock file either). --from and --until run a sub-range (both
 inclusive; "04-etcd", "04" or "etcd").
 
 Binaries come from the download cache (~/.cache/khw/artifacts), filled from
