@@ -71,7 +71,9 @@ running, etcd not all healthy, an apiserver not ready, a Lease not held, a
 Node NotReady or under memory/disk/PID pressure; khw status shows why) and
 to break every etcd member or apiserver, unless --force. Only nodes
 of cluster.yaml are touched, never the machine khw runs on. One drill at a
-time.
+time: khw break holds the cluster lock until the drill ends, so khw up,
+power, lab … wait for it; khw heal, status, shell and kubectl work
+meanwhile.
 
 Exit status: 0 when every expectation held, 1 when one failed (or the drill
 could not run), 2 for a bad command line, 130 when interrupted (with --for
@@ -152,6 +154,17 @@ func newHealCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			unlock, err := healLock(a, d, rec)
+			if err != nil {
+				return err
+			}
+			defer unlock()
+			if rec, err = store.Active(); errors.Is(err, drill.ErrNoActive) {
+				fmt.Fprintf(a.out, "Nothing to heal: the drill in cluster %s ended meanwhile.\n", c.Name)
+				return nil
+			} else if err != nil {
+				return err
+			}
 			env, err := openDrill(a, d, c)
 			if err != nil {
 				return err
@@ -177,6 +190,26 @@ func newHealCmd(a *app) *cobra.Command {
 			return printDrillReport(a.out, store, rep)
 		},
 	}
+}
+
+// healLock takes the cluster lock for khw heal, with one exception: when
+// the lock is held by the live khw break (or khw lab 12) that is watching
+// drill rec, heal goes on without it. That process holds the lock for the
+// drill's whole life and only samples while it waits; healing is the end
+// it waits for (README: "stays broken; later, from any shell: khw heal"),
+// and it writes the report itself. So the documented flow cannot deadlock,
+// and no other command can change the cluster in between.
+func healLock(a *app, d state.Dir, rec *drill.Record) (func(), error) {
+	unlock, err := a.lock(d)
+	if err == nil {
+		return unlock, nil
+	}
+	var le *state.LockedError
+	if errors.As(err, &le) && le.PID != 0 && le.PID == rec.WatcherPID && drill.ProcessAlive(rec.WatcherPID) {
+		a.logf(1, "the lock is held by khw (pid %d) watching drill %s: healing under its lock", le.PID, rec.ID)
+		return func() {}, nil
+	}
+	return nil, err
 }
 
 func drillsDir(d state.Dir) string { return filepath.Join(d.Root, "drills") }
@@ -220,11 +253,16 @@ func openDrill(a *app, d state.Dir, c *config.Cluster) (*drillEnv, error) {
 	return e, nil
 }
 
+// runBreak runs a drill under the cluster lock, held until the drill ends
+// (so no khw up or lab reset changes the cluster while it is measured). A
+// khw heal from another shell may still heal it: heal recognises this
+// process as the drill's watcher (see healLock).
 func runBreak(parent context.Context, a *app, spec drill.Spec) error {
-	d, c, err := a.load()
+	d, c, unlock, err := a.loadForWrite()
 	if err != nil {
 		return err
 	}
+	defer unlock()
 	store := drill.Store{Dir: drillsDir(d)}
 	if rec, err := store.Active(); err == nil {
 		if rec.HealedAt != nil && drill.ProcessAlive(rec.WatcherPID) {

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -11,7 +15,9 @@ import (
 )
 
 const initLong = `Write cluster.yaml, the desired state of a new cluster, and create the
-cluster's state directory (mode 0700).
+cluster's state directory (mode 0700; a directory that exists keeps its
+mode). The state directory may not be a system or home directory such as /,
+/tmp, /var, /home or $HOME: khw creates, replaces and removes files in it.
 
 The file describes the HA cluster of "Kubernetes the Hard Way": one load
 balancer, three control planes and three workers on 192.168.122.0/24, service
@@ -67,11 +73,14 @@ func newInitCmd(a *app) *cobra.Command {
 			for _, w := range warns {
 				fmt.Fprintf(a.errOut, "Warning: %s\n", w)
 			}
-			d := state.New(a.stateBase, c.Name)
-			if err := fsutil.EnsureDir(a.stateBase); err != nil {
+			d, err := state.Resolve(a.stateBase, c.Name)
+			if err != nil {
+				return usageError{err}
+			}
+			if err := checkNotForeign(d); err != nil {
 				return err
 			}
-			unlock, err := d.Lock()
+			unlock, err := a.lock(d)
 			if err != nil {
 				return err
 			}
@@ -83,7 +92,11 @@ func newInitCmd(a *app) *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(a.out, "Wrote %s (cluster %q, %s, provider %s)\n", d.ConfigPath(), c.Name, c.Arch, c.Provider)
-			fmt.Fprintf(a.out, "State directory: %s (mode 0700)\n\n", d.Root)
+			mode := "?"
+			if st, err := os.Stat(d.Root); err == nil {
+				mode = fmt.Sprintf("%04o", st.Mode().Perm())
+			}
+			fmt.Fprintf(a.out, "State directory: %s (mode %s)\n\n", d.Root, mode)
 			fmt.Fprintf(a.out, "Next, one of:\n  khw up           # every step, from machines to smoke tests\n  khw lab 01       # the same steps one lab at a time, explained (khw lab list)\n  khw up --dry-run # what would change, as the hard way's shell commands\n")
 			return nil
 		},
@@ -102,4 +115,24 @@ func fixedCompletions(vals ...string) func(*cobra.Command, []string, string) ([]
 	return func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return vals, cobra.ShellCompDirectiveNoFileComp
 	}
+}
+
+// checkNotForeign refuses a cluster directory that exists, is not empty and
+// holds neither cluster.yaml nor khw's lock file: it is someone else's
+// directory (khw lab reset would rsync --delete over it). Errors name the
+// directory and the fix.
+func checkNotForeign(d state.Dir) error {
+	entries, err := os.ReadDir(d.Root)
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && len(entries) == 0) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cluster directory %s: %w", d.Root, err)
+	}
+	for _, e := range entries {
+		if e.Name() == state.LockFile || e.Name() == filepath.Base(d.ConfigPath()) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s exists and is not a khw cluster directory (it holds %s and no cluster.yaml); khw will not write into it (fix: choose another --name or --state-dir, or move the directory away)", d.Root, entries[0].Name())
 }

@@ -161,30 +161,48 @@ func detectorList() string {
 
 // labEnv is what the lab commands work with.
 type labEnv struct {
-	d   state.Dir
-	c   *config.Cluster
-	m   *bringup.Machines
-	env *steps.Env
-	all []steps.Step
+	d      state.Dir
+	c      *config.Cluster
+	m      *bringup.Machines
+	env    *steps.Env
+	all    []steps.Step
+	unlock func()
 }
 
 func (e *labEnv) close() {
 	e.env.Close()
 	e.m.Close()
+	e.unlock()
 }
 
-func openLab(a *app) (*labEnv, error) {
+// openLab loads the cluster and opens its machines. With write it takes the
+// cluster lock first (released by close), for the lab commands that change
+// the cluster or its state: run, check (it records progress) and reset.
+// Without it (lab list) nothing in the state directory is created: an
+// SSH key that does not exist yet is not made (bringup.OpenReadOnly).
+func openLab(a *app, write bool) (*labEnv, error) {
 	d, c, err := a.load()
 	if err != nil {
 		return nil, err
 	}
+	unlock := func() {}
+	if write {
+		if unlock, err = a.lock(d); err != nil {
+			return nil, err
+		}
+	}
 	env := steps.NewEnv(c, d)
-	m, err := bringup.Open(c, d, env.NodeLog(""))
+	open := bringup.Open
+	if !write {
+		open = bringup.OpenReadOnly
+	}
+	m, err := open(c, d, env.NodeLog(""))
 	if err != nil {
 		env.Close()
+		unlock()
 		return nil, err
 	}
-	return &labEnv{d: d, c: c, m: m, env: env, all: bringup.Steps(m, c)}, nil
+	return &labEnv{d: d, c: c, m: m, env: env, all: bringup.Steps(m, c), unlock: unlock}, nil
 }
 
 func lookupLab(id string) (labs.Lab, error) {
@@ -196,7 +214,7 @@ func lookupLab(id string) (labs.Lab, error) {
 }
 
 func labList(ctx context.Context, a *app, output string) error {
-	e, err := openLab(a)
+	e, err := openLab(a, false)
 	if err != nil {
 		return err
 	}
@@ -252,8 +270,8 @@ func renderLab(w io.Writer, l labs.Lab, plain bool) {
 	fmt.Fprintln(w, md)
 }
 
-// withLab resolves the lab id (a usage error when unknown), opens the
-// machines and the step environment, and runs fn with a context that Ctrl-C
+// withLab resolves the lab id (a usage error when unknown), takes the
+// cluster lock, opens the machines and the step environment, and runs fn with a context that Ctrl-C
 // and SIGTERM cancel.
 func withLab(parent context.Context, a *app, id string, fn func(ctx context.Context, l labs.Lab, e *labEnv) error) error {
 	l, err := lookupLab(id)
@@ -262,7 +280,7 @@ func withLab(parent context.Context, a *app, id string, fn func(ctx context.Cont
 	}
 	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	e, err := openLab(a)
+	e, err := openLab(a, true)
 	if err != nil {
 		return err
 	}

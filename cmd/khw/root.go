@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/spf13/cobra"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/fsutil"
 	"github.com/khw-dev/khw/internal/state"
 )
@@ -21,6 +24,15 @@ type app struct {
 	verbosity int
 	out       io.Writer
 	errOut    io.Writer
+
+	// held is the cluster lock this process holds (see lock).
+	held *heldLock
+}
+
+type heldLock struct {
+	root   string
+	depth  int
+	unlock func()
 }
 
 // logf prints a progress or detail line to stderr when -v is at least level.
@@ -35,19 +47,75 @@ func (a *app) dir() (state.Dir, error) {
 	return state.Resolve(a.stateBase, a.cluster)
 }
 
-// loadForWrite is load for commands that change the state directory: it
-// also takes the cluster's lock (so two khw never write one cluster at once)
-// and tightens the cluster directory to 0700. Call unlock when done.
+// loadForWrite is load for commands that change the cluster or its state
+// directory: it also takes the cluster's lock (see lock). Call unlock when
+// done.
 func (a *app) loadForWrite() (state.Dir, *config.Cluster, func(), error) {
 	d, c, err := a.load()
 	if err != nil {
 		return d, nil, nil, err
 	}
-	unlock, err := d.Lock()
+	unlock, err := a.lock(d)
 	if err != nil {
 		return d, nil, nil, err
 	}
 	return d, c, unlock, nil
+}
+
+// lock takes the cluster lock (state.Dir.Lock) for a command that changes
+// the cluster or its state directory, so two khw never change one cluster
+// at once. Which commands lock:
+//
+//	lock:    init, pki, kubeconfig, encryption, render, up, down, power,
+//	         smoke, break (for the whole drill), heal, lab run, lab check
+//	         (it records the lab as done), lab reset
+//	no lock: status, config validate/show, pki inspect, up --dry-run,
+//	         lab list, fetch, mirror, version; shell and kubectl (the user's
+//	         own hands in the cluster, like ssh: khw cannot know what they
+//	         change, and a lab's observe commands run in khw shell while
+//	         khw lab holds the lock)
+//
+// It is re-entrant within one command (khw lab run 12 runs the drill of
+// khw break under the lab's lock). When the holder is a khw break watching
+// its drill, the error says how to end it (khw heal).
+func (a *app) lock(d state.Dir) (func(), error) {
+	if h := a.held; h != nil {
+		if h.root != d.Root {
+			return nil, fmt.Errorf("khw holds the lock of %s already; one command works on one cluster", h.root)
+		}
+		h.depth++
+		return a.releaseOnce(), nil
+	}
+	unlock, err := d.Lock()
+	if err != nil {
+		var le *state.LockedError
+		if errors.As(err, &le) {
+			if rec, aerr := (drill.Store{Dir: drillsDir(d)}).Active(); aerr == nil && le.PID != 0 && rec.WatcherPID == le.PID {
+				return nil, fmt.Errorf("%w; it is the khw break of drill %s (%s), watching the cluster until it is healed: end the drill with khw heal (from any shell) or Ctrl-C in its shell, then run this again", err, rec.ID, rec.Spec.CommandLine())
+			}
+		}
+		return nil, err
+	}
+	a.held = &heldLock{root: d.Root, depth: 1, unlock: unlock}
+	return a.releaseOnce(), nil
+}
+
+// releaseOnce returns a function that calls release the first time only.
+func (a *app) releaseOnce() func() {
+	var once sync.Once
+	return func() { once.Do(a.release) }
+}
+
+// release undoes one lock call; the last one unlocks.
+func (a *app) release() {
+	h := a.held
+	if h == nil {
+		return
+	}
+	if h.depth--; h.depth == 0 {
+		a.held = nil
+		h.unlock()
+	}
 }
 
 // load resolves the cluster and reads its cluster.yaml, printing warnings.
@@ -88,9 +156,11 @@ The default cluster (khw init):
 
 Where things live:
   state directory  --state-dir or $KHW_STATE_DIR (default $XDG_STATE_HOME/khw,
-                   else ~/.local/state/khw); one sub-directory per cluster,
-                   mode 0700, holding cluster.yaml, pki/, kubeconfigs/,
-                   encryption-config.yaml, nodes/ and manifests/.
+                   else ~/.local/state/khw); one sub-directory per cluster
+                   (made with mode 0700), holding cluster.yaml, pki/,
+                   kubeconfigs/, encryption-config.yaml, nodes/ and
+                   manifests/. A system or home directory (/, /tmp, /var,
+                   /home, $HOME …) is refused: the state directory is khw's.
   cluster          --cluster or $KHW_CLUSTER; defaults to the only cluster
                    in the state directory.
 

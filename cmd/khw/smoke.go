@@ -71,10 +71,11 @@ func newSmokeCmd(a *app) *cobra.Command {
 			if wait <= 0 {
 				return usagef("--wait %v: use a positive duration such as 2m", wait)
 			}
-			d, c, err := a.load()
+			d, c, unlock, err := a.loadForWrite()
 			if err != nil {
 				return err
 			}
+			defer unlock()
 			p, err := bringup.NewProvider(c, d, "", nil)
 			if err != nil {
 				return err

@@ -143,7 +143,7 @@ func newStatusCmd(a *app) *cobra.Command {
 			ctx, cancel := context.WithTimeout(cmd.Context(), statusTimeout)
 			defer cancel()
 			rep, read := collectStatus(ctx, c, p, func() (*remote.Pool, func(), error) {
-				m, err := bringup.Open(c, d, io.Discard)
+				m, err := bringup.OpenReadOnly(c, d, io.Discard)
 				if err != nil {
 					return nil, nil, err
 				}

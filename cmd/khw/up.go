@@ -49,7 +49,7 @@ and quick, and after a failure (or Ctrl-C, or a crash) it continues where
 it stopped.
 
 --dry-run checks and prints what would change with the equivalent shell
-commands, changing nothing. --from and --until run a sub-range (both
+commands, changing nothing (it writes no SSH key, log or lock file either). --from and --until run a sub-range (both
 inclusive; "04-etcd", "04" or "etcd").
 
 Binaries come from the download cache (~/.cache/khw/artifacts), filled from
@@ -78,11 +78,19 @@ func newUpCmd(a *app) *cobra.Command {
 		Example: upExample,
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, c, unlock, err := a.loadForWrite()
+			// A dry-run changes nothing, so it takes no lock either (and
+			// makes no lock file).
+			d, c, err := a.load()
 			if err != nil {
 				return err
 			}
-			defer unlock()
+			if !opts.DryRun {
+				unlock, err := a.lock(d)
+				if err != nil {
+					return err
+				}
+				defer unlock()
+			}
 			// Step names are checked before anything is touched (the
 			// constructors do not use the machines).
 			if _, err := steps.Select(bringup.Steps(nil, c), opts.From, opts.Until); err != nil {
@@ -91,7 +99,11 @@ func newUpCmd(a *app) *cobra.Command {
 			env := steps.NewEnv(c, d)
 			env.Verbosity = a.verbosity
 			defer env.Close()
-			m, err := bringup.Open(c, d, env.NodeLog(""))
+			open := bringup.Open
+			if opts.DryRun {
+				open = bringup.OpenReadOnly // no SSH key written
+			}
+			m, err := open(c, d, env.NodeLog(""))
 			if err != nil {
 				return err
 			}

@@ -4,11 +4,19 @@
 package bringup
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 
 	"github.com/khw-dev/khw/internal/components"
 	"github.com/khw-dev/khw/internal/config"
@@ -84,6 +92,24 @@ func Open(c *config.Cluster, d state.Dir, log io.Writer) (*Machines, error) {
 	if err != nil {
 		return nil, err
 	}
+	return open(c, d, log, signer, authLine)
+}
+
+// OpenReadOnly is Open for what must not write the state directory (khw up
+// --dry-run, khw status, khw lab list): it reads khw's SSH key when it
+// exists and otherwise uses a key made in memory for this run only, since
+// no node can hold a key that was never written (nodes are created by a
+// later khw up, with the key Open writes). Nothing is written to
+// <state>/ssh. Errors: an unreadable or invalid key file, with its path.
+func OpenReadOnly(c *config.Cluster, d state.Dir, log io.Writer) (*Machines, error) {
+	signer, authLine, err := readKey(KeyPath(d))
+	if err != nil {
+		return nil, err
+	}
+	return open(c, d, log, signer, authLine)
+}
+
+func open(c *config.Cluster, d state.Dir, log io.Writer, signer ssh.Signer, authLine string) (*Machines, error) {
 	p, err := NewProvider(c, d, authLine, log)
 	if err != nil {
 		return nil, err
@@ -99,6 +125,32 @@ func Open(c *config.Cluster, d state.Dir, log io.Writer) (*Machines, error) {
 		return nil, err
 	}
 	return &Machines{Provider: p, Pool: pool}, nil
+}
+
+// readKey loads the OpenSSH private key at path without writing anything, or
+// returns a fresh in-memory ed25519 key when path does not exist. The second
+// result is the key's authorized_keys line, as remote.EnsureKey's.
+func readKey(path string) (ssh.Signer, string, error) {
+	var signer ssh.Signer
+	data, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		_, priv, gerr := ed25519.GenerateKey(rand.Reader)
+		if gerr != nil {
+			return nil, "", fmt.Errorf("generate an SSH key in memory: %w", gerr)
+		}
+		if signer, err = ssh.NewSignerFromKey(priv); err != nil {
+			return nil, "", err
+		}
+	case err != nil:
+		return nil, "", fmt.Errorf("read SSH key %s: %w", path, err)
+	default:
+		if signer, err = ssh.ParsePrivateKey(data); err != nil {
+			return nil, "", fmt.Errorf("SSH key %s is not an unencrypted OpenSSH private key: %w (move it away and khw up generates a new one)", path, err)
+		}
+	}
+	line := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey()))) + " " + remote.KeyComment
+	return signer, line, nil
 }
 
 // Close closes the SSH connections. The machines keep running.

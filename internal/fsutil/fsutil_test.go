@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -82,6 +83,56 @@ func TestEnsureDirTightens(t *testing.T) {
 	}
 	if !Exists(d) || Exists(filepath.Join(d, "nope")) {
 		t.Fatal("Exists is wrong")
+	}
+}
+
+// TestMkdirAllPrivateKeepsExistingModes: a shared 1777 directory given as
+// the state directory keeps its sticky and world bits; what khw creates
+// below it is 0700 whatever the umask.
+func TestMkdirAllPrivateKeepsExistingModes(t *testing.T) {
+	shared := filepath.Join(t.TempDir(), "shared")
+	if err := os.Mkdir(shared, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(shared, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	deep := filepath.Join(shared, "a", "b")
+	// EnsureDir tightens only its own leaf, never an existing parent.
+	for _, f := range []func(string) error{MkdirAllPrivate, EnsureDir} {
+		if err := f(deep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := MkdirAllPrivate(shared); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := os.Stat(shared)
+	if st.Mode()&os.ModePerm != 0o777 || st.Mode()&os.ModeSticky == 0 {
+		t.Fatalf("existing directory changed to %v, want drwxrwxrwt", st.Mode())
+	}
+	for _, p := range []string{filepath.Join(shared, "a"), deep} {
+		if st, _ := os.Stat(p); st.Mode().Perm() != DirMode {
+			t.Errorf("%s: created with %v, want %v", p, st.Mode().Perm(), DirMode)
+		}
+	}
+	// WriteFileAtomic creates its parents the same way.
+	if err := WriteFileAtomic(filepath.Join(shared, "c", "f"), []byte("x"), SecretMode); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(filepath.Join(shared, "c")); st.Mode().Perm() != DirMode {
+		t.Errorf("parent made by WriteFileAtomic: %v", st.Mode().Perm())
+	}
+	if st, _ := os.Stat(shared); st.Mode()&os.ModePerm != 0o777 || st.Mode()&os.ModeSticky == 0 {
+		t.Fatalf("WriteFileAtomic changed the existing directory to %v", st.Mode())
+	}
+	// A file in the way is named.
+	f := filepath.Join(shared, "file")
+	os.WriteFile(f, nil, 0o600)
+	if err := MkdirAllPrivate(filepath.Join(f, "sub")); err == nil || !strings.Contains(err.Error(), f+" exists and is not a directory") {
+		t.Errorf("file in the way: %v", err)
 	}
 }
 

@@ -101,8 +101,10 @@ func stateSnapshotDir(d state.Dir, id string) string {
 // stateExcludes are the parts of the state directory a lab snapshot does not
 // copy: the node roots and provider data (snapshotted by the provider), the
 // lab snapshots and progress themselves, drill reports, logs, the kubectl
-// binary.
-var stateExcludes = []string{"/nspawn", "/libvirt", "/labs", "/drills", "/logs", "/bin"}
+// binary, and the cluster lock file: khw lab reset holds the lock while it
+// restores, and an rsync that replaced .lock (a new inode) would let another
+// khw take a fresh lock in the middle of the restore.
+var stateExcludes = []string{"/nspawn", "/libvirt", "/labs", "/drills", "/logs", "/bin", "/" + state.LockFile}
 
 // SnapshotState copies the state directory (certificates, kubeconfigs,
 // encryption config, rendered files, cluster.yaml, SSH keys) to

@@ -154,6 +154,44 @@ func TestStateSnapshotRestore(t *testing.T) {
 	}
 }
 
+// TestRestoreKeepsTheLock: khw lab reset restores the state directory while
+// it holds the cluster lock; the restore must leave the lock file (its
+// inode) alone, or another khw could lock the cluster in the middle of it.
+func TestRestoreKeepsTheLock(t *testing.T) {
+	if _, err := exec.LookPath("rsync"); err != nil {
+		t.Skip("rsync not installed (make deps installs it)")
+	}
+	d := state.New(t.TempDir(), "lab")
+	ctx := context.Background()
+	unlock, err := d.Lock() // khw lab run takes the snapshot under the lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := SnapshotState(ctx, d, "04-etcd"); err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	if _, err := os.Stat(filepath.Join(stateSnapshotDir(d, "04-etcd"), state.LockFile)); !os.IsNotExist(err) {
+		t.Errorf("the snapshot holds the lock file: %v", err)
+	}
+	// The reset, later: another pid (another mtime) in the lock file.
+	lock := filepath.Join(d.Root, state.LockFile)
+	os.WriteFile(lock, []byte("1\n"), 0o600)
+	unlock, err = d.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	// An older snapshot that still holds a lock file must not bring it back.
+	os.WriteFile(filepath.Join(stateSnapshotDir(d, "04-etcd"), state.LockFile), []byte("99\n"), 0o600)
+	if err := RestoreState(ctx, d, "04-etcd"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Lock(); !errors.Is(err, state.ErrLocked) {
+		t.Fatalf("after the restore another khw could lock the cluster (the lock file was replaced): %v", err)
+	}
+}
+
 func TestSourceJumpboxStaysInState(t *testing.T) {
 	d := state.New(t.TempDir(), "lab")
 	if err := os.MkdirAll(filepath.Join(d.Root, "pki"), 0o700); err != nil {

@@ -1,6 +1,6 @@
 // Package state locates a cluster's state directory and its well-known files.
 //
-// Layout of one cluster directory (0700), chosen so a student recognises the
+// Layout of one cluster directory (0700 when khw creates it), chosen so a student recognises the
 // files of "Kubernetes the Hard Way":
 //
 //	<base>/<cluster>/cluster.yaml              desired state
@@ -86,7 +86,24 @@ func Clusters(base string) ([]string, error) {
 // Resolve picks the cluster to work on: the explicit name if given, else
 // $KHW_CLUSTER, else the only cluster under base, else config.DefaultName.
 // With several clusters and no choice it returns an error listing them.
+// A base or cluster directory that is a system or home directory, itself or
+// through a symbolic link, is refused (CheckStateDir) before anything under
+// it is read.
 func Resolve(base, explicit string) (Dir, error) {
+	if err := CheckStateDir("--state-dir (or $"+EnvStateDir+")", base); err != nil {
+		return Dir{}, err
+	}
+	d, err := resolve(base, explicit)
+	if err != nil {
+		return d, err
+	}
+	if err := CheckStateDir(fmt.Sprintf("the directory of cluster %q", d.Name), d.Root); err != nil {
+		return Dir{}, err
+	}
+	return d, nil
+}
+
+func resolve(base, explicit string) (Dir, error) {
 	if explicit != "" {
 		if err := config.ValidName(explicit); err != nil {
 			return Dir{}, fmt.Errorf("--cluster %w", err)

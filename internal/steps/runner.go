@@ -358,7 +358,9 @@ func (r *Runner) stepError(s Step, phase string, diffs []Diff, err error) *StepE
 			se.Logs = append(se.Logs, p)
 		}
 	}
-	se.Logs = append(se.Logs, r.Env.NodeLogPath(""))
+	if p := r.Env.NodeLogPath(""); !r.Env.DryRun || fsutil.Exists(p) {
+		se.Logs = append(se.Logs, p)
+	}
 	return se
 }
 

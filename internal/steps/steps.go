@@ -160,7 +160,8 @@ type Env struct {
 	// Runner fixed; steps may log more at higher levels.
 	Verbosity int
 	// DryRun is set by Runner.Run from Options.DryRun for the steps to read;
-	// Apply is never called in a dry-run anyway.
+	// Apply is never called in a dry-run anyway. While it is set, the node
+	// logs are not written (a dry-run leaves the state directory as it was).
 	DryRun bool
 
 	mu   sync.Mutex
@@ -219,7 +220,7 @@ func (e *Env) NodeLog(node string) io.Writer {
 	}
 	l, ok := e.logs[path]
 	if !ok {
-		l = &logFile{path: path, root: e.State.Root}
+		l = &logFile{path: path, root: e.State.Root, env: e}
 		e.logs[path] = l
 	}
 	return l
@@ -240,12 +241,16 @@ type logFile struct {
 	mu   sync.Mutex
 	path string
 	root string
+	env  *Env
 	f    *os.File
 }
 
 func (l *logFile) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.env != nil && l.env.DryRun {
+		return len(p), nil
+	}
 	if l.f == nil {
 		if l.root == "" {
 			return 0, fmt.Errorf("node log %s: Env.State.Root is empty (build the Env with steps.NewEnv and a state.Dir)", l.path)
