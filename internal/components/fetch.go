@@ -372,20 +372,12 @@ func (f *Fetcher) fetchURL(ctx context.Context, run *fetchRun, r Resolved, it *p
 		return Fetched{}, err
 	}
 	if f.Mirror != "" {
-		man, err := f.pinned(ctx, run)
-		if err != nil {
-			return Fetched{}, err
-		}
-		e, err := man.lookup(r)
+		man, e, limit, err := f.manifestEntry(ctx, run, r)
 		if err != nil {
 			return Fetched{}, err
 		}
 		if pinned != "" && e.SHA256 != pinned {
 			return Fetched{}, fmt.Errorf("the mirror manifest %s lists %s with sha256 %s, but the catalog pins %s: the mirror holds another file (fix: export the mirror again from a verified source)", man.loc, r.URL, e.SHA256, pinned)
-		}
-		limit, err := manifestLimit(r, e)
-		if err != nil {
-			return Fetched{}, err
 		}
 		return f.downloadVerified(ctx, run, r, key, r.URL, loc, isFile, download{want: e.SHA256, verifiedBy: man.verifiedBy(), trust: TrustMirror, limit: limit}, nil, it)
 	}
@@ -416,6 +408,21 @@ func (f *Fetcher) fetchURL(ctx context.Context, run *fetchRun, r Resolved, it *p
 type download struct {
 	want, verifiedBy, trust string
 	limit                   int64
+}
+
+// manifestEntry is the pinned manifest's entry for r and the byte bound of
+// its download.
+func (f *Fetcher) manifestEntry(ctx context.Context, run *fetchRun, r Resolved) (*pinnedManifest, MirrorEntry, int64, error) {
+	man, err := f.pinned(ctx, run)
+	if err != nil {
+		return nil, MirrorEntry{}, 0, err
+	}
+	e, err := man.lookup(r)
+	if err != nil {
+		return nil, MirrorEntry{}, 0, err
+	}
+	limit, err := manifestLimit(r, e)
+	return man, e, limit, err
 }
 
 // manifestLimit is the byte bound of a mirror download: the size the pinned

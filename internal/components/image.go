@@ -91,20 +91,12 @@ func (f *Fetcher) imageFromMirror(ctx context.Context, run *fetchRun, r Resolved
 	} else {
 		loc = strings.TrimRight(f.Mirror, "/") + "/" + rel
 	}
-	man, err := f.pinned(ctx, run)
-	if err != nil {
-		return Fetched{}, err
-	}
-	e, err := man.lookup(r)
+	man, e, limit, err := f.manifestEntry(ctx, run, r)
 	if err != nil {
 		return Fetched{}, err
 	}
 	if e.Path != rel {
 		return Fetched{}, fmt.Errorf("the mirror manifest %s lists image %s for linux/%s at %s, not at %s (fix: export the mirror again with `khw mirror export`)", man.loc, r.Image, r.Arch, e.Path, rel)
-	}
-	limit, err := manifestLimit(r, e)
-	if err != nil {
-		return Fetched{}, err
 	}
 	inspect := func(p string) (imageInfo, error) {
 		var tag *name.Tag
