@@ -15,14 +15,18 @@ import (
 
 // Down destroys everything provider p made for the cluster in state
 // directory d (Provider.Destroy: every node, force-stopped, and the
-// cluster's network) and removes <state>/ssh/known_hosts, whose pinned host
-// keys belonged to the destroyed nodes (a later `khw up` makes nodes with new
-// host keys). khw's SSH key, cluster.yaml, pki/ and every other file stay.
+// cluster's network), then removes what identified those nodes:
+// <state>/ssh/known_hosts (their pins) and <state>/ssh/hostkeys (the host
+// keys khw generated for them). A node's identity is its machine's: a later
+// `khw up` makes new machines with new keys, pinned before they boot, and
+// no private key of a machine that is gone is left lying around. Both stay
+// when Destroy fails (some node may still run with them). khw's SSH key,
+// cluster.yaml, pki/ and every other file stay.
 //
 // It returns one line per thing removed, e.g. "node cp1 (was running)",
 // "network namespace khw-lab (/run/netns/khw-lab)", "node roots
-// <state>/nspawn", "<state>/ssh/known_hosts"; nothing removed is an empty
-// list and no error.
+// <state>/nspawn", "<state>/ssh/known_hosts", "<state>/ssh/hostkeys";
+// nothing removed is an empty list and no error.
 func Down(ctx context.Context, p vm.Provider, d state.Dir, clusterName string) ([]string, error) {
 	st, err := p.Status(ctx)
 	if err != nil {
@@ -54,6 +58,13 @@ func Down(ctx context.Context, p vm.Provider, d state.Dir, clusterName string) (
 		removed = append(removed, kh+" (the destroyed nodes' SSH host keys)")
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return removed, fmt.Errorf("remove %s: %w", kh, err)
+	}
+	hk := HostKeysDir(d)
+	if _, err := os.Lstat(hk); err == nil {
+		if err := os.RemoveAll(hk); err != nil {
+			return removed, fmt.Errorf("remove %s: %w", hk, err)
+		}
+		removed = append(removed, hk+" (the SSH host keys khw generated for them)")
 	}
 	return removed, nil
 }

@@ -62,8 +62,9 @@ const (
 // boot it"; "(stopped)", fix "boot it"). Each running node must answer
 // `true` over SSH within ProbeTimeout, else one diff ("SSH does not answer:
 // <error>", fix "wait for it to boot"). The probes run in parallel. Check
-// changes nothing on the nodes; the first SSH contact pins the node's host
-// key in <state>/ssh/known_hosts.
+// changes nothing, on the nodes or in the state directory: a node whose
+// host key is not pinned yet is refused by the pool (no trust on first use)
+// and shows as a diff that Apply fixes by pinning it.
 func (s *MachinesStep) Check(ctx context.Context, env *steps.Env) ([]steps.Diff, error) {
 	st, err := s.M.Provider.Status(ctx)
 	if err != nil {
@@ -157,13 +158,42 @@ func preflight(ctx context.Context, p vm.Provider, env *steps.Env) error {
 	return nil
 }
 
-// Apply makes the machines (Provider.Create, idempotent; only when a diff
-// says a node is not running), starts every node that is not running, then
-// waits for each node named in diffs to answer `true` over SSH, at most
-// BootTimeout per node (the nodes boot in parallel, so the whole wait is
-// bounded by one BootTimeout). Errors name the node and point at its
-// console log through the provider's message.
+// pinHostKeys makes (once) every node's SSH host key (EnsureHostKey) and
+// pins it in KnownHostsPath, before Create installs it on the node and
+// before any connection, so no key is ever trusted on first use. A node
+// whose address already has another pin (a node an older khw made, pinned
+// on first contact) keeps it: that node was not given the generated key
+// either (the providers keep its own), and `khw down` ends both. Those
+// nodes are named in the node's log.
+func (s *MachinesStep) pinHostKeys(env *steps.Env) error {
+	for _, n := range env.Cluster.Nodes {
+		hk, err := EnsureHostKey(env.State, n.Name)
+		if err != nil {
+			return steps.OnNode(n.Name, err)
+		}
+		others, err := s.M.Pool.PinHostKey(remote.Node{Name: n.Name, Addr: n.IP}, hk.Public)
+		if err != nil {
+			return steps.OnNode(n.Name, err)
+		}
+		if others != nil {
+			fmt.Fprintf(env.NodeLog(n.Name), "%s 01-machines: %s already pins %d other host key(s) for %s (a node made by an older khw, pinned on first contact); kept until khw down\n",
+				time.Now().Format(time.RFC3339), KnownHostsPath(env.State), len(others), n.IP)
+		}
+	}
+	return nil
+}
+
+// Apply pins every node's generated SSH host key (pinHostKeys), makes the
+// machines (Provider.Create, idempotent; only when a diff says a node is
+// not running), starts every node that is not running, then waits for each
+// node named in diffs to answer `true` over SSH, at most BootTimeout per
+// node (the nodes boot in parallel, so the whole wait is bounded by one
+// BootTimeout). Errors name the node and point at its console log through
+// the provider's message.
 func (s *MachinesStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.Diff) error {
+	if err := s.pinHostKeys(env); err != nil {
+		return err
+	}
 	needCreate := false
 	wait := map[string]bool{}
 	for _, d := range diffs {
@@ -302,9 +332,11 @@ func (s *MachinesStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Comm
 		root := filepath.Join(env.State.Root, "nspawn", n.Name, "root")
 		machine := c.Name + "-" + n.Name
 		if create[n.Name] {
-			cmds = append(cmds, steps.Command{
-				Why:   n.Name + ": its own root file system, copied from the Debian image (then khw seeds hostname, /etc/hosts, a static IP and user ubuntu with " + key + ".pub)",
-				Shell: fmt.Sprintf("cp -a --reflink=auto %s %s", image, root),
+			hk := filepath.Join(HostKeyDir(env.State, n.Name), remote.HostKeyFile)
+			cmds = append(cmds, hostKeyCommand(env, n), steps.Command{
+				Why: n.Name + ": its own root file system, copied from the Debian image without the image's SSH host keys, then the generated one as its only one (khw also seeds hostname, /etc/hosts, a static IP and user ubuntu with " + key + ".pub)",
+				Shell: fmt.Sprintf("cp -a --reflink=auto %s %s\nrm -f %s/etc/ssh/ssh_host_*\ninstall -m 0600 -o root -g root %s %s/etc/ssh/\ninstall -m 0644 -o root -g root %s.pub %s/etc/ssh/\necho 'HostKey /etc/ssh/%s' > %s/etc/ssh/sshd_config.d/khw-hostkey.conf",
+					image, root, root, hk, root, hk, root, remote.HostKeyFile, root),
 			})
 		}
 		if boot[n.Name] {
@@ -316,7 +348,7 @@ func (s *MachinesStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Comm
 		}
 		cmds = append(cmds, steps.Command{
 			Why:   n.Name + ": it is up when SSH answers",
-			Shell: fmt.Sprintf("ip netns exec %s ssh -i %s -o UserKnownHostsFile=%s %s@%s true", ns, key, KnownHostsPath(env.State), remote.DefaultUser, n.IP),
+			Shell: fmt.Sprintf("ip netns exec %s ssh -i %s %s %s@%s true", ns, key, pinnedSSHOptions(env), remote.DefaultUser, n.IP),
 		})
 	}
 	return cmds
@@ -360,13 +392,13 @@ func libvirtCommands(env *steps.Env, nodes, create, boot map[string]bool) []step
 		files := libvirt.NodeFilesDir(env.State.Root, n.Name)
 		if create[n.Name] {
 			seed := filepath.Join(libvirt.DefaultPoolPath, dom+"-seed.iso")
-			cmds = append(cmds,
+			cmds = append(cmds, hostKeyCommand(env, n),
 				steps.Command{
 					Why:   n.Name + ": its disk, a qcow2 overlay of " + fmt.Sprint(n.DiskGiB) + " GiB on the base image (copy-on-write: the base stays untouched)",
 					Shell: virsh + " vol-create " + libvirt.DefaultPool + " " + filepath.Join(files, "disk-volume.xml"),
 				},
 				steps.Command{
-					Why: n.Name + ": the cloud-init NoCloud seed (ISO labelled cidata): hostname, /etc/hosts, user ubuntu with " + key + ".pub and sudo, static IP " + n.IP,
+					Why: n.Name + ": the cloud-init NoCloud seed (ISO labelled cidata): hostname, /etc/hosts, user ubuntu with " + key + ".pub and sudo, static IP " + n.IP + ", the generated SSH host key as the only one (ssh_keys, ssh_deletekeys, ssh_genkeytypes: [])",
 					Shell: fmt.Sprintf("cloud-localds --network-config=%s %s %s %s\n%s pool-refresh %s",
 						filepath.Join(files, libvirt.SeedNetworkConfig), seed, filepath.Join(files, libvirt.SeedUserData), filepath.Join(files, libvirt.SeedMetaData), virsh, libvirt.DefaultPool),
 				},
@@ -384,10 +416,26 @@ func libvirtCommands(env *steps.Env, nodes, create, boot map[string]bool) []step
 		}
 		cmds = append(cmds, steps.Command{
 			Why:   n.Name + ": it is up when SSH answers",
-			Shell: fmt.Sprintf("ssh -i %s -o UserKnownHostsFile=%s %s@%s true", key, KnownHostsPath(env.State), remote.DefaultUser, n.IP),
+			Shell: fmt.Sprintf("ssh -i %s %s %s@%s true", key, pinnedSSHOptions(env), remote.DefaultUser, n.IP),
 		})
 	}
 	return cmds
+}
+
+// hostKeyCommand is the shell equivalent of pinHostKeys for node n: an
+// ed25519 host key made on the jumpbox, pinned before the node first boots.
+func hostKeyCommand(env *steps.Env, n config.Node) steps.Command {
+	hk := filepath.Join(HostKeyDir(env.State, n.Name), remote.HostKeyFile)
+	return steps.Command{
+		Why: n.Name + ": its SSH host key, made on the jumpbox and pinned before the node ever runs (no trust on first use)",
+		Shell: fmt.Sprintf("mkdir -p -m 0700 %s\ntest -e %s || ssh-keygen -q -t ed25519 -N '' -C root@%s -f %s\necho \"%s $(cut -d' ' -f1,2 %s.pub)\" >> %s",
+			filepath.Dir(hk), hk, n.Name, hk, n.IP, hk, KnownHostsPath(env.State)),
+	}
+}
+
+// pinnedSSHOptions are the OpenSSH options that accept only the pinned key.
+func pinnedSSHOptions(env *steps.Env) string {
+	return "-o UserKnownHostsFile=" + KnownHostsPath(env.State) + " -o StrictHostKeyChecking=yes -o HostKeyAlgorithms=ssh-ed25519"
 }
 
 func anyTrue(m map[string]bool) bool {

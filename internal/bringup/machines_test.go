@@ -3,12 +3,15 @@ package bringup
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/remote"
@@ -26,6 +29,9 @@ type fakeProvider struct {
 	created int
 	started []string
 	name    string // "" = nspawn
+	// onCreate, when set, runs at the start of Create.
+	onCreate  func()
+	destroyed int
 }
 
 func (f *fakeProvider) Name() string {
@@ -41,7 +47,14 @@ func (f *fakeProvider) Status(ctx context.Context) ([]vm.NodeStatus, error) {
 	}
 	return out, nil
 }
-func (f *fakeProvider) Create(ctx context.Context) error { f.created++; return nil }
+func (f *fakeProvider) Create(ctx context.Context) error {
+	if f.onCreate != nil {
+		f.onCreate()
+	}
+	f.created++
+	return nil
+}
+func (f *fakeProvider) Destroy(ctx context.Context) error { f.destroyed++; return nil }
 func (f *fakeProvider) Start(ctx context.Context, node string) error {
 	f.started = append(f.started, node)
 	return nil
@@ -150,10 +163,96 @@ func TestMachinesApplySaysWhatItWaitsFor(t *testing.T) {
 	}
 }
 
+// TestMachinesApplyPinsHostKeysBeforeCreate: every node's generated host
+// key is pinned in known_hosts before Create installs it (and so before any
+// boot or connection); Check writes nothing; a second Apply changes
+// nothing; an address an older khw pinned keeps its pin.
+func TestMachinesApplyPinsHostKeysBeforeCreate(t *testing.T) {
+	s, f, env := newFake(t)
+	kh := KnownHostsPath(env.State)
+	// An older khw pinned lb on first contact.
+	legacy, err := remote.EnsureHostKey(filepath.Join(t.TempDir(), "old"), "lb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacyLine := knownhosts.Line([]string{"192.168.122.10"}, legacy.Public) + "\n"
+	diffs, err := s.Check(context.Background(), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(kh); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Check wrote %s: %v", kh, err)
+	}
+	if _, err := os.Stat(HostKeysDir(env.State)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Check made %s: %v", HostKeysDir(env.State), err)
+	}
+	if err := os.WriteFile(kh, []byte(legacyLine), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var atCreate string
+	f.onCreate = func() {
+		b, _ := os.ReadFile(kh)
+		atCreate = string(b)
+	}
+	_ = s.Apply(context.Background(), env, diffs) // the fake nodes never answer SSH
+	if f.created != 1 {
+		t.Fatalf("Create called %d times", f.created)
+	}
+	want := legacyLine
+	for _, n := range env.Cluster.Nodes {
+		hk, err := EnsureHostKey(env.State, n.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := os.Stat(hk.PrivatePath()); err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: host key %s: %v", n.Name, hk.PrivatePath(), err)
+		}
+		if hk.PrivatePath() != filepath.Join(env.State.Root, "ssh", "hostkeys", n.Name, "ssh_host_ed25519_key") {
+			t.Errorf("%s: host key at %s", n.Name, hk.PrivatePath())
+		}
+		if n.Name != "lb" {
+			want += knownhosts.Line([]string{n.IP}, hk.Public) + "\n"
+		}
+	}
+	if atCreate != want {
+		t.Errorf("known_hosts when Create ran:\n%s\nwant (lb's old pin kept, every other node's generated key):\n%s", atCreate, want)
+	}
+	_ = s.Apply(context.Background(), env, diffs)
+	if now, _ := os.ReadFile(kh); string(now) != want {
+		t.Errorf("second Apply changed known_hosts:\n%s", now)
+	}
+}
+
+// TestDownRemovesPinsAndHostKeys: the destroyed nodes' pins and generated
+// host keys go with them; khw's own key stays.
+func TestDownRemovesPinsAndHostKeys(t *testing.T) {
+	s, f, env := newFake(t)
+	_ = s.Apply(context.Background(), env, nil)
+	removed, err := Down(context.Background(), f, env.State, env.Cluster.Name)
+	if err != nil || f.destroyed != 1 {
+		t.Fatalf("Down = %v, %v (Destroy called %d times)", removed, err, f.destroyed)
+	}
+	all := strings.Join(removed, "\n")
+	for _, p := range []string{KnownHostsPath(env.State), HostKeysDir(env.State)} {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s left after down: %v", p, err)
+		}
+		if !strings.Contains(all, p) {
+			t.Errorf("Down's report lacks %s:\n%s", p, all)
+		}
+	}
+	if _, err := os.Stat(KeyPath(env.State)); err != nil {
+		t.Errorf("khw's own SSH key went: %v", err)
+	}
+}
+
 func TestMachinesCommands(t *testing.T) {
 	s, _, env := newFake(t)
 	all := joinCmds(s.Commands(env, nil))
-	for _, want := range []string{"ip netns add khw-fk", "-M fk-w3", "ubuntu@192.168.122.23 true"} {
+	for _, want := range []string{"ip netns add khw-fk", "-M fk-w3", "ubuntu@192.168.122.23 true",
+		"ssh-keygen -q -t ed25519 -N '' -C root@w3 -f " + filepath.Join(HostKeysDir(env.State), "w3", "ssh_host_ed25519_key"),
+		"192.168.122.23 $(cut", "StrictHostKeyChecking=yes -o HostKeyAlgorithms=ssh-ed25519 ubuntu@192.168.122.23 true",
+		"install -m 0600 -o root -g root " + filepath.Join(HostKeysDir(env.State), "w3", "ssh_host_ed25519_key")} {
 		if !strings.Contains(all, want) {
 			t.Errorf("full commands lack %q", want)
 		}

@@ -30,9 +30,12 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/crypto/ssh"
+
 	"github.com/khw-dev/khw/internal/bringup"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/fsutil"
+	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/vm"
 )
@@ -115,15 +118,20 @@ func HostsFile(c *config.Cluster, hostname string) []byte {
 }
 
 // SSHConfig returns the content of D/ssh/config for cluster c: one Host
-// block per node mapping its name and FQDN to its IP (HostName), then one
-// block for all of them with User ubuntu, khw's key (bringup.KeyPath,
-// IdentitiesOnly) and the host keys khw pinned (bringup.KnownHostsPath,
+// block per node mapping its name and FQDN to its IP (HostName) and naming
+// the host key type pinned for it (HostKeyAlgorithms: ssh-ed25519, the key
+// khw generated for the node and pinned before its first boot; for a node
+// an older khw made and pinned on first contact, the type of that pin, read
+// from bringup.KnownHostsPath), then one block for all of them with User
+// ubuntu, khw's key (bringup.KeyPath, IdentitiesOnly), the pins
+// (UserKnownHostsFile bringup.KnownHostsPath and no global file,
 // StrictHostKeyChecking yes: a node presenting another key is refused, and
-// no new key is accepted silently) and ConnectTimeout 15 (a node that is
-// down or unreachable fails in 15 s, connect and banner exchange, instead
-// of hanging a lab's commands). The nodes' keys are pinned under their
-// IPs, which is why HostName is the IP. Format: ssh_config(5); the first
-// value obtained for an option wins, so the per-node blocks come first.
+// no new key is accepted silently; UpdateHostKeys no: ssh never adds keys
+// a node offers) and ConnectTimeout 15 (a node that is down or unreachable
+// fails in 15 s, connect and banner exchange, instead of hanging a lab's
+// commands). The nodes' keys are pinned under their IPs, which is why
+// HostName is the IP. Format: ssh_config(5); the first value obtained for
+// an option wins, so the per-node blocks come first.
 func SSHConfig(c *config.Cluster, d state.Dir) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Written by khw for cluster %s, from cluster.yaml. Use it with\n", c.Name)
@@ -138,14 +146,20 @@ func SSHConfig(c *config.Cluster, d state.Dir) []byte {
 			names = append(names, f)
 		}
 		all = append(all, names...)
-		fmt.Fprintf(&b, "\nHost %s\n    HostName %s\n", strings.Join(names, " "), n.IP)
+		algos := remote.PinnedHostKeyAlgorithms(bringup.KnownHostsPath(d), n.IP)
+		if len(algos) == 0 {
+			algos = []string{ssh.KeyAlgoED25519}
+		}
+		fmt.Fprintf(&b, "\nHost %s\n    HostName %s\n    HostKeyAlgorithms %s\n", strings.Join(names, " "), n.IP, strings.Join(algos, ","))
 	}
 	fmt.Fprintf(&b, "\nHost %s\n", strings.Join(all, " "))
 	fmt.Fprintf(&b, "    User %s\n", SSHUser)
 	fmt.Fprintf(&b, "    IdentityFile %s\n", quoteSSH(bringup.KeyPath(d)))
 	b.WriteString("    IdentitiesOnly yes\n")
 	fmt.Fprintf(&b, "    UserKnownHostsFile %s\n", quoteSSH(bringup.KnownHostsPath(d)))
+	b.WriteString("    GlobalKnownHostsFile /dev/null\n")
 	b.WriteString("    StrictHostKeyChecking yes\n")
+	b.WriteString("    UpdateHostKeys no\n")
 	b.WriteString("    ConnectTimeout 15\n")
 	return []byte(b.String())
 }

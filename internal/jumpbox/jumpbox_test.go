@@ -3,6 +3,8 @@ package jumpbox
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -13,6 +15,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/khw-dev/khw/internal/bringup"
 	"github.com/khw-dev/khw/internal/components"
@@ -81,10 +86,20 @@ func TestSSHConfigAsSSHReadsIt(t *testing.T) {
 	c := config.Default("lab", config.ArchAMD64, config.ProviderNspawn)
 	d := state.New(filepath.Join(t.TempDir(), "state dir"), "lab") // a space must survive quoting
 	p := filepath.Join(t.TempDir(), "config")
+	// cp2 was made by an older khw, which pinned the ECDSA key it met first.
+	ek, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	epub, _ := ssh.NewPublicKey(&ek.PublicKey)
+	if err := os.MkdirAll(filepath.Dir(bringup.KnownHostsPath(d)), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bringup.KnownHostsPath(d), []byte(knownhosts.Line([]string{"192.168.122.12"}, epub)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(p, SSHConfig(c, d), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ host, ip string }{{"cp1", "192.168.122.11"}, {"w3.kubernetes.local", "192.168.122.23"}, {"lb", "192.168.122.10"}} {
+	for _, tc := range []struct{ host, ip, algos string }{{"cp1", "192.168.122.11", "ssh-ed25519"}, {"w3.kubernetes.local", "192.168.122.23", "ssh-ed25519"},
+		{"lb", "192.168.122.10", "ssh-ed25519"}, {"cp2", "192.168.122.12", "ecdsa-sha2-nistp256"}} {
 		out, err := exec.Command("ssh", "-G", "-F", p, tc.host).CombinedOutput()
 		if err != nil {
 			t.Fatalf("ssh -G %s: %v\n%s", tc.host, err, out)
@@ -99,6 +114,7 @@ func TestSSHConfigAsSSHReadsIt(t *testing.T) {
 		want := map[string]string{
 			"hostname": tc.ip, "user": "ubuntu", "identityfile": bringup.KeyPath(d), "identitiesonly": "yes",
 			"userknownhostsfile": bringup.KnownHostsPath(d), "stricthostkeychecking": "true", "connecttimeout": "15",
+			"hostkeyalgorithms": tc.algos, "globalknownhostsfile": "/dev/null", "updatehostkeys": "false",
 		}
 		for k, v := range want {
 			if opts[k] != v {

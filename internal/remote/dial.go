@@ -34,8 +34,8 @@ func (e *ConnectError) Error() string {
 
 func (e *ConnectError) Unwrap() error { return e.Last }
 
-// connect dials n until it succeeds, a host key mismatch is seen, or the
-// deadline passes. Backoff doubles from InitialBackoff up to MaxBackoff.
+// connect dials n until it succeeds, a host key is refused (changed, or
+// not pinned at all), or the deadline passes. Backoff doubles from InitialBackoff up to MaxBackoff.
 func (p *Pool) connect(ctx context.Context, n Node) (*Client, error) {
 	addr := n.hostPort(p.cfg.Port)
 	start := time.Now()
@@ -52,8 +52,9 @@ func (p *Pool) connect(ctx context.Context, n Node) (*Client, error) {
 			return c, nil
 		}
 		var hk *HostKeyChangedError
-		if errors.As(err, &hk) {
-			return nil, hk // retrying cannot help; a human must decide
+		var np *HostKeyNotPinnedError
+		if errors.As(err, &hk) || errors.As(err, &np) {
+			return nil, err // retrying cannot help; a human must decide
 		}
 		last = err
 		deadline, _ := ctx.Deadline()

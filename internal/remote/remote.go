@@ -2,11 +2,15 @@
 // node (golang.org/x/crypto/ssh), commands run through exec sessions, files
 // pushed through SFTP (github.com/pkg/sftp) and installed atomically.
 //
-// Trust model: the first time khw reaches an address it pins the host key it
-// sees into a known_hosts file in the state directory (OpenSSH known_hosts
-// format, see sshd(8) "SSH_KNOWN_HOSTS FILE FORMAT"); every later connection
-// must present that same key, otherwise the connection is refused with an
-// error naming the node, the file and the fix. Host keys are never ignored.
+// Trust model: a node's SSH host key is pinned in a known_hosts file in the
+// state directory (OpenSSH known_hosts format, see sshd(8) "SSH_KNOWN_HOSTS
+// FILE FORMAT") BEFORE khw first connects to it: the providers install a
+// host key khw generated on the jumpbox (EnsureHostKey) through the node's
+// image, and the caller pins it with Pool.PinHostKey. Every connection must
+// present a pinned key; an address with no pin is refused
+// (*HostKeyNotPinnedError, no trust on first use) and so is a different key
+// (*HostKeyChangedError), with an error naming the node, the file and the
+// fix. Host keys are never ignored and never re-pinned by a connection.
 //
 // Authentication uses one ed25519 key that khw generates into the state
 // directory (EnsureKey); its public half goes into the node's
@@ -57,8 +61,9 @@ type Config struct {
 	User string
 	// Signer is the client private key (see EnsureKey).
 	Signer ssh.Signer
-	// KnownHostsFile is the known_hosts file in the state directory where host
-	// keys are pinned on first contact (created 0600 when missing).
+	// KnownHostsFile is the known_hosts file in the state directory that
+	// pins the nodes' host keys (written by PinHostKey, 0600). A node
+	// whose address it does not list is refused.
 	KnownHostsFile string
 	// Port is used when a Node's Addr has no port (default 22).
 	Port int

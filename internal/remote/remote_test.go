@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -265,17 +266,48 @@ func TestForEachBoundAndErrors(t *testing.T) {
 	}
 }
 
+// TestHostKeyPinning: a real sshd is reached only with its key pinned
+// beforehand; a connection never writes a pin (no trust on first use), and a
+// changed key is refused at once.
 func TestHostKeyPinning(t *testing.T) {
 	e := newTestEnv(t)
 	e.sshd.start()
 	host := knownhosts.Normalize(e.sshd.addr())
 
-	// First contact pins the key.
+	// No pin: refused, nothing written, not retried.
+	if err := os.MkdirAll(filepath.Dir(e.knownHosts), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{User: "root", Signer: e.signer, KnownHostsFile: e.knownHosts,
+		ConnectTimeout: 20 * time.Second, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}
+	p0, err := NewPool(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = p0.Get(context.Background(), e.node("cp1"))
+	p0.Close()
+	var np *HostKeyNotPinnedError
+	if !errors.As(err, &np) {
+		t.Fatalf("unpinned node: err = %v, want *HostKeyNotPinnedError", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("unpinned host key took %v; it must not be retried", el)
+	}
+	for _, want := range []string{"node cp1", e.knownHosts, ssh.FingerprintSHA256(e.sshd.hostKey), "never trusts a key on first use"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if _, err := os.Stat(e.knownHosts); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a refused connection wrote %s (trust on first use): %v", e.knownHosts, err)
+	}
+
+	// Pinned first (e.pool does): verified, the file is left alone.
 	p1 := e.pool(t, "root", nil)
-	e.client(t, p1, "cp1")
 	data, err := os.ReadFile(e.knownHosts)
 	if err != nil {
-		t.Fatalf("known_hosts not written: %v", err)
+		t.Fatalf("known_hosts not written by PinHostKey: %v", err)
 	}
 	if want := knownhosts.Line([]string{host}, e.sshd.hostKey) + "\n"; string(data) != want {
 		t.Fatalf("known_hosts = %q, want %q", data, want)
@@ -283,22 +315,23 @@ func TestHostKeyPinning(t *testing.T) {
 	if st, _ := os.Stat(e.knownHosts); st.Mode().Perm() != 0o600 {
 		t.Errorf("known_hosts mode = %v, want 0600", st.Mode().Perm())
 	}
+	e.client(t, p1, "cp1")
+	if again, _ := os.ReadFile(e.knownHosts); !bytes.Equal(again, data) {
+		t.Errorf("known_hosts changed on contact: %q", again)
+	}
 	p1.Close()
 
-	// Second contact verifies and leaves the file alone.
-	p2 := e.pool(t, "root", nil)
-	e.client(t, p2, "cp1")
-	if again, _ := os.ReadFile(e.knownHosts); !bytes.Equal(again, data) {
-		t.Errorf("known_hosts changed on second contact: %q", again)
-	}
-	p2.Close()
-
 	// The node comes back with another host key: refused, at once.
+	pinned := e.sshd.hostKey
 	e.sshd.stop()
 	e.sshd.newHostKey()
 	e.sshd.start()
-	p3 := e.pool(t, "root", nil)
-	start := time.Now()
+	p3, err := NewPool(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p3.Close()
+	start = time.Now()
 	_, err = p3.Get(context.Background(), e.node("cp1"))
 	var hk *HostKeyChangedError
 	if !errors.As(err, &hk) {
@@ -308,7 +341,7 @@ func TestHostKeyPinning(t *testing.T) {
 		t.Errorf("host key mismatch took %v; it must not be retried", el)
 	}
 	msg := err.Error()
-	for _, want := range []string{"node cp1", e.knownHosts, "ssh-keygen -R '" + host + "' -f " + e.knownHosts, ssh.FingerprintSHA256(e.sshd.hostKey)} {
+	for _, want := range []string{"node cp1", e.knownHosts, "ssh-keygen -R '" + host + "' -f " + e.knownHosts, ssh.FingerprintSHA256(e.sshd.hostKey), ssh.FingerprintSHA256(pinned)} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error %q lacks %q", msg, want)
 		}
@@ -316,14 +349,13 @@ func TestHostKeyPinning(t *testing.T) {
 	if again, _ := os.ReadFile(e.knownHosts); !bytes.Equal(again, data) {
 		t.Errorf("known_hosts changed after a mismatch: %q", again)
 	}
-
-	// Applying the fix (dropping the old line) lets the new key be pinned.
-	if err := os.WriteFile(e.knownHosts, nil, 0o600); err != nil {
-		t.Fatal(err)
+	// Pinning the new key does not replace the old pin.
+	others, err := p3.PinHostKey(e.node("cp1"), e.sshd.hostKey)
+	if err != nil || len(others) != 1 || !bytes.Equal(others[0].Marshal(), pinned.Marshal()) {
+		t.Errorf("PinHostKey over another pin = %v, %v; want the old key back and no change", others, err)
 	}
-	e.client(t, p3, "cp1")
-	if now, _ := os.ReadFile(e.knownHosts); string(now) != knownhosts.Line([]string{host}, e.sshd.hostKey)+"\n" {
-		t.Errorf("known_hosts after re-pin = %q", now)
+	if again, _ := os.ReadFile(e.knownHosts); !bytes.Equal(again, data) {
+		t.Errorf("known_hosts changed by PinHostKey over another pin: %q", again)
 	}
 }
 

@@ -226,7 +226,8 @@ func newTestEnv(t *testing.T) *testEnv {
 	return e
 }
 
-// pool returns a Pool logging in as user; it is closed before sshd stops.
+// pool returns a Pool logging in as user, with sshd's current host key
+// pinned; it is closed before sshd stops.
 func (e *testEnv) pool(t *testing.T, user string, mod func(*Config)) *Pool {
 	t.Helper()
 	cfg := Config{
@@ -241,6 +242,10 @@ func (e *testEnv) pool(t *testing.T, user string, mod func(*Config)) *Pool {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
+	// As khw does before a node's first boot: pin the key it will present.
+	if others, err := p.PinHostKey(e.node("any"), e.sshd.hostKey); err != nil || others != nil {
+		t.Fatalf("PinHostKey: others %v, err %v", others, err)
+	}
 	return p
 }
 

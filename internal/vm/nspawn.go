@@ -33,6 +33,12 @@ type NspawnOptions struct {
 	// AuthorizedKey is the authorized_keys line for NodeUser (from
 	// remote.EnsureKey). Required by Create.
 	AuthorizedKey string
+	// HostKey returns the SSH host key khw generated for a node
+	// (remote.EnsureHostKey; bringup keeps them in
+	// <state>/ssh/hostkeys/<node>). Create installs it as the node's only
+	// host key, and the caller pins it before the node's first boot.
+	// Required by Create.
+	HostKey func(node string) (*remote.HostKey, error)
 	// Mirror is the Debian mirror for debootstrap (default AptMirror("/")).
 	Mirror string
 	// Log receives debootstrap's output (nil: discarded).
@@ -126,10 +132,16 @@ func (p *Nspawn) node(name string) (config.Node, error) {
 // from the image (`cp -a --reflink=auto` into a temporary directory, renamed
 // into place; the image's SSH host keys are dropped) and its seed (hostname,
 // /etc/hosts, machine-id, static IP on host0, user ubuntu with khw's key and
-// sudo, the khw units). Running nodes are not touched beyond their seed files.
+// sudo, the khw units, and the SSH host key from HostKey as the only one
+// sshd offers). Running nodes are not touched beyond their seed files. A
+// node root made by an older khw, with an ed25519 host key of its own,
+// keeps that key (and its pin) until Destroy; Log says so.
 func (p *Nspawn) Create(ctx context.Context) error {
 	if p.opts.AuthorizedKey == "" {
 		return fmt.Errorf("cluster %s: no SSH public key for the nodes; pass remote.EnsureKey's authorized_keys line in NspawnOptions.AuthorizedKey", p.c.Name)
+	}
+	if p.opts.HostKey == nil {
+		return fmt.Errorf("cluster %s: no SSH host keys for the nodes; set NspawnOptions.HostKey (remote.EnsureHostKey per node)", p.c.Name)
 	}
 	image, err := EnsureRootfs(ctx, p.opts.CacheDir, p.c.Arch, p.opts.Mirror, p.opts.Log)
 	if err != nil {
@@ -160,8 +172,16 @@ func (p *Nspawn) Create(ctx context.Context) error {
 		if err := p.ensureNodeRoot(ctx, image, n.Name); err != nil {
 			return err
 		}
-		if err := seedNode(p.NodeRoot(n.Name), p.c, n, p.opts.AuthorizedKey, strings.TrimSpace(string(imageID))); err != nil {
+		hk, err := p.opts.HostKey(n.Name)
+		if err != nil {
 			return err
+		}
+		own, err := seedNode(p.NodeRoot(n.Name), p.c, n, p.opts.AuthorizedKey, strings.TrimSpace(string(imageID)), hk)
+		if err != nil {
+			return err
+		}
+		if own && p.opts.Log != nil {
+			fmt.Fprintf(p.opts.Log, "node %s: keeps the SSH host key it made itself (an older khw made it); khw down and khw up give it a generated, pinned one\n", n.Name)
 		}
 	}
 	return nil

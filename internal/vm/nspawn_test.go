@@ -48,7 +48,7 @@ func TestNspawnOneNodeBootSSHPowerOff(t *testing.T) {
 	hostPanicB, _ := os.ReadFile("/proc/sys/kernel/panic")
 	hostPanic := string(hostPanicB)
 
-	p, err := NewNspawn(c, NspawnOptions{StateDir: state, AuthorizedKey: authLine, Log: testLog{t}})
+	p, err := NewNspawn(c, NspawnOptions{StateDir: state, AuthorizedKey: authLine, HostKey: testHostKeys(state), Log: testLog{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +84,7 @@ func TestNspawnOneNodeBootSSHPowerOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
+	pinHostKeys(t, p, pool)
 	rn := remote.Node{Name: lb.Name, Addr: lb.IP}
 
 	boot := func(round string) *remote.Client {
@@ -290,7 +291,7 @@ func testCluster(t *testing.T, nodes ...string) (*Nspawn, *remote.Pool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewNspawn(c, NspawnOptions{StateDir: state, AuthorizedKey: authLine, Log: testLog{t}})
+	p, err := NewNspawn(c, NspawnOptions{StateDir: state, AuthorizedKey: authLine, HostKey: testHostKeys(state), Log: testLog{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +310,31 @@ func testCluster(t *testing.T, nodes ...string) (*Nspawn, *remote.Pool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pool.Close() })
+	pinHostKeys(t, p, pool)
 	return p, pool
+}
+
+// testHostKeys keeps the nodes' generated host keys in
+// <state>/ssh/hostkeys/<node>, as bringup does.
+func testHostKeys(state string) func(string) (*remote.HostKey, error) {
+	return func(node string) (*remote.HostKey, error) {
+		return remote.EnsureHostKey(filepath.Join(state, "ssh", "hostkeys", node), node)
+	}
+}
+
+// pinHostKeys pins every node's generated host key in the pool's
+// known_hosts, as bringup's 01-machines does before the first boot.
+func pinHostKeys(t *testing.T, p *Nspawn, pool *remote.Pool) {
+	t.Helper()
+	for _, n := range p.c.Nodes {
+		hk, err := p.opts.HostKey(n.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if others, err := pool.PinHostKey(remote.Node{Name: n.Name, Addr: n.IP}, hk.Public); err != nil || others != nil {
+			t.Fatalf("pin %s: others %v, %v", n.Name, others, err)
+		}
+	}
 }
 
 func run(t *testing.T, ctx context.Context, pool *remote.Pool, p *Nspawn, node, cmd string) string {

@@ -1,8 +1,10 @@
 package vm
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net/netip"
@@ -11,8 +13,11 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/crypto/ssh"
+
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/fsutil"
+	"github.com/khw-dev/khw/internal/remote"
 )
 
 // NodeUser is the login user khw creates on nspawn nodes (uid/gid 1000,
@@ -60,20 +65,6 @@ ExecStart=/bin/sh -c 'for f in /etc/khw/sysctl/*; do mount --bind "$f" "/proc/sy
 [Install]
 WantedBy=sysinit.target
 `
-	// unitHostKeys gives each node its own SSH host keys on first boot (the
-	// image's keys are removed when the node root is copied).
-	unitHostKeys = `[Unit]
-Description=khw: generate this node's SSH host keys
-Before=ssh.service
-ConditionPathExists=!/etc/ssh/ssh_host_ed25519_key
-
-[Service]
-Type=oneshot
-ExecStart=/usr/bin/ssh-keygen -A
-
-[Install]
-WantedBy=multi-user.target
-`
 	// unitHost0 gives host0 (the node end of the veth systemd-nspawn
 	// attached to the bridge) the node's static address and default route.
 	unitHost0 = `[Unit]
@@ -106,8 +97,11 @@ var nodeSysctls = map[string]string{
 }
 
 // seedNode writes the node's identity and khw's access into root, the node's
-// root directory. Idempotent: files are rewritten only when changed.
-func seedNode(root string, c *config.Cluster, n config.Node, authorizedKey, imageMachineID string) error {
+// root directory: hostname, /etc/hosts, machine-id, the khw units, user
+// ubuntu with authorizedKey, and the SSH host key hostKey (seedHostKey).
+// Idempotent: files are rewritten only when changed. keptOwnKey: the root
+// has an SSH host key of its own, kept (see seedHostKey).
+func seedNode(root string, c *config.Cluster, n config.Node, authorizedKey, imageMachineID string, hostKey *remote.HostKey) (keptOwnKey bool, err error) {
 	w := func(rel, content string, perm fs.FileMode) error {
 		p := filepath.Join(root, rel)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -134,11 +128,11 @@ func seedNode(root string, c *config.Cluster, n config.Node, authorizedKey, imag
 	}
 	prefix, err := nodePrefix(c, n)
 	if err != nil {
-		return err
+		return false, err
 	}
 
 	if err := w("etc/hostname", n.Name+"\n", 0o644); err != nil {
-		return err
+		return false, err
 	}
 	var hosts strings.Builder
 	hosts.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n\n# khw: cluster nodes\n")
@@ -146,7 +140,7 @@ func seedNode(root string, c *config.Cluster, n config.Node, authorizedKey, imag
 		fmt.Fprintf(&hosts, "%s\t%s %s\n", m.IP, c.FQDN(m), m.Name)
 	}
 	if err := w("etc/hosts", hosts.String(), 0o644); err != nil {
-		return err
+		return false, err
 	}
 
 	// A node keeps its machine-id once it has its own.
@@ -154,10 +148,10 @@ func seedNode(root string, c *config.Cluster, n config.Node, authorizedKey, imag
 	if id := strings.TrimSpace(string(cur)); len(id) != 32 || id == imageMachineID {
 		b := make([]byte, 16)
 		if _, err := rand.Read(b); err != nil {
-			return err
+			return false, err
 		}
 		if err := w("etc/machine-id", hex.EncodeToString(b)+"\n", 0o444); err != nil {
-			return err
+			return false, err
 		}
 	}
 
@@ -165,35 +159,110 @@ func seedNode(root string, c *config.Cluster, n config.Node, authorizedKey, imag
 	// /sys is writable, so networkd waits for udev to initialise host0,
 	// and there is no udev in a container; host0 stays "pending" forever.
 	if err := w("etc/systemd/system/khw-host0.service", fmt.Sprintf(unitHost0, n.Name, prefix, c.Network.Gateway), 0o644); err != nil {
-		return err
+		return false, err
 	}
 	for rel, target := range map[string]string{
-		"etc/systemd/system/multi-user.target.wants/khw-host0.service":        "/etc/systemd/system/khw-host0.service",
-		"etc/systemd/system/multi-user.target.wants/ssh.service":              "/lib/systemd/system/ssh.service",
-		"etc/systemd/system/sysinit.target.wants/khw-cgroup-rw.service":       "/etc/systemd/system/khw-cgroup-rw.service",
-		"etc/systemd/system/sysinit.target.wants/khw-proc-sys.service":        "/etc/systemd/system/khw-proc-sys.service",
-		"etc/systemd/system/multi-user.target.wants/khw-ssh-hostkeys.service": "/etc/systemd/system/khw-ssh-hostkeys.service",
+		"etc/systemd/system/multi-user.target.wants/khw-host0.service":  "/etc/systemd/system/khw-host0.service",
+		"etc/systemd/system/multi-user.target.wants/ssh.service":        "/lib/systemd/system/ssh.service",
+		"etc/systemd/system/sysinit.target.wants/khw-cgroup-rw.service": "/etc/systemd/system/khw-cgroup-rw.service",
+		"etc/systemd/system/sysinit.target.wants/khw-proc-sys.service":  "/etc/systemd/system/khw-proc-sys.service",
 	} {
 		if err := link(rel, target); err != nil {
-			return err
+			return false, err
 		}
 	}
 	for rel, content := range map[string]string{
-		"etc/systemd/system/khw-cgroup-rw.service":    unitCgroupRW,
-		"etc/systemd/system/khw-proc-sys.service":     unitProcSys,
-		"etc/systemd/system/khw-ssh-hostkeys.service": unitHostKeys,
-		"etc/systemd/system.conf.d/khw.conf":          systemConf,
+		"etc/systemd/system/khw-cgroup-rw.service": unitCgroupRW,
+		"etc/systemd/system/khw-proc-sys.service":  unitProcSys,
+		"etc/systemd/system.conf.d/khw.conf":       systemConf,
 	} {
 		if err := w(rel, content, 0o644); err != nil {
-			return err
+			return false, err
 		}
 	}
 	for k, v := range nodeSysctls {
 		if err := w("etc/khw/sysctl/"+k, v+"\n", 0o644); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return seedUser(root, n.Name, authorizedKey)
+	kept, err := seedHostKey(root, n.Name, hostKey)
+	if err != nil {
+		return false, err
+	}
+	return kept, seedUser(root, n.Name, authorizedKey)
+}
+
+// Paths inside a node root of its SSH host key and of the sshd_config(5)
+// drop-in that makes it the only one sshd offers (Debian's sshd_config
+// starts with "Include /etc/ssh/sshd_config.d/*.conf"; with a HostKey line
+// sshd loads only the keys listed, none of its default list).
+const (
+	nodeHostKeyPath  = "etc/ssh/" + remote.HostKeyFile
+	nodeSSHDDropIn   = "etc/ssh/sshd_config.d/khw-hostkey.conf"
+	nodeSSHDHostKeys = "# khw: this node's SSH host key, generated on the jumpbox and pinned there\n" +
+		"# before the first boot (<state>/ssh/hostkeys/<node>). Offer no other.\n" +
+		"HostKey /" + nodeHostKeyPath + "\n"
+	// legacyHostKeyUnit is the first-boot ssh-keygen -A unit older khw
+	// versions wrote; it is removed with the node's own keys.
+	legacyHostKeyUnit = "etc/systemd/system/khw-ssh-hostkeys.service"
+)
+
+// seedHostKey installs hostKey as the node's only SSH host key:
+// /etc/ssh/ssh_host_ed25519_key (0600) and .pub (0644), both root:root, the
+// drop-in nodeSSHDDropIn (HostKey naming only that file, 0644), every other
+// /etc/ssh/ssh_host_* file removed. Nothing on the node generates host keys
+// (Debian's ssh.service does not; khw's old first-boot ssh-keygen -A unit
+// is removed), so the node presents exactly the key pinned on the jumpbox.
+//
+// A node root whose ed25519 host key is another one (made by an older khw,
+// whose node generated its keys on first boot and whose key was pinned on
+// first contact) is left as it is: it keeps its identity and its pin until
+// `khw down`. kept reports that case.
+func seedHostKey(root, node string, hostKey *remote.HostKey) (kept bool, err error) {
+	if hostKey == nil || len(hostKey.Private) == 0 || hostKey.Public == nil {
+		return false, fmt.Errorf("node %s: no SSH host key to install; pass remote.EnsureHostKey's key (NspawnOptions.HostKey)", node)
+	}
+	priv := filepath.Join(root, nodeHostKeyPath)
+	if cur, err := os.ReadFile(priv); err == nil {
+		s, perr := ssh.ParsePrivateKey(cur)
+		if perr != nil || !bytes.Equal(s.PublicKey().Marshal(), hostKey.Public.Marshal()) {
+			return true, nil
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("node %s: read %s: %w", node, priv, err)
+	}
+	for _, f := range []struct {
+		rel     string
+		content []byte
+		perm    fs.FileMode
+	}{
+		{nodeHostKeyPath, hostKey.Private, 0o600},
+		{nodeHostKeyPath + ".pub", []byte(hostKey.PublicLine() + "\n"), 0o644},
+		{nodeSSHDDropIn, []byte(nodeSSHDHostKeys), 0o644},
+	} {
+		p := filepath.Join(root, f.rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return false, fmt.Errorf("node %s: %w", node, err)
+		}
+		if _, err := fsutil.WriteIfChanged(p, f.content, f.perm); err != nil {
+			return false, fmt.Errorf("node %s: write %s: %w", node, f.rel, err)
+		}
+		if err := os.Lchown(p, 0, 0); err != nil {
+			return false, fmt.Errorf("node %s: chown %s: %w", node, f.rel, err)
+		}
+	}
+	others, _ := filepath.Glob(filepath.Join(root, "etc/ssh/ssh_host_*"))
+	others = append(others, filepath.Join(root, legacyHostKeyUnit),
+		filepath.Join(root, "etc/systemd/system/multi-user.target.wants/khw-ssh-hostkeys.service"))
+	for _, o := range others {
+		if o == priv || o == priv+".pub" {
+			continue
+		}
+		if err := os.Remove(o); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("node %s: remove %s: %w", node, o, err)
+		}
+	}
+	return false, nil
 }
 
 // seedUser adds NodeUser (uid/gid 1000, home /home/ubuntu, no password,

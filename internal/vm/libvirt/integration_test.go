@@ -103,7 +103,7 @@ func testVMLifecycle(t *testing.T, env *lvEnv, img Image) {
 	}
 	c := oneNodeCluster("lvt", "192.168.150")
 	p, err := New(c, Options{
-		StateDir: dir, AuthorizedKey: authLine, Image: img,
+		StateDir: dir, AuthorizedKey: authLine, HostKey: testHostKeys(dir), Image: img,
 		Pool: testPool, PoolPath: testPoolPath, NetnsPath: env.nsPath,
 		ProbeTimeout: 10 * time.Second, Log: logWriter{t},
 	})
@@ -196,7 +196,11 @@ func testVMLifecycle(t *testing.T, env *lvEnv, img Image) {
 	newPool()
 	defer func() { pool.Close() }()
 	node := remote.Node{Name: "cp1", Addr: "192.168.150.11"}
+	hk := pinHostKey(t, pool, p, node) // before the first boot, as bringup does
 	run := sshRun(ctx, t, func() *remote.Pool { return pool }, node, "khw-lvt-cp1")
+	if mode := fileMode(t, filepath.Join(testPoolPath, "khw-lvt-cp1-seed.iso")); mode&0o077 != 0 {
+		t.Errorf("seed volume (it holds the node's private host key) has mode %04o, want 0600", mode)
+	}
 
 	t0 = time.Now()
 	if err := p.Start(ctx, "cp1"); err != nil {
@@ -207,6 +211,7 @@ func testVMLifecycle(t *testing.T, env *lvEnv, img Image) {
 	}
 	run("true", false)
 	t.Logf("boot to SSH took %s", since(t0))
+	checkHostKey(ctx, t, env, run, node, filepath.Join(dir, "ssh"), hk)
 
 	// Identity from cloud-init.
 	if got := run("hostname", false); got != "cp1" {
@@ -335,6 +340,74 @@ func sshRun(ctx context.Context, t *testing.T, pool func() *remote.Pool, node re
 	}
 }
 
+// testHostKeys keeps the nodes' generated host keys in
+// <state>/ssh/hostkeys/<node>, as bringup does.
+func testHostKeys(state string) func(string) (*remote.HostKey, error) {
+	return func(node string) (*remote.HostKey, error) {
+		return remote.EnsureHostKey(filepath.Join(state, "ssh", "hostkeys", node), node)
+	}
+}
+
+// pinHostKey pins node's generated host key in pool's known_hosts before
+// the node's first boot and returns the key.
+func pinHostKey(t *testing.T, pool *remote.Pool, p *Provider, node remote.Node) *remote.HostKey {
+	t.Helper()
+	hk, err := p.opts.HostKey(node.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if others, err := pool.PinHostKey(node, hk.Public); err != nil || others != nil {
+		t.Fatalf("pin %s: others %v, %v", node.Name, others, err)
+	}
+	return hk
+}
+
+func fileMode(t *testing.T, p string) os.FileMode {
+	t.Helper()
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Mode().Perm()
+}
+
+// checkHostKey: the VM presents exactly the host key khw generated and
+// pinned before its first boot. Witnesses besides the pool (which already
+// refused anything else): the key files cloud-init left in /etc/ssh,
+// ssh-keyscan (every key type sshd offers) and OpenSSH with
+// StrictHostKeyChecking yes against the pinned known_hosts, both from the
+// test libvirtd's namespace.
+func checkHostKey(ctx context.Context, t *testing.T, env *lvEnv, run func(string, bool) string, node remote.Node, sshDir string, hk *remote.HostKey) {
+	t.Helper()
+	want := strings.Join(strings.Fields(hk.PublicLine())[:2], " ")
+	if got := run("ls /etc/ssh | grep ssh_host_ | tr '\\n' ' '", true); got != "ssh_host_ed25519_key ssh_host_ed25519_key.pub" {
+		t.Errorf("host key files on %s: %q, want only the ed25519 pair (ssh_deletekeys, ssh_genkeytypes [])", node.Name, got)
+	}
+	if got := strings.Join(strings.Fields(run("cat /etc/ssh/ssh_host_ed25519_key.pub", true))[:2], " "); got != want {
+		t.Errorf("/etc/ssh/ssh_host_ed25519_key.pub on %s = %q, want the generated %q", node.Name, got, want)
+	}
+	out, err := exec.CommandContext(ctx, "nsenter", "--net="+env.nsPath, "ssh-keyscan", "-T", "20", node.Addr).Output()
+	if err != nil {
+		t.Errorf("ssh-keyscan %s: %v", node.Addr, err)
+	}
+	var offered []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if f := strings.Fields(l); len(f) == 3 && !strings.HasPrefix(l, "#") {
+			offered = append(offered, f[1]+" "+f[2])
+		}
+	}
+	if len(offered) != 1 || offered[0] != want {
+		t.Errorf("%s offers host keys %q, want exactly the generated %q", node.Name, offered, want)
+	}
+	out, err = exec.CommandContext(ctx, "nsenter", "--net="+env.nsPath, "ssh", "-i", filepath.Join(sshDir, "id_ed25519"),
+		"-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+		"-o", "UserKnownHostsFile="+filepath.Join(sshDir, "known_hosts"), "-o", "GlobalKnownHostsFile=/dev/null",
+		"-o", "HostKeyAlgorithms=ssh-ed25519", "-o", "ConnectTimeout=30", remote.DefaultUser+"@"+node.Addr, "hostname").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != node.Name {
+		t.Errorf("OpenSSH (StrictHostKeyChecking yes, the pinned known_hosts) to %s: %v: %s", node.Name, err, out)
+	}
+}
+
 // checkDestroyed asserts what p.Destroy must have left of cluster name:
 // no domain khw-<name>-*, no node volume (base volumes khw-base-* stay, by
 // design), no network khw-<name>, every node absent to Status; and a second
@@ -383,7 +456,7 @@ func testNetworkReuse(t *testing.T, env *lvEnv, img Image) {
 	}
 	before := autostart(virsh(t, "net-info", "default"))
 	c := oneNodeCluster("lvtr", "192.168.122")
-	p, err := New(c, Options{StateDir: dir, AuthorizedKey: authLine, Image: img, DomainType: DomainQEMU,
+	p, err := New(c, Options{StateDir: dir, AuthorizedKey: authLine, HostKey: testHostKeys(dir), Image: img, DomainType: DomainQEMU,
 		Pool: testPool, PoolPath: testPoolPath, NetnsPath: env.nsPath, Log: logWriter{t}})
 	if err != nil {
 		t.Fatal(err)
@@ -407,7 +480,7 @@ func testNetworkReuse(t *testing.T, env *lvEnv, img Image) {
 		t.Errorf("khw changed the autostart of the reused default network from %q to %q", before, after)
 	}
 
-	other, err := New(c, Options{StateDir: t.TempDir(), AuthorizedKey: authLine, Image: img, DomainType: DomainQEMU,
+	other, err := New(c, Options{StateDir: t.TempDir(), AuthorizedKey: authLine, HostKey: testHostKeys(t.TempDir()), Image: img, DomainType: DomainQEMU,
 		Pool: testPool, PoolPath: testPoolPath})
 	if err != nil {
 		t.Fatal(err)
@@ -654,7 +727,7 @@ func testCatalogImage(t *testing.T, env *lvEnv) {
 	catalog := CatalogImage(c, components.EnvFetcher(), logWriter{t})
 	var fetched []Image
 	var fetchTook time.Duration
-	p, err := New(c, Options{StateDir: state, AuthorizedKey: authLine, Log: logWriter{t},
+	p, err := New(c, Options{StateDir: state, AuthorizedKey: authLine, HostKey: testHostKeys(state), Log: logWriter{t},
 		ResolveImage: func(ctx context.Context) (Image, error) {
 			t0 := time.Now()
 			img, err := catalog(ctx)
@@ -711,13 +784,16 @@ func testCatalogImage(t *testing.T, env *lvEnv) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	run := sshRun(ctx, t, func() *remote.Pool { return pool }, remote.Node{Name: "cp1", Addr: "192.168.152.11"}, "khw-lvtc-cp1")
+	cnode := remote.Node{Name: "cp1", Addr: "192.168.152.11"}
+	chk := pinHostKey(t, pool, p, cnode)
+	run := sshRun(ctx, t, func() *remote.Pool { return pool }, cnode, "khw-lvtc-cp1")
 	t0 = time.Now()
 	if err := p.Start(ctx, "cp1"); err != nil {
 		t.Fatal(err)
 	}
 	run("true", false)
 	t.Logf("boot to SSH took %s", since(t0))
+	checkHostKey(ctx, t, env, run, cnode, filepath.Join(state, "ssh"), chk)
 
 	// cloud-init's identity.
 	if got := run("hostname", false); got != "cp1" {

@@ -68,6 +68,11 @@ type Options struct {
 	// AuthorizedKey is the authorized_keys line for user ubuntu (from
 	// remote.EnsureKey). Required by Create.
 	AuthorizedKey string
+	// HostKey returns the SSH host key khw generated for a node
+	// (remote.EnsureHostKey); its seed installs it through cloud-init as the
+	// node's only host key, and the caller pins it before the first boot.
+	// Required by Create.
+	HostKey func(node string) (*remote.HostKey, error)
 	// URI is the libvirt URI (default cluster.yaml libvirt.uri, else
 	// DefaultURI).
 	URI string
@@ -264,6 +269,9 @@ func domainState(l *golibvirt.Libvirt, d golibvirt.Domain) (golibvirt.DomainStat
 func (p *Provider) Create(ctx context.Context) error {
 	if p.opts.AuthorizedKey == "" {
 		return fmt.Errorf("cluster %s: no SSH public key for the nodes; pass remote.EnsureKey's authorized_keys line in libvirt.Options.AuthorizedKey", p.c.Name)
+	}
+	if p.opts.HostKey == nil {
+		return fmt.Errorf("cluster %s: no SSH host keys for the nodes; set libvirt.Options.HostKey (remote.EnsureHostKey per node)", p.c.Name)
 	}
 	l, err := p.connect()
 	if err != nil {
@@ -663,7 +671,11 @@ func (p *Provider) ensureNode(ctx context.Context, l *golibvirt.Libvirt, pool go
 		return fmt.Errorf("node %s: look up volume %s: %w", n.Name, spec.DiskVolume, err)
 	}
 
-	files, err := SeedFiles(p.c, n, spec.MAC, p.opts.AuthorizedKey)
+	hk, err := p.opts.HostKey(n.Name)
+	if err != nil {
+		return err
+	}
+	files, err := SeedFiles(p.c, n, spec.MAC, p.opts.AuthorizedKey, hk)
 	if err != nil {
 		return err
 	}
@@ -743,7 +755,10 @@ func (p *Provider) putSeed(ctx context.Context, l *golibvirt.Libvirt, pool golib
 	} else if !isLibvirtErr(err, golibvirt.ErrNoStorageVol) {
 		return fmt.Errorf("look up seed volume %s: %w", name, err)
 	}
-	doc, err := PlainVolumeXML(name, uint64(len(iso)), "raw").Marshal()
+	v := PlainVolumeXML(name, uint64(len(iso)), "raw")
+	// The seed carries the node's private SSH host key.
+	v.Target.Permissions = &libvirtxml.StorageVolumeTargetPermissions{Mode: "0600"}
+	doc, err := v.Marshal()
 	if err != nil {
 		return err
 	}

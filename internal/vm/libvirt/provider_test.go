@@ -127,7 +127,7 @@ func TestWriteNodeFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	n, _ := c.Node("cp1")
-	seed, err := SeedFiles(c, n, NodeMAC(c.Name, n.Name), "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample khw")
+	seed, err := SeedFiles(c, n, NodeMAC(c.Name, n.Name), "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample khw", testHostKey(t, "cp1"))
 	if err != nil {
 		t.Fatal(err)
 	}

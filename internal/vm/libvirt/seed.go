@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/vm"
 )
 
@@ -33,19 +34,33 @@ const (
 
 // cloudConfig is the part of #cloud-config khw writes (cloud-init module
 // docs: users-groups, set-hostname, update-etc-hosts, write-files, ssh).
+//
+// SSH host keys (cloud-init module "SSH", cc_ssh,
+// https://cloudinit.readthedocs.io/en/latest/reference/modules.html#ssh):
+// ssh_deletekeys removes every /etc/ssh/ssh_host_*key* the image has;
+// ssh_keys writes <type>_private / <type>_public to
+// /etc/ssh/ssh_host_<type>_key(.pub) (the private one 0600), and "if no host
+// keys are specified using ssh_keys, then keys will be generated" of the
+// types in ssh_genkeytypes: khw gives ssh_keys and an empty ssh_genkeytypes,
+// so nothing is generated whichever way a cloud-init version reads them.
+// The module runs once per instance (frequency PER_INSTANCE), on the first
+// boot with a new instance-id.
 type cloudConfig struct {
-	Hostname         string      `yaml:"hostname"`
-	FQDN             string      `yaml:"fqdn"`
-	PreferFQDN       bool        `yaml:"prefer_fqdn_over_hostname"`
-	ManageEtcHosts   bool        `yaml:"manage_etc_hosts"`
-	Users            []cloudUser `yaml:"users"`
-	SSHPwauth        bool        `yaml:"ssh_pwauth"`
-	DisableRoot      bool        `yaml:"disable_root"`
-	WriteFiles       []writeFile `yaml:"write_files"`
-	PackageUpdate    bool        `yaml:"package_update"`
-	PackageUpgrade   bool        `yaml:"package_upgrade"`
-	ResizeRootfs     bool        `yaml:"resize_rootfs"`
-	PreserveHostname bool        `yaml:"preserve_hostname"`
+	Hostname         string            `yaml:"hostname"`
+	FQDN             string            `yaml:"fqdn"`
+	PreferFQDN       bool              `yaml:"prefer_fqdn_over_hostname"`
+	ManageEtcHosts   bool              `yaml:"manage_etc_hosts"`
+	Users            []cloudUser       `yaml:"users"`
+	SSHPwauth        bool              `yaml:"ssh_pwauth"`
+	SSHDeleteKeys    bool              `yaml:"ssh_deletekeys"`
+	SSHGenKeyTypes   []string          `yaml:"ssh_genkeytypes"`
+	SSHKeys          map[string]string `yaml:"ssh_keys"`
+	DisableRoot      bool              `yaml:"disable_root"`
+	WriteFiles       []writeFile       `yaml:"write_files"`
+	PackageUpdate    bool              `yaml:"package_update"`
+	PackageUpgrade   bool              `yaml:"package_upgrade"`
+	ResizeRootfs     bool              `yaml:"resize_rootfs"`
+	PreserveHostname bool              `yaml:"preserve_hostname"`
 }
 
 type cloudUser struct {
@@ -91,6 +106,17 @@ type nameservers struct {
 	Addresses []string `yaml:"addresses"`
 }
 
+// SSHDHostKeyDropIn is the sshd_config(5) drop-in (below the
+// "Include /etc/ssh/sshd_config.d/*.conf" that Debian's and Ubuntu's
+// sshd_config start with) naming the ed25519 key as the only HostKey: with
+// a HostKey line sshd loads only the keys listed, so a key some package
+// script might make later is never offered.
+const SSHDHostKeyDropIn = "etc/ssh/sshd_config.d/khw-hostkey.conf"
+
+const sshdHostKeyConf = "# khw: this node's SSH host key, generated on the jumpbox and pinned there\n" +
+	"# before the first boot (<state>/ssh/hostkeys/<node>). Offer no other.\n" +
+	"HostKey /etc/ssh/ssh_host_ed25519_key\n"
+
 // SeedIface is the name the node NIC gets (network-config set-name), the
 // same on both arches and on every image.
 const SeedIface = "eth0"
@@ -101,7 +127,12 @@ const SeedIface = "eth0"
 //     shell bash, password locked, authorizedKey, sudo NOPASSWD), no
 //     password SSH, /etc/hosts listing every node of the cluster as
 //     "IP FQDN name" (cloud-init's own /etc/hosts management off), no
-//     package update at boot, root file system grown to the disk;
+//     package update at boot, root file system grown to the disk; the SSH
+//     host key hostKey as the node's only one (ssh_keys ed25519_private and
+//     ed25519_public, ssh_deletekeys true, ssh_genkeytypes [], see
+//     cloudConfig, and the sshd_config drop-in SSHDHostKeyDropIn naming only
+//     that key), so the node presents exactly the key khw pinned before its
+//     first boot. user-data thus holds a private key: keep it 0600;
 //   - meta-data: instance-id khw-<cluster>-<node> (stable: a re-made seed
 //     does not make cloud-init treat the node as a new instance and throw
 //     away its SSH host keys) and local-hostname;
@@ -109,11 +140,15 @@ const SeedIface = "eth0"
 //     address with the prefix of network.cidr, default route and DNS via
 //     network.gateway, no DHCP.
 //
-// Errors name the node and the field (bad IP, empty key, bad MAC).
-func SeedFiles(c *config.Cluster, n config.Node, mac, authorizedKey string) (map[string][]byte, error) {
+// Errors name the node and the field (bad IP, empty key, no host key, bad
+// MAC).
+func SeedFiles(c *config.Cluster, n config.Node, mac, authorizedKey string, hostKey *remote.HostKey) (map[string][]byte, error) {
 	key := strings.TrimSpace(authorizedKey)
 	if key == "" || strings.Contains(key, "\n") {
 		return nil, fmt.Errorf("node %s: SSH public key for cloud-init must be one authorized_keys line (from remote.EnsureKey), got %d bytes", n.Name, len(authorizedKey))
+	}
+	if hostKey == nil || len(hostKey.Private) == 0 || hostKey.Public == nil {
+		return nil, fmt.Errorf("node %s: no SSH host key for cloud-init; pass remote.EnsureHostKey's key (libvirt.Options.HostKey)", n.Name)
 	}
 	mac, err := ParseMAC(mac)
 	if err != nil {
@@ -142,9 +177,16 @@ func SeedFiles(c *config.Cluster, n config.Node, mac, authorizedKey string) (map
 			LockPasswd:        true,
 			SSHAuthorizedKeys: []string{key},
 		}},
-		DisableRoot:  true,
-		ResizeRootfs: true,
+		DisableRoot:    true,
+		ResizeRootfs:   true,
+		SSHDeleteKeys:  true,
+		SSHGenKeyTypes: []string{},
+		SSHKeys: map[string]string{
+			"ed25519_private": string(hostKey.Private),
+			"ed25519_public":  hostKey.PublicLine(),
+		},
 		WriteFiles: []writeFile{
+			{Path: "/" + SSHDHostKeyDropIn, Content: sshdHostKeyConf, Permissions: "0644", Owner: "root:root"},
 			{Path: "/etc/hosts", Content: hosts.String(), Permissions: "0644", Owner: "root:root"},
 			{Path: "/etc/systemd/system.conf.d/khw.conf", Permissions: "0644", Owner: "root:root",
 				Content: "[Manager]\n# khw: keep power-off short (a stuck service would hold it 90 s).\nDefaultTimeoutStopSec=15s\n"},

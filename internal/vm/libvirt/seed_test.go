@@ -10,6 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/remote"
 )
 
 const testKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKhwTestKeyOnlyForUnitTestsXXXXXXXXXXXXXXXXXXX khw@test"
@@ -18,7 +19,7 @@ func TestSeedFiles(t *testing.T) {
 	c := config.Default("lab", config.ArchARM64, config.ProviderLibvirt)
 	n, _ := c.Node("cp2")
 	mac := NodeMAC("lab", "cp2")
-	files, err := SeedFiles(c, n, mac, testKey+"\n")
+	files, err := SeedFiles(c, n, mac, testKey+"\n", testHostKey(t, "cp2"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,23 +101,77 @@ func TestSeedFiles(t *testing.T) {
 	}
 
 	// Errors name the problem.
-	if _, err := SeedFiles(c, n, mac, ""); err == nil || !strings.Contains(err.Error(), "cp2") {
+	if _, err := SeedFiles(c, n, mac, "", testHostKey(t, "cp2")); err == nil || !strings.Contains(err.Error(), "cp2") {
 		t.Errorf("empty key: %v", err)
 	}
-	if _, err := SeedFiles(c, n, "nope", testKey); err == nil {
+	if _, err := SeedFiles(c, n, "nope", testKey, testHostKey(t, "cp2")); err == nil {
 		t.Error("bad MAC accepted")
 	}
 	bad := n
 	bad.IP = "not-an-ip"
-	if _, err := SeedFiles(c, bad, mac, testKey); err == nil || !strings.Contains(err.Error(), "nodes[].ip") {
+	if _, err := SeedFiles(c, bad, mac, testKey, testHostKey(t, "cp2")); err == nil || !strings.Contains(err.Error(), "nodes[].ip") {
 		t.Errorf("bad ip: %v", err)
+	}
+}
+
+func testHostKey(t *testing.T, node string) *remote.HostKey {
+	t.Helper()
+	k, err := remote.EnsureHostKey(filepath.Join(t.TempDir(), node), node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// TestSeedFilesHostKey: user-data gives cloud-init the generated host key
+// as the node's only one (cc_ssh: ssh_keys, ssh_deletekeys,
+// ssh_genkeytypes) and an sshd drop-in that offers only it.
+func TestSeedFilesHostKey(t *testing.T) {
+	c := config.Default("lab", config.ArchAMD64, config.ProviderLibvirt)
+	n, _ := c.Node("w1")
+	hk := testHostKey(t, "w1")
+	files, err := SeedFiles(c, n, NodeMAC("lab", "w1"), testKey, hk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ud map[string]any
+	if err := yaml.Unmarshal(files[SeedUserData], &ud); err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := ud["ssh_keys"].(map[string]any)
+	if len(keys) != 2 || keys["ed25519_private"] != string(hk.Private) || keys["ed25519_public"] != hk.PublicLine() {
+		t.Errorf("ssh_keys = %v, want exactly ed25519_private (the PEM) and ed25519_public (%q)", keys, hk.PublicLine())
+	}
+	if ud["ssh_deletekeys"] != true {
+		t.Errorf("ssh_deletekeys = %v, want true (the image's host keys must go)", ud["ssh_deletekeys"])
+	}
+	if gen, ok := ud["ssh_genkeytypes"].([]any); !ok || len(gen) != 0 {
+		t.Errorf("ssh_genkeytypes = %#v, want an empty list (cloud-init's default generates rsa, ecdsa, ed25519)", ud["ssh_genkeytypes"])
+	}
+	var dropIn string
+	for _, f := range ud["write_files"].([]any) {
+		if m := f.(map[string]any); m["path"] == "/etc/ssh/sshd_config.d/khw-hostkey.conf" {
+			dropIn, _ = m["content"].(string)
+		}
+	}
+	var hostKeys []string
+	for _, l := range strings.Split(dropIn, "\n") {
+		if strings.HasPrefix(l, "HostKey ") {
+			hostKeys = append(hostKeys, l)
+		}
+	}
+	if len(hostKeys) != 1 || hostKeys[0] != "HostKey /etc/ssh/ssh_host_ed25519_key" {
+		t.Errorf("sshd drop-in HostKey lines %q, want only the ed25519 key", hostKeys)
+	}
+	if _, err := SeedFiles(c, n, NodeMAC("lab", "w1"), testKey, nil); err == nil || !strings.Contains(err.Error(), "w1") || !strings.Contains(err.Error(), "host key") {
+		t.Errorf("no host key: err = %v, want one naming w1 and the host key", err)
 	}
 }
 
 func TestSeedISO(t *testing.T) {
 	c := config.Default("lab", config.ArchAMD64, config.ProviderLibvirt)
 	n, _ := c.Node("w1")
-	files, err := SeedFiles(c, n, NodeMAC("lab", "w1"), testKey)
+	files, err := SeedFiles(c, n, NodeMAC("lab", "w1"), testKey, testHostKey(t, "w1"))
 	if err != nil {
 		t.Fatal(err)
 	}
