@@ -145,7 +145,8 @@ const downLong = `Destroy everything the provider made for this cluster: every n
 (powered off at once, like pulling the plug, then its root directory or disk
 removed) and the cluster's network (nspawn: the network namespace
 khw-<cluster> with its bridge). The nodes' pinned SSH host keys
-(<state>/ssh/known_hosts) go too, and so do the lab progress and snapshots
+(<state>/ssh/known_hosts) and the host keys khw generated for them
+(<state>/ssh/hostkeys) go too, and so do the lab progress and snapshots
 (<state>/labs) and an active drill's mark (drill reports stay).
 cluster.yaml, pki/, kubeconfigs/, the SSH key and the shared node image in
 ~/.cache/khw stay, so khw up builds the same cluster again.`
