@@ -190,6 +190,11 @@ func TestSnapshotVanishedFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer os.Remove(filepath.Join(p.nodeDir(w), "pid"))
+		// Start returns once execve released the parent, which can be
+		// before the kernel set the new command line: wait for it.
+		for deadline := time.Now().Add(5 * time.Second); p.nspawnPid(w) == 0 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
 		if p.nspawnPid(w) == 0 || p.freezerDir(w) != "" {
 			t.Fatalf("stand-in node: pid %d, freezer %q", p.nspawnPid(w), p.freezerDir(w))
 		}
