@@ -2,7 +2,6 @@ package bringup
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
@@ -14,8 +13,6 @@ import (
 	"time"
 
 	certsv1 "k8s.io/api/certificates/v1"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -174,21 +171,6 @@ func (s *TLSBootstrapStep) clientset(env *steps.Env) (kubernetes.Interface, erro
 	return kube.Clientset(cfg)
 }
 
-// leftoverTokens lists khw's bootstrap token Secrets for node.
-func leftoverTokens(ctx context.Context, cs kubernetes.Interface, node string) ([]corev1.Secret, error) {
-	l, err := cs.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{FieldSelector: "type=" + string(tb.SecretType)})
-	if err != nil {
-		return nil, fmt.Errorf("list bootstrap token Secrets: %w", err)
-	}
-	var out []corev1.Secret
-	for _, sec := range l.Items {
-		if string(sec.Data[tb.KeyDescription]) == tokenDescription(node) {
-			out = append(out, sec)
-		}
-	}
-	return out, nil
-}
-
 // Check: the bootstrap RBAC applied; the node's files, units, kernel
 // settings and images as a worker's; its kubelet holding a client cert
 // CN=system:node:<node>, O=system:nodes and a serving cert, both from the
@@ -225,7 +207,7 @@ func (s *TLSBootstrapStep) Check(ctx context.Context, env *steps.Env) ([]steps.D
 		diffs = append(diffs, serving...)
 		names = append(names, n.Name)
 		if len(client) == 0 && len(serving) == 0 {
-			left, err := leftoverTokens(ctx, cs, n.Name)
+			left, err := tb.Find(ctx, cs, tokenDescription(n.Name))
 			if err != nil {
 				return nil, err
 			}
@@ -247,8 +229,9 @@ func (s *TLSBootstrapStep) Check(ctx context.Context, env *steps.Env) ([]steps.D
 // Apply: the RBAC; per node without a client cert a fresh token and
 // bootstrap kubeconfig; the worker files and units; then it watches the
 // node's CSRs (showing each as it appears), approves the serving CSR after
-// checking it, waits for both certs and the Node Ready, and deletes the
-// token.
+// checking it and waits for both certs; the tokens are deleted however that
+// ends (done, failed, timed out, interrupted); then it waits for the Node
+// Ready.
 func (s *TLSBootstrapStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.Diff) error {
 	since := time.Now().Add(-5 * time.Second) // CSRs of this join only (clock skew allowed)
 	if err := s.m.renderState(ctx, env); err != nil {
@@ -262,46 +245,10 @@ func (s *TLSBootstrapStep) Apply(ctx context.Context, env *steps.Env, diffs []st
 		return err
 	}
 	nodes := bootstrapNodes(env.Cluster)
-	for _, n := range nodes {
-		client, _, err := s.certDiffs(ctx, env, n)
-		if err != nil {
-			return steps.OnNode(n.Name, err)
-		}
-		if len(client) > 0 {
-			if err := s.giveToken(ctx, env, cs, n); err != nil {
-				return steps.OnNode(n.Name, err)
-			}
-		}
-	}
-	// Files, units, kernel settings, images (the inner spec has no health
-	// check: the Node can only be Ready after the CSRs below).
-	if err := s.inner.Apply(ctx, env, diffs); err != nil {
-		return err
-	}
-	errs := make([]error, len(nodes))
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = steps.OnNode(n.Name, s.watchCSRs(ctx, env, cs, n, since))
-		}()
-	}
-	wg.Wait()
-	if err := firstErr(errs); err != nil {
+	if err := s.join(ctx, env, cs, nodes, since, s.sshJoinOps(env, diffs)); err != nil {
 		return err
 	}
 	for _, n := range nodes {
-		left, err := leftoverTokens(ctx, cs, n.Name)
-		if err != nil {
-			return err
-		}
-		for _, t := range left {
-			if err := cs.CoreV1().Secrets(metav1.NamespaceSystem).Delete(ctx, t.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				return fmt.Errorf("delete bootstrap token Secret %s: %w", t.Name, err)
-			}
-			env.Notef("%s: deleted bootstrap token %s (its job is done)", n.Name, string(t.Data[tb.KeyTokenID]))
-		}
 		// The kubelet has its own certs now; the bootstrap kubeconfig only
 		// holds a dead token (kubeadm removes its copy too).
 		if cl, err := s.m.Pool.Get(ctx, remoteNode(n)); err == nil {
@@ -319,30 +266,95 @@ func (s *TLSBootstrapStep) Apply(ctx context.Context, env *steps.Env, diffs []st
 	}, WorkerWait*vm.Slowdown(s.m.Provider))
 }
 
-// giveToken creates a bootstrap token Secret for node n (deleting khw's
-// older ones), writes <state>/kubeconfigs/<n>-bootstrap.kubeconfig with it
-// and installs it on the node, restarting a running kubelet so it reads it.
-func (s *TLSBootstrapStep) giveToken(ctx context.Context, env *steps.Env, cs kubernetes.Interface, n config.Node) error {
-	old, err := leftoverTokens(ctx, cs, n.Name)
-	if err != nil {
-		return err
+// joinOps are the node side of a join: Apply's reach the nodes over SSH
+// (sshJoinOps); tests pass their own.
+type joinOps struct {
+	// needToken: the node's kubelet has no valid client cert yet.
+	needToken func(ctx context.Context, n config.Node) (bool, error)
+	// install puts a bootstrap kubeconfig holding tok on the node.
+	install func(ctx context.Context, n config.Node, tok tb.Token) error
+	// setup installs the worker files and units and starts them.
+	setup func(ctx context.Context) error
+	// missing lists what the node's kubelet still lacks (its client and
+	// serving certs), empty once it has both.
+	missing func(ctx context.Context, n config.Node) ([]string, error)
+	// wait bounds the wait for each node's certs.
+	wait time.Duration
+}
+
+func (s *TLSBootstrapStep) sshJoinOps(env *steps.Env, diffs []steps.Diff) joinOps {
+	return joinOps{
+		needToken: func(ctx context.Context, n config.Node) (bool, error) {
+			client, _, err := s.certDiffs(ctx, env, n)
+			return len(client) > 0, err
+		},
+		install: func(ctx context.Context, n config.Node, tok tb.Token) error { return s.installToken(ctx, env, n, tok) },
+		// Files, units, kernel settings, images (the inner spec has no
+		// health check: the Node can only be Ready after the CSRs).
+		setup: func(ctx context.Context) error { return s.inner.Apply(ctx, env, diffs) },
+		missing: func(ctx context.Context, n config.Node) ([]string, error) {
+			client, serving, err := s.certDiffs(ctx, env, n)
+			var what []string
+			for _, d := range append(client, serving...) {
+				what = append(what, d.What)
+			}
+			return what, err
+		},
+		wait: WorkerWait * vm.Slowdown(s.m.Provider),
 	}
-	for _, t := range old {
-		_ = cs.CoreV1().Secrets(metav1.NamespaceSystem).Delete(ctx, t.Name, metav1.DeleteOptions{})
+}
+
+// join gives each of nodes without a client cert a fresh bootstrap token
+// (valid BootstrapTokenTTL), runs the worker setup, and waits until every
+// node's kubelet holds both certs (watchCSRs). The token Secrets are deleted
+// on every way out, the bootstrap not finishing and ctx being cancelled
+// included (tb.WithTokens): a token left valid would let whoever read it
+// from the node or the state directory ask for node certificates for up to
+// an hour.
+func (s *TLSBootstrapStep) join(ctx context.Context, env *steps.Env, cs kubernetes.Interface, nodes []config.Node, since time.Time, ops joinOps) error {
+	notef := func(format string, args ...any) { env.Notef("TLS bootstrap: "+format, args...) }
+	var descs []string
+	for _, n := range nodes {
+		descs = append(descs, tokenDescription(n.Name))
 	}
-	tok, err := tb.NewToken(rand.Reader)
-	if err != nil {
-		return err
-	}
-	exp := time.Now().Add(BootstrapTokenTTL)
-	sec, err := tok.SecretObject(exp, tokenDescription(n.Name), nil)
-	if err != nil {
-		return err
-	}
-	if _, err := cs.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create bootstrap token Secret: %w", err)
-	}
-	env.Notef("%s: bootstrap token %s created (user %s, group %s, expires %s)", n.Name, tok, tok.User(), tb.BootstrappersGroup, exp.UTC().Format(time.RFC3339))
+	return tb.WithTokens(ctx, cs, BootstrapTokenTTL, descs, notef, func(ctx context.Context, toks *tb.Tokens) error {
+		for _, n := range nodes {
+			need, err := ops.needToken(ctx, n)
+			if err != nil {
+				return steps.OnNode(n.Name, err)
+			}
+			if !need {
+				continue
+			}
+			tok, exp, err := toks.Create(ctx, tokenDescription(n.Name))
+			if err != nil {
+				return steps.OnNode(n.Name, err)
+			}
+			env.Notef("%s: bootstrap token %s created (user %s, group %s, expires %s)", n.Name, tok, tok.User(), tb.BootstrappersGroup, exp.UTC().Format(time.RFC3339))
+			if err := ops.install(ctx, n, tok); err != nil {
+				return steps.OnNode(n.Name, err)
+			}
+		}
+		if err := ops.setup(ctx); err != nil {
+			return err
+		}
+		errs := make([]error, len(nodes))
+		var wg sync.WaitGroup
+		for i, n := range nodes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = steps.OnNode(n.Name, s.watchCSRs(ctx, env, cs, n, since, ops))
+			}()
+		}
+		wg.Wait()
+		return firstErr(errs)
+	})
+}
+
+// installToken writes <state>/kubeconfigs/<n>-bootstrap.kubeconfig with tok
+// and installs it on node n, restarting a running kubelet so it reads it.
+func (s *TLSBootstrapStep) installToken(ctx context.Context, env *steps.Env, n config.Node, tok tb.Token) error {
 	fr, err := kubeconfig.WriteBootstrap(env.Cluster, env.State.PKIDir(), env.State.KubeconfigDir(), n.Name, tok.ID, tok.Secret)
 	if err != nil {
 		return err
@@ -369,8 +381,9 @@ func (s *TLSBootstrapStep) giveToken(ctx context.Context, env *steps.Env, cs kub
 // serving cert: it shows each CSR when it appears and when its state
 // changes, and approves the serving CSR if CheckServingCSR accepts it (a
 // refused one is an error naming the reasons).
-func (s *TLSBootstrapStep) watchCSRs(ctx context.Context, env *steps.Env, cs kubernetes.Interface, n config.Node, since time.Time) error {
-	wait := WorkerWait * vm.Slowdown(s.m.Provider)
+func (s *TLSBootstrapStep) watchCSRs(ctx context.Context, env *steps.Env, cs kubernetes.Interface, n config.Node, since time.Time, ops joinOps) error {
+	wait := ops.wait
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	expect := tb.ServingExpect{Node: n.Name, DNSNames: []string{n.Name}, IPs: []string{n.IP}}
@@ -403,8 +416,8 @@ func (s *TLSBootstrapStep) watchCSRs(ctx context.Context, env *steps.Env, cs kub
 				}
 			}
 		}
-		client, serving, cerr := s.certDiffs(ctx, env, n)
-		if cerr == nil && len(client) == 0 && len(serving) == 0 {
+		missing, cerr := ops.missing(ctx, n)
+		if cerr == nil && len(missing) == 0 {
 			// One last look, so the final state of each CSR is shown.
 			if list, err := cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{}); err == nil {
 				for i := range list.Items {
@@ -425,11 +438,14 @@ func (s *TLSBootstrapStep) watchCSRs(ctx context.Context, env *steps.Env, cs kub
 		}
 		select {
 		case <-ctx.Done():
-			var ds []string
-			for _, d := range append(client, serving...) {
-				ds = append(ds, d.What)
+			if parent.Err() != nil {
+				return fmt.Errorf("TLS bootstrap of %s: %w", n.Name, parent.Err())
 			}
-			return fmt.Errorf("TLS bootstrap of %s did not finish within %v: %s (read journalctl -u kubelet on %s; kubectl get csr)", n.Name, wait, strings.Join(ds, "; "), n.Name)
+			why := strings.Join(missing, "; ")
+			if cerr != nil {
+				why = cerr.Error()
+			}
+			return fmt.Errorf("TLS bootstrap of %s did not finish within %v: %s (read journalctl -u kubelet on %s; kubectl get csr)", n.Name, wait, why, n.Name)
 		case <-time.After(time.Second):
 		}
 	}

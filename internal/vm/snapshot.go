@@ -75,8 +75,12 @@ func (p *Nspawn) Snapshots() ([]string, error) {
 // numeric owners; files whose size and mtime match are skipped.
 var rsyncNodeFlags = []string{"-aHAX", "--numeric-ids", "--delete", "--modify-window=-1"}
 
+// rsyncRun runs rsync; a variable so that tests can make it report
+// vanished files.
+var rsyncRun = fsutil.Rsync
+
 func runRsync(ctx context.Context, args ...string) error {
-	return fsutil.Rsync(ctx, append(append([]string(nil), rsyncNodeFlags...), args...)...)
+	return rsyncRun(ctx, append(append([]string(nil), rsyncNodeFlags...), args...)...)
 }
 
 // freezerDir is the node's cgroup in the v1 freezer hierarchy, "" if none.
@@ -151,7 +155,14 @@ func (p *Nspawn) Snapshot(ctx context.Context, name string) error {
 	// Pass 1 copies while the nodes run (most of the data); pass 2, with
 	// every running node frozen at once, copies what changed meanwhile, so
 	// the nodes stand still only for rsync's walk and that small delta.
-	copyAll := func() []error {
+	// Pass 1 meets files that a running node deletes under it (journal
+	// files, sshd's host keys being written, temporary files): rsync's exit
+	// 24, fsutil.IsRsyncVanished, is fine there, as pass 2 copies the tree
+	// as it then is. Pass 2 is authoritative: nothing runs on a frozen or
+	// stopped node, so a vanished file there is a real fault; only a running
+	// node that could not be frozen (no freezer hierarchy, copied running on
+	// a best-effort basis) may still lose files under rsync.
+	copyAll := func(vanishedOK func(node string) bool) []error {
 		sem := make(chan struct{}, 2)
 		errs := make([]error, len(p.c.Nodes))
 		var wg sync.WaitGroup
@@ -177,7 +188,7 @@ func (p *Nspawn) Snapshot(ctx context.Context, name string) error {
 					args = append(args, "--link-dest="+img)
 				}
 				args = append(args, p.NodeRoot(n.Name)+"/", filepath.Join(tmp, n.Name)+"/")
-				if err := runRsync(ctx, args...); err != nil {
+				if err := runRsync(ctx, args...); err != nil && !(fsutil.IsRsyncVanished(err) && vanishedOK(n.Name)) {
 					errs[i] = fmt.Errorf("node %s: %w", n.Name, err)
 				}
 			}()
@@ -185,11 +196,12 @@ func (p *Nspawn) Snapshot(ctx context.Context, name string) error {
 		wg.Wait()
 		return errs
 	}
-	if err := errors.Join(copyAll()...); err != nil {
+	if err := errors.Join(copyAll(func(string) bool { return true })...); err != nil {
 		os.RemoveAll(tmp)
 		return fmt.Errorf("snapshot %s: %w", name, err)
 	}
 	var frozen []string
+	unfrozen := map[string]bool{} // running, but no freezer to stop it
 	defer func() {
 		for _, d := range frozen {
 			_ = setFrozen(d, false)
@@ -201,7 +213,8 @@ func (p *Nspawn) Snapshot(ctx context.Context, name string) error {
 		}
 		d := p.freezerDir(n.Name)
 		if d == "" {
-			continue // no freezer hierarchy: copied running (best effort)
+			unfrozen[n.Name] = true // no freezer hierarchy: copied running (best effort)
+			continue
 		}
 		if err := setFrozen(d, true); err != nil {
 			os.RemoveAll(tmp)
@@ -210,7 +223,7 @@ func (p *Nspawn) Snapshot(ctx context.Context, name string) error {
 		frozen = append(frozen, d)
 	}
 	p.lastFrozen = time.Now()
-	errs := copyAll()
+	errs := copyAll(func(node string) bool { return unfrozen[node] })
 	for _, d := range frozen {
 		_ = setFrozen(d, false)
 	}
