@@ -51,6 +51,66 @@ witness() {
     *"O = system:nodes, CN = system:node:w3"*) ;;
     *) echo "e2e: w3's client cert subject is not O=system:nodes, CN=system:node:w3" >&2; return 1 ;;
   esac
+  etcd_witness
+}
+
+# etcd_refuses DESC CMD...: CMD (a curl to etcd) must fail. Whether curl
+# reads etcd's TLS alert (bad certificate) before the connection closes is a
+# race, so the reason is read from etcd's journal afterwards (etcd_witness).
+etcd_refuses() {
+  local desc=$1 out
+  shift
+  if out=$("$@" 2>&1); then
+    echo "e2e: etcd answered $desc: $out" >&2
+    return 1
+  fi
+  echo "etcd refuses $desc: $out"
+}
+
+# etcd_refusals prints the lines of cp1's etcd journal that log a client
+# cert refused by the allowlist (embed/config_logging.go: "rejected
+# connection on client endpoint", error "client certificate authentication
+# failed").
+etcd_refusals() {
+  # shellcheck disable=SC2016 # expanded by the inner shell, where khw shell sets it
+  "$KHW" shell -- sh -c 'ssh -F "$KHW_SSH_CONFIG" cp1 sudo journalctl -u etcd --no-pager -o cat' | grep 'client certificate authentication failed' || true
+}
+
+# Independent witness of etcd's client allowlist (curl and etcd's own log,
+# not khw's etcd client): every cert of the one CA but the apiserver's is
+# refused on cp1's client port (192.168.122.11:2379, the default cluster),
+# from the workers with their own certs and from the jumpbox, and cp1's
+# journal says why for each; the kubernetes cert is answered, and every
+# apiserver is ready (so it reaches etcd).
+etcd_witness() {
+  local pki="$STATE/$NAME/pki" etcd=https://192.168.122.11:2379 c out ip before after
+  before=$(etcd_refusals | grep -c . || true)
+  # shellcheck disable=SC2016 # expanded by the inner shell, where khw shell sets it
+  etcd_refuses "w1's kubelet cert, from w1" "$KHW" shell -- sh -c 'ssh -F "$KHW_SSH_CONFIG" w1 sudo curl -sS --max-time 5 --cacert /var/lib/kubernetes/ca.pem --cert /var/lib/kubelet/kubelet.pem --key /var/lib/kubelet/kubelet-key.pem '"$etcd/version"
+  # shellcheck disable=SC2016
+  etcd_refuses "w3's bootstrap-issued client cert, from w3" "$KHW" shell -- sh -c 'ssh -F "$KHW_SSH_CONFIG" w3 sudo curl -sS --max-time 5 --cacert /var/lib/kubernetes/ca.pem --cert /var/lib/kubelet/pki/kubelet-client-current.pem --key /var/lib/kubelet/pki/kubelet-client-current.pem '"$etcd/version"
+  for c in w1 kube-proxy admin; do
+    etcd_refuses "$c.pem, from the jumpbox" "$KHW" shell -- curl -sS --max-time 5 --cacert "$pki/ca.pem" --cert "$pki/$c.pem" --key "$pki/$c-key.pem" "$etcd/version"
+  done
+  out=$(etcd_refusals)
+  after=$(grep -c . <<<"$out" || true)
+  if [ $((after - before)) -lt 5 ] || ! grep -q '"dns-names":\["w1"' <<<"$out"; then
+    echo "e2e: cp1's etcd journal does not show the 5 refusals ($before before, $after after):" >&2
+    echo "$out" >&2
+    return 1
+  fi
+  echo "cp1's etcd journal: $((after - before)) connections refused with \"client certificate authentication failed\", e.g.:"
+  grep -m1 '"dns-names":\["w1"' <<<"$out"
+  out=$("$KHW" shell -- curl -sS --max-time 5 --cacert "$pki/ca.pem" --cert "$pki/kubernetes.pem" --key "$pki/kubernetes-key.pem" "$etcd/version")
+  echo "etcd answers kubernetes.pem: $out"
+  grep -q '"etcdserver":"3\.' <<<"$out" || { echo "e2e: etcd did not answer the apiserver's cert" >&2; return 1; }
+  for ip in 192.168.122.11 192.168.122.12 192.168.122.13; do
+    out=$("$KHW" shell -- curl -sS --max-time 5 --cacert "$pki/ca.pem" --cert "$pki/admin.pem" --key "$pki/admin-key.pem" "https://$ip:6443/readyz?verbose")
+    if ! grep -q '^\[+\]etcd ok' <<<"$out" || ! grep -q 'readyz check passed' <<<"$out"; then
+      echo "e2e: the apiserver at $ip is not ready with etcd:" >&2; echo "$out" >&2; return 1
+    fi
+    echo "apiserver $ip: etcd ok, readyz check passed"
+  done
 }
 
 # drill_figures prints the measured numbers of every drill report (JSON).

@@ -49,7 +49,7 @@ UNITS      For every running node, over SSH, the systemd units of its role
 
 ETCD       The members (etcdctl member list) and each member's status
            (etcdctl endpoint status), asked at https://<cp IP>:2379 with the
-           admin client certificate:
+           apiserver's kubernetes certificate (etcd accepts no other):
              LEADER  * marks the member that currently leads. Every write goes
                      through the leader, which replicates it to the others.
              TERM    the raft term: it goes up by one at every election, so a

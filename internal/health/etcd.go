@@ -98,9 +98,9 @@ type EtcdEndpoint struct {
 // Etcd asks every control-plane member of t.Cluster for its Status at
 // https://<cp IP>:2379, all in parallel, each bounded by
 // EtcdEndpointTimeout, and the member list once (from any member that
-// answers). It authenticates with t.PKIDir's admin.pem (etcd trusts any
-// certificate signed by ca.pem) and verifies the server certificate (the
-// `kubernetes` cert, whose SANs hold every control-plane IP).
+// answers). It authenticates with t.PKIDir's kubernetes.pem, the only
+// client cert etcd accepts (EtcdClientTLS), and verifies the server
+// certificate (the same cert, whose SANs hold every control-plane IP).
 //
 // It returns a non-nil report whenever the PKI files could be loaded; err is
 // non-nil when they could not, when the cluster has no control plane, or
@@ -169,10 +169,10 @@ func Etcd(ctx context.Context, t Target) (*EtcdReport, error) {
 
 // EtcdClient returns an etcd v3 client for every control-plane member of
 // t.Cluster (https://<cp IP>:2379, in cluster.yaml order), authenticating
-// with t.PKIDir's admin.pem / admin-key.pem and verifying the members'
-// serving certificate against ca.pem, every connection opened through
-// t.Dialer. The client makes one retry round over the endpoints, so a dead
-// member fails fast. It does not connect until the first request; bound each
+// with t.PKIDir's kubernetes.pem / kubernetes-key.pem (EtcdClientTLS) and
+// verifying the members' serving certificate against ca.pem, every
+// connection opened through t.Dialer. The client makes one retry round over
+// the endpoints, so a dead member fails fast. It does not connect until the first request; bound each
 // request with a context deadline. Close it when done.
 //
 // Errors: no cluster, no control plane, or the PKI files cannot be loaded
@@ -185,7 +185,7 @@ func (t Target) EtcdClient() (*clientv3.Client, error) {
 	if len(cps) == 0 {
 		return nil, fmt.Errorf("cluster %s has no node with role %s: no etcd member to ask", t.Cluster.Name, config.RoleControlPlane)
 	}
-	tlsCfg, err := t.ClientTLS()
+	tlsCfg, err := t.EtcdClientTLS()
 	if err != nil {
 		return nil, err
 	}

@@ -54,9 +54,17 @@ const (
 // PKI files read from Target.PKIDir (the layout of <state>/pki made by
 // `khw pki`).
 const (
-	CAFile         = "ca.pem"
+	CAFile = "ca.pem"
+	// ClientCertFile and ClientKeyFile are the apiserver client identity:
+	// user admin, group system:masters.
 	ClientCertFile = "admin.pem"
 	ClientKeyFile  = "admin-key.pem"
+	// EtcdCertFile and EtcdKeyFile are the etcd client identity: the
+	// apiserver's `kubernetes` cert, the only cert etcd accepts
+	// (--client-cert-allowed-hostname=kubernetes, its DNS SAN; see
+	// templates/node/controlplane/etcd.service.tmpl).
+	EtcdCertFile = "kubernetes.pem"
+	EtcdKeyFile  = "kubernetes-key.pem"
 )
 
 // Target says how to reach the cluster.
@@ -64,10 +72,10 @@ type Target struct {
 	// Cluster is the parsed cluster.yaml: node names, roles, IPs and the
 	// apiserver port come from here.
 	Cluster *config.Cluster
-	// PKIDir is the state directory's pki/ (state.Dir.PKIDir()). Etcd uses
-	// ca.pem as the trust anchor and admin.pem / admin-key.pem as its client
-	// certificate (etcd runs with --client-cert-auth and only checks that the
-	// certificate chains to its --trusted-ca-file).
+	// PKIDir is the state directory's pki/ (state.Dir.PKIDir()): ca.pem is
+	// the trust anchor of every connection, admin.pem / admin-key.pem the
+	// client cert for the apiservers, kubernetes.pem / kubernetes-key.pem the
+	// client cert for etcd (which accepts no other).
 	PKIDir string
 	// Dial opens a TCP connection to "ip:port" inside the cluster network
 	// (vm.Provider.Dialer()). Nil means a plain net.Dialer.
@@ -133,11 +141,25 @@ func (t Target) apiServerURL(name string) string {
 	return "https://" + net.JoinHostPort(name, strconv.Itoa(t.apiServerPort()))
 }
 
-// ClientTLS returns a TLS client configuration that trusts only
-// t.PKIDir/ca.pem and presents admin.pem/admin-key.pem (O=system:masters) as
-// the client certificate. Errors name the missing or unreadable file and the
-// fix (khw pki); they never contain key material.
+// ClientTLS returns a TLS client configuration for the apiservers: it
+// trusts only t.PKIDir/ca.pem and presents admin.pem/admin-key.pem
+// (O=system:masters) as the client certificate. Errors name the missing or
+// unreadable file and the fix (khw pki); they never contain key material.
 func (t Target) ClientTLS() (*tls.Config, error) {
+	return t.clientTLS(ClientCertFile, ClientKeyFile, "admin")
+}
+
+// EtcdClientTLS is ClientTLS for etcd: the client certificate is
+// kubernetes.pem/kubernetes-key.pem, the apiserver's own etcd client cert
+// (--etcd-certfile), because etcd accepts only a cert with the DNS SAN
+// `kubernetes`. Errors as ClientTLS.
+func (t Target) EtcdClientTLS() (*tls.Config, error) {
+	return t.clientTLS(EtcdCertFile, EtcdKeyFile, "etcd")
+}
+
+// clientTLS loads ca.pem and the pair certFile/keyFile from t.PKIDir; what
+// names the pair in errors ("admin", "etcd").
+func (t Target) clientTLS(certFile, keyFile, what string) (*tls.Config, error) {
 	if t.PKIDir == "" {
 		return nil, errors.New("health: Target.PKIDir is empty; set it to the state directory's pki/ (state.Dir.PKIDir())")
 	}
@@ -150,12 +172,12 @@ func (t Target) ClientTLS() (*tls.Config, error) {
 	if !pool.AppendCertsFromPEM(ca) {
 		return nil, fmt.Errorf("%s holds no PEM certificate (fix: run `khw pki` to check and reissue it)", caPath)
 	}
-	certPath, keyPath := filepath.Join(t.PKIDir, ClientCertFile), filepath.Join(t.PKIDir, ClientKeyFile)
+	certPath, keyPath := filepath.Join(t.PKIDir, certFile), filepath.Join(t.PKIDir, keyFile)
 	pair, err := tls.LoadX509KeyPair(certPath, keyPath)
 	if err != nil {
 		// The error of LoadX509KeyPair names files or PEM problems, never
 		// key material.
-		return nil, fmt.Errorf("load the admin client certificate %s / %s: %w (fix: run `khw pki`)", certPath, keyPath, err)
+		return nil, fmt.Errorf("load the %s client certificate %s / %s: %w (fix: run `khw pki`)", what, certPath, keyPath, err)
 	}
 	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
 }

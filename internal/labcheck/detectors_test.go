@@ -183,6 +183,24 @@ func TestDetectors(t *testing.T) {
 		{"no client cert auth", "04-etcd", func(t *testing.T, f *fixture) {
 			f.src.edit(t, "cp1", "/etc/systemd/system/etcd.service", "  --client-cert-auth \\\n", "")
 		}, []want{{"04-etcd", "cp1", "without --client-cert-auth"}}},
+		{"etcd trusting every CA cert as a client", "04-etcd", func(t *testing.T, f *fixture) {
+			f.src.edit(t, "cp2", "/etc/systemd/system/etcd.service", "  --client-cert-allowed-hostname=kubernetes \\\n", "")
+		}, []want{{"04-etcd", "cp2", "etcd trusts every client cert the cluster CA signs (--client-cert-auth only checks the chain): pki/admin.pem (admin), pki/w1.pem (system:node:w1)"}}},
+		{"etcd trusting every CA cert as a peer", "04-etcd", func(t *testing.T, f *fixture) {
+			f.src.edit(t, "cp3", "/etc/systemd/system/etcd.service", " \\\n  --peer-cert-allowed-cn=kubernetes\n", "\n")
+		}, []want{{"04-etcd", "cp3", "etcd trusts every peer cert the cluster CA signs (--peer-client-cert-auth only checks the chain)"}}},
+		{"etcd client allowlist admitting a kubelet", "04-etcd", func(t *testing.T, f *fixture) {
+			f.src.edit(t, "cp1", "/etc/systemd/system/etcd.service", "--client-cert-allowed-hostname=kubernetes \\", "--client-cert-allowed-hostname=kubernetes,w1 \\")
+		}, []want{{"04-etcd", "cp1", "etcd's client allowlist also admits pki/w1.pem (system:node:w1), which can then read and write every key"}}},
+		{"etcd peer allowlist admitting the bootstrap kubelet", "04-etcd", func(t *testing.T, f *fixture) {
+			f.src.edit(t, "cp1", "/etc/systemd/system/etcd.service", "--peer-cert-allowed-cn=kubernetes\nRestart", "--peer-cert-allowed-cn=kubernetes,system:node:w3\nRestart")
+		}, []want{{"04-etcd", "cp1", "etcd's peer allowlist also admits w3's kubelet client cert from its bootstrap token"}}},
+		{"etcd allowlist refusing the apiserver", "04-etcd", func(t *testing.T, f *fixture) {
+			f.src.edit(t, "cp2", "/etc/systemd/system/etcd.service", "--client-cert-allowed-hostname=kubernetes \\", "--client-cert-allowed-hostname=etcd-client \\")
+		}, []want{{"04-etcd", "cp2", "etcd refuses the apiserver's cert (pki/kubernetes.pem) as a client"}}},
+		{"etcd with the client CN flag of older etcd", "04-etcd", func(t *testing.T, f *fixture) {
+			f.src.edit(t, "cp1", "/etc/systemd/system/etcd.service", "--client-cert-allowed-hostname=kubernetes \\", "--client-cert-allowed-cn=kubernetes \\")
+		}, []want{{"04-etcd", "cp1", "etcd 3.7 has no --client-cert-allowed-cn"}, {"04-etcd", "cp1", "etcd trusts every client cert the cluster CA signs"}}},
 		{"etcd trusting another CA", "04-etcd", func(t *testing.T, f *fixture) {
 			c, _ := f.issue(t, certSpec{cn: "other-ca", selfSigned: true})
 			f.src.set("cp2", "/etc/etcd/ca.pem", string(c))
@@ -684,11 +702,13 @@ client-transport-security:
   cert-file: /etc/etcd/kubernetes.pem
   key-file: /etc/etcd/kubernetes-key.pem
   trusted-ca-file: /etc/etcd/ca.pem
+  allowed-hostname: [kubernetes]
   client-cert-auth: true
 peer-transport-security:
   cert-file: /etc/etcd/kubernetes.pem
   key-file: /etc/etcd/kubernetes-key.pem
   trusted-ca-file: /etc/etcd/ca.pem
+  allowed-cn: [kubernetes]
   client-cert-auth: true
 `
 	f.src.set("cp1", "/etc/systemd/system/etcd.service", "[Service]\nType=notify\nExecStart=/usr/local/bin/etcd --config-file=/etc/etcd/etcd.yaml\n")
@@ -714,6 +734,28 @@ peer-transport-security:
 		if !strings.Contains(all, w) {
 			t.Errorf("want %q in:\n%s", w, all)
 		}
+	}
+
+	// The allowlists of a config file: lists under the transport sections.
+	f.src.set("cp1", "/etc/etcd/etcd.yaml", strings.Replace(strings.Replace(conf, "  allowed-hostname: [kubernetes]\n", "", 1), "allowed-cn: [kubernetes]", "allowed-cn: [kubernetes, system:kube-proxy]", 1))
+	ms, err = f.check(t, "04-etcd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = nil
+	for _, m := range ms {
+		got = append(got, m.What+" | "+m.Evidence+" | "+m.Fix)
+	}
+	all = strings.Join(got, "\n")
+	for _, w := range []string{"etcd trusts every client cert the cluster CA signs", "/etc/etcd/etcd.yaml: no client-transport-security.allowed-hostname",
+		"add client-transport-security.allowed-hostname: [kubernetes] in /etc/etcd/etcd.yaml", "etcd's peer allowlist also admits pki/kube-proxy.pem (system:kube-proxy)",
+		"/etc/etcd/etcd.yaml: peer-transport-security.allowed-cn=kubernetes,system:kube-proxy"} {
+		if !strings.Contains(all, w) {
+			t.Errorf("want %q in:\n%s", w, all)
+		}
+	}
+	if len(ms) != 2 {
+		t.Errorf("want 2 mistakes, got:\n%s", all)
 	}
 }
 

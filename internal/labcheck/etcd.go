@@ -1,6 +1,8 @@
 package labcheck
 
 import (
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"fmt"
 	"net"
 	"net/url"
@@ -11,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/pki"
 )
 
 // etcdOpts are etcd's settings on one node: the flags of etcd.service, or
@@ -34,6 +37,13 @@ var etcdConfTLS = map[string][2]string{
 	"peer-key-file":         {"peer-transport-security", "key-file"},
 	"peer-trusted-ca-file":  {"peer-transport-security", "trusted-ca-file"},
 	"peer-client-cert-auth": {"peer-transport-security", "client-cert-auth"},
+	// The allowlists (embed/config.go securityConfig: allowed-cn,
+	// allowed-hostname). A config file may set a client CN list, which the
+	// command line of etcd 3.7 no longer can.
+	"client-cert-allowed-hostname": {"client-transport-security", "allowed-hostname"},
+	"client-cert-allowed-cn":       {"client-transport-security", "allowed-cn"},
+	"peer-cert-allowed-hostname":   {"peer-transport-security", "allowed-hostname"},
+	"peer-cert-allowed-cn":         {"peer-transport-security", "allowed-cn"},
 }
 
 func (o etcdOpts) get(name string) (string, bool) {
@@ -48,7 +58,43 @@ func (o etcdOpts) get(name string) (string, bool) {
 	if !ok || v == nil {
 		return "", false
 	}
+	if l, isList := v.([]any); isList {
+		parts := make([]string, len(l))
+		for i, x := range l {
+			parts[i] = fmt.Sprint(x)
+		}
+		return strings.Join(parts, ","), true
+	}
 	return fmt.Sprint(v), true
+}
+
+// setting is how to set option name to value where etcd reads its
+// options: --name=value, or the YAML key of the config file.
+func (o etcdOpts) setting(name, value string) string {
+	if o.conf == nil {
+		return "--" + name + "=" + value
+	}
+	key := name
+	if where, nested := etcdConfTLS[name]; nested {
+		key = where[0] + "." + where[1]
+		if strings.Contains(name, "allowed") {
+			value = "[" + value + "]"
+		}
+	}
+	return key + ": " + value + " in " + o.from
+}
+
+// list returns a comma-separated option (a YAML list in a config file) as
+// its non-empty items, as etcd's flags.StringsFromFlag splits it.
+func (o etcdOpts) list(name string) []string {
+	v, _ := o.get(name)
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // getOr returns the option or etcd's default.
@@ -205,6 +251,11 @@ func etcdCluster(e *env) ([]Mistake, error) {
 					Evidence: o.evidence(f), Fix: "add --" + f + " (with --trusted-ca-file / --peer-trusted-ca-file=/etc/etcd/ca.pem)"})
 			}
 		}
+		allow, err := e.etcdAllowlists(n.Name, o)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, allow...)
 	}
 	if len(groups) > 1 {
 		// The list most members share (or the one cluster.yaml implies)
@@ -344,6 +395,148 @@ func etcdCerts(e *env) ([]Mistake, error) {
 				}
 				out = append(out, ms...)
 			}
+		}
+	}
+	return out, nil
+}
+
+// etcdCertHolder is a cert the cluster CA signs for someone other than the
+// apiserver, which etcd must refuse.
+type etcdCertHolder struct {
+	what string
+	cert *x509.Certificate
+}
+
+// etcdOthers returns the client certs the cluster CA signs besides the
+// apiserver's: every cert of D/pki with client auth (admin, the kubelets,
+// controller-manager, scheduler, kube-proxy), and for each TLS-bootstrap
+// worker the client cert the controller-manager issues to it, which has
+// CN system:node:<name>, O system:nodes and no SANs (the
+// kube-apiserver-client-kubelet signer refuses SANs: k8s.io/kubernetes
+// pkg/apis/certificates/helpers.go ValidateKubeletClientCSR). Files that
+// are missing or do not parse are left out (pki-certs reports them).
+func (e *env) etcdOthers() ([]etcdCertHolder, error) {
+	var out []etcdCertHolder
+	for _, s := range pki.Specs(e.c) {
+		if s.Name == "kubernetes" || (s.Profile != pki.ProfileKubernetes && s.Profile != pki.ProfileClient) {
+			continue
+		}
+		data, ok, err := e.read(Jumpbox, "pki/"+s.Name+".pem")
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		if c, err := firstCert(data); err == nil && clientAuth(c) {
+			out = append(out, etcdCertHolder{"pki/" + s.Name + ".pem (" + c.Subject.CommonName + ")", c})
+		}
+	}
+	for _, n := range e.c.Workers() {
+		if n.TLSBootstrap {
+			out = append(out, etcdCertHolder{n.Name + "'s kubelet client cert from its bootstrap token (" + nodeUserPrefix + n.Name + ")",
+				&x509.Certificate{Subject: pkix.Name{CommonName: nodeUserPrefix + n.Name, Organization: []string{groupNodes}}}})
+		}
+	}
+	return out, nil
+}
+
+// clientAuth reports whether a TLS server accepts c as a client cert by its
+// EKUs (crypto/tls verifies client certs for ExtKeyUsageClientAuth; no EKU
+// at all means any use).
+func clientAuth(c *x509.Certificate) bool {
+	return len(c.ExtKeyUsage) == 0 || slices.Contains(c.ExtKeyUsage, x509.ExtKeyUsageClientAuth) || slices.Contains(c.ExtKeyUsage, x509.ExtKeyUsageAny)
+}
+
+// etcdAllows is etcd's own test of a client or peer cert that chains to its
+// CA (go.etcd.io/etcd/client/pkg/v3 transport/listener.go, baseConfig):
+// with hostnames, the cert passes when VerifyHostname succeeds for one of
+// them (a DNS or IP SAN); else with CNs, when its CN is one of them
+// (exactly); with neither, every cert passes.
+func etcdAllows(c *x509.Certificate, hostnames, cns []string) bool {
+	switch {
+	case len(hostnames) > 0:
+		return slices.ContainsFunc(hostnames, func(h string) bool { return c.VerifyHostname(h) == nil })
+	case len(cns) > 0:
+		return slices.Contains(cns, c.Subject.CommonName)
+	}
+	return true
+}
+
+// etcdAllowlists checks that etcd on node accepts only the apiserver's
+// cert: as a client (--client-cert-allowed-hostname=kubernetes, a DNS SAN
+// of the kubernetes cert alone) and as a peer (--peer-cert-allowed-cn=
+// kubernetes). --client-cert-auth only checks that a cert chains to
+// ca.pem, and ca.pem also signs the kubelet and kube-proxy certs on every
+// worker and every CSR the controller-manager approves: each would read and
+// write every key, Secrets included, bypassing RBAC
+// (https://etcd.io/docs/latest/op-guide/security/). The certs are judged as
+// etcd judges them (etcdAllows) against the certs of D/pki.
+func (e *env) etcdAllowlists(node string, o etcdOpts) ([]Mistake, error) {
+	const lab = "04-etcd"
+	var out []Mistake
+	others, err := e.etcdOthers()
+	if err != nil {
+		return nil, err
+	}
+	var apiserver *x509.Certificate
+	if data, ok, err := e.read(Jumpbox, "pki/kubernetes.pem"); err != nil {
+		return nil, err
+	} else if ok {
+		apiserver, _ = firstCert(data)
+	}
+	if o.conf == nil {
+		if _, ok := o.get("client-cert-allowed-cn"); ok {
+			out = append(out, Mistake{Lab: lab, Node: node, What: "etcd 3.7 has no --client-cert-allowed-cn: it exits with \"flag provided but not defined\"",
+				Evidence: o.evidence("client-cert-allowed-cn"), Fix: "replace it by --client-cert-allowed-hostname=kubernetes (a DNS SAN only the apiserver's cert has)"})
+		}
+	}
+	for _, side := range []struct {
+		port, authFlag, hostFlag, cnFlag, fix, risk string
+	}{
+		{"client", "client-cert-auth", "client-cert-allowed-hostname", "client-cert-allowed-cn",
+			o.setting("client-cert-allowed-hostname", "kubernetes") + " (a DNS SAN only the apiserver's cert has)",
+			"read and write every key, every Secret included, bypassing RBAC"},
+		{"peer", "peer-client-cert-auth", "peer-cert-allowed-hostname", "peer-cert-allowed-cn",
+			o.setting("peer-cert-allowed-cn", "kubernetes") + " (the CN of the cert the members show each other)",
+			"talk to it on the peer port (2380) as a member"},
+	} {
+		hosts, cns := o.list(side.hostFlag), o.list(side.cnFlag)
+		if side.port == "client" && o.conf == nil {
+			cns = nil // not a flag of etcd 3.7: reported above
+		}
+		ev := o.evidence(side.hostFlag) + "; " + o.evidence(side.cnFlag)
+		if side.port == "client" && o.conf == nil {
+			ev = o.evidence(side.hostFlag)
+		}
+		if len(hosts) > 0 && len(cns) > 0 {
+			out = append(out, Mistake{Lab: lab, Node: node, What: "etcd refuses to start: allowed CNs and allowed hostnames of its " + side.port + " certs are mutually exclusive",
+				Evidence: ev, Fix: "keep only " + side.fix})
+			continue
+		}
+		var admitted []string
+		for _, h := range others {
+			if etcdAllows(h.cert, hosts, cns) {
+				admitted = append(admitted, h.what)
+			}
+		}
+		switch {
+		case len(admitted) > 0 && len(hosts)+len(cns) == 0:
+			out = append(out, Mistake{Lab: lab, Node: node,
+				What:     fmt.Sprintf("etcd trusts every %s cert the cluster CA signs (--%s only checks the chain): %s can %s", side.port, side.authFlag, strings.Join(admitted, ", "), side.risk),
+				Evidence: ev, Fix: "add " + side.fix + " and restart etcd"})
+		case len(admitted) > 0:
+			out = append(out, Mistake{Lab: lab, Node: node,
+				What:     fmt.Sprintf("etcd's %s allowlist also admits %s, which can then %s", side.port, strings.Join(admitted, ", "), side.risk),
+				Evidence: ev, Fix: "allow only the apiserver's cert: " + side.fix + ", and restart etcd"})
+		}
+		if apiserver != nil && !etcdAllows(apiserver, hosts, cns) {
+			what := "etcd refuses the apiserver's cert (pki/kubernetes.pem) as a client: kube-apiserver cannot reach etcd"
+			if side.port == "peer" {
+				what = "etcd refuses the kubernetes cert (pki/kubernetes.pem) as a peer: the members cannot form a cluster"
+			}
+			out = append(out, Mistake{Lab: lab, Node: node, What: what + " (\"client certificate authentication failed\")",
+				Evidence: ev + "; pki/kubernetes.pem: " + describe(apiserver), Fix: side.fix + ", and restart etcd"})
 		}
 	}
 	return out, nil

@@ -80,7 +80,9 @@ func describe(cn string, orgs []string, isCA, server, client bool) (purpose stri
 			"kubernetes → apiserver's client identity to kubelets, needs the apiserver-to-kubelet ClusterRole (nodes/proxy, "+
 				"nodes/stats, nodes/log, nodes/spec, nodes/metrics) bound to user kubernetes for logs, exec and port-forward "+
 				"(--kubelet-client-certificate); no built-in binding grants it",
-			"etcd accepts it as a client and peer because it chains to the CA (--client-cert-auth, --peer-client-cert-auth)")
+			"etcd accepts it as a client because it chains to the CA (--client-cert-auth) and has the DNS SAN kubernetes "+
+				"(--client-cert-allowed-hostname=kubernetes), and as a peer by its CN (--peer-cert-allowed-cn=kubernetes): "+
+				"no other cert khw issues passes")
 		purpose = "kube-apiserver serving cert (--tls-cert-file), etcd server and peer cert, and the apiserver's client cert " +
 			"to etcd (--etcd-certfile) and to kubelets (--kubelet-client-certificate)"
 

@@ -19,7 +19,9 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -466,6 +468,53 @@ func TestControlPlane(t *testing.T) {
 		}
 	})
 
+	t.Run("etcd answers only the apiserver's cert", func(t *testing.T) {
+		// etcd runs with the flags of khw's rendered etcd.service
+		// (startControlPlane): --client-cert-allowed-hostname=kubernetes
+		// and --peer-cert-allowed-cn=kubernetes, which the members already
+		// pass by forming the cluster.
+		for _, n := range cp.cps {
+			body, err := etcdVersion(pool, d.PKIDir(), "kubernetes", n.IP, nil)
+			if err != nil || !strings.Contains(body, `"etcdserver":"3.`) {
+				t.Errorf("%s with the kubernetes cert: %q %v", n.Name, body, err)
+			}
+			before := strings.Count(readFile(cp.etcdProcs[n.Name].log), refused)
+			who := []string{"w1", "w2", "kube-proxy", "admin", "kube-controller-manager"}
+			for _, c := range who {
+				if body, err := etcdVersion(pool, d.PKIDir(), c, n.IP, nil); err == nil {
+					t.Errorf("%s answered %s.pem: %q", n.Name, c, body)
+				}
+			}
+			// The reason, from etcd itself (whether the client reads the TLS
+			// alert before the connection closes is a race).
+			waitFor(t, n.Name+" logs each refusal", 5*time.Second, func() error {
+				if got := strings.Count(readFile(cp.etcdProcs[n.Name].log), refused) - before; got < len(who) {
+					return fmt.Errorf("%q logged %d times for %d refused certs", refused, got, len(who))
+				}
+				return nil
+			})
+		}
+		// And through etcd's own client, with a read the apiserver makes.
+		pair, err := tls.LoadX509KeyPair(filepath.Join(d.PKIDir(), "w1.pem"), filepath.Join(d.PKIDir(), "w1-key.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w1, err := clientv3.New(clientv3.Config{Endpoints: []string{"https://" + cp.cps[0].IP + ":2379"}, DialTimeout: 3 * time.Second,
+			TLS: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w1.Close()
+		gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		if resp, err := w1.Get(gctx, "/registry/secrets/", clientv3.WithPrefix(), clientv3.WithKeysOnly()); err == nil {
+			t.Errorf("w1's kubelet cert listed %d Secrets in etcd", len(resp.Kvs))
+		}
+		if resp, err := etcd.Get(ctx, "/registry/namespaces/default"); err != nil || len(resp.Kvs) != 1 {
+			t.Errorf("the kubernetes cert cannot read etcd: %v %v", resp, err)
+		}
+	})
+
 	t.Run("controller-manager and scheduler hold their Leases", func(t *testing.T) {
 		for _, l := range []string{"kube-controller-manager", "kube-scheduler"} {
 			waitFor(t, "Lease kube-system/"+l, 90*time.Second, func() error {
@@ -517,7 +566,7 @@ func TestControlPlane(t *testing.T) {
 		// The client CSR a bootstrapping kubelet sends: approved by the
 		// controller-manager (csrapproving, nodeclient binding) and signed
 		// with the cluster CA (csrsigning).
-		clientCSR := newCSR(t, "w3-client", "system:node:w3", nil, nil, tlsbootstrap.ClientSigner,
+		clientCSR, clientKey := newCSRKey(t, "w3-client", "system:node:w3", nil, nil, tlsbootstrap.ClientSigner,
 			certsv1.UsageDigitalSignature, certsv1.UsageClientAuth)
 		if _, err := boot.CertificatesV1().CertificateSigningRequests().Create(ctx, clientCSR, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -528,6 +577,38 @@ func TestControlPlane(t *testing.T) {
 		}
 		if _, err := issued.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 			t.Fatalf("issued cert does not chain to the cluster CA: %v", err)
+		}
+		// Signed by the CA etcd trusts, yet no etcd client.
+		w3Pair := &tls.Certificate{Certificate: [][]byte{issued.Raw}, PrivateKey: clientKey}
+		before := strings.Count(readFile(cp.etcdProcs[cp.cps[0].Name].log), refused)
+		if body, err := etcdVersion(pool, d.PKIDir(), "", cp.cps[0].IP, w3Pair); err == nil {
+			t.Errorf("etcd answered w3's bootstrap-issued client cert: %q", body)
+		}
+		waitFor(t, "etcd logs the refusal of w3's cert", 5*time.Second, func() error {
+			if strings.Count(readFile(cp.etcdProcs[cp.cps[0].Name].log), refused) == before {
+				return fmt.Errorf("no %q", refused)
+			}
+			return nil
+		})
+
+		// The hole one CA leaves (lab 04): the kube-apiserver-client signer
+		// copies a CSR's SANs, so a CSR with the DNS SAN kubernetes that an
+		// admin approves is an etcd client. Only a CA for etcd alone closes
+		// it; this pins what lab 04 says.
+		sanCSR, sanKey := newCSRKey(t, "etcd-by-san", "someone", []string{"kubernetes"}, nil, certsv1.KubeAPIServerClientSignerName,
+			certsv1.UsageDigitalSignature, certsv1.UsageClientAuth)
+		sanCSR, err = admin.CertificatesV1().CertificateSigningRequests().Create(ctx, sanCSR, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sanCSR.Status.Conditions = append(sanCSR.Status.Conditions, certsv1.CertificateSigningRequestCondition{
+			Type: certsv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "Test", Message: "approved by an admin"})
+		if _, err := admin.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, sanCSR.Name, sanCSR, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		sanCert := waitIssued(t, admin, "etcd-by-san")
+		if body, err := etcdVersion(pool, d.PKIDir(), "", cp.cps[0].IP, &tls.Certificate{Certificate: [][]byte{sanCert.Raw}, PrivateKey: sanKey}); err != nil {
+			t.Errorf("an approved kube-apiserver-client cert with the SAN kubernetes: lab 04 says etcd accepts it, got %q %v", body, err)
 		}
 
 		// Serving CSRs: never auto-approved upstream; khw approves only the
@@ -596,6 +677,44 @@ func contains(list []string, s string) bool {
 // newCSR makes a CertificateSigningRequest with a fresh P-256 key.
 func newCSR(t *testing.T, name, cn string, dns, ips []string, signer string, usages ...certsv1.KeyUsage) *certsv1.CertificateSigningRequest {
 	t.Helper()
+	csr, _ := newCSRKey(t, name, cn, dns, ips, signer, usages...)
+	return csr
+}
+
+// refused is what etcd logs for a client cert outside its allowlist
+// (client/pkg/v3 transport/listener.go, VerifyPeerCertificate).
+const refused = "client certificate authentication failed"
+
+func readFile(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(b)
+}
+
+// etcdVersion GETs https://<ip>:2379/version presenting <pkiDir>/<who>.pem,
+// or pair when given, and returns the body. A cert etcd refuses fails the
+// TLS handshake (etcd logs refused).
+func etcdVersion(pool *x509.CertPool, pkiDir, who, ip string, pair *tls.Certificate) (string, error) {
+	if pair == nil {
+		p, err := tls.LoadX509KeyPair(filepath.Join(pkiDir, who+".pem"), filepath.Join(pkiDir, who+"-key.pem"))
+		if err != nil {
+			return "", err
+		}
+		pair = &p
+	}
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{*pair}}}}
+	resp, err := hc.Get("https://" + ip + ":2379/version")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// newCSRKey is newCSR that also returns the key.
+func newCSRKey(t *testing.T, name, cn string, dns, ips []string, signer string, usages ...certsv1.KeyUsage) (*certsv1.CertificateSigningRequest, *ecdsa.PrivateKey) {
+	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: cn, Organization: []string{"system:nodes"}}, DNSNames: dns}
 	for _, ip := range ips {
@@ -612,7 +731,7 @@ func newCSR(t *testing.T, name, cn string, dns, ips []string, signer string, usa
 			SignerName: signer,
 			Usages:     usages,
 		},
-	}
+	}, key
 }
 
 func waitIssued(t *testing.T, cs *kubernetes.Clientset, name string) *x509.Certificate {
