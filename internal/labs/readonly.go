@@ -99,6 +99,12 @@ ssh -F "$KHW_SSH_CONFIG" w1 'sudo grep -H server: /var/lib/kubelet/kubeconfig /v
 	`ssh -F "$KHW_SSH_CONFIG" cp1 'sudo etcdctl --endpoints=https://cp1:2379,https://cp2:2379,https://cp3:2379 --cacert=/etc/etcd/ca.pem --cert=/etc/etcd/kubernetes.pem --key=/etc/etcd/kubernetes-key.pem endpoint health'`,
 	// 04-etcd
 	`ssh -F "$KHW_SSH_CONFIG" cp1 'sudo ss -ltnp | grep etcd; sudo ls -ld /var/lib/etcd'`,
+	// 04-etcd: a GET of /version from the jumpbox with four of khw's certs;
+	// etcd answers only the apiserver's.
+	`D="$KHW_STATE_DIR/$KHW_CLUSTER/pki"
+for c in kubernetes w1 kube-proxy admin; do
+  echo "$c: $(curl -sS --max-time 3 --cacert "$D/ca.pem" --cert "$D/$c.pem" --key "$D/$c-key.pem" https://cp1:2379/version 2>&1)"
+done`,
 	// 04-etcd
 	`ssh -F "$KHW_SSH_CONFIG" cp1 'sudo journalctl -u etcd --no-pager | grep -iE "elected leader|became leader|became follower" | tail -n 5'`,
 	// 05-control-plane

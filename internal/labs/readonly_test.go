@@ -41,7 +41,7 @@ func TestObserveAllowlistMatchesLabs(t *testing.T) {
 // (only 2>/dev/null, 2>&1 and </dev/null occur), reaches a node without
 // khw's SSH config, or holds a word that runs or changes something.
 func TestObserveAllowlistLooksReadOnly(t *testing.T) {
-	redirect := regexp.MustCompile(`[0-9]*>[>|&]?\S*`)
+	redirect := regexp.MustCompile(`[0-9]*>[>|&]?[^\s)"';|]*`) // the target ends where a word does
 	// Commands that change things, as a command word (at the start, or
 	// after a blank, ; | & ' " or ( ).
 	cmdWord := regexp.MustCompile(`(?:^|[\s;|&'"(])(rm|tee|mv|cp|dd|chmod|chown|kill|pkill|reboot|eval|exec|source|sh|bash|python3?|perl|install|truncate|modprobe|swapoff)(?:\s|$)`)
