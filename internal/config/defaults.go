@@ -9,9 +9,10 @@ const DefaultName = "khw"
 // otherwise. The artifact catalog (internal/components) documents where each
 // version comes from and which Kubernetes release it is tested with.
 //
-// The set is the one Kubernetes v1.37 is released and tested with: etcd 3.7.0
-// (build/dependencies.yaml and kubeadm's DefaultEtcdVersion in
-// k8s.io/kubernetes v1.37.2), CoreDNS v1.14.6 and pause 3.10.2 (kubeadm's
+// The set is the one Kubernetes v1.37 is released and tested with, etcd at
+// its newest 3.7 patch: Kubernetes pins 3.7.0 (build/dependencies.yaml and
+// kubeadm's DefaultEtcdVersion in k8s.io/kubernetes v1.37.2), 3.7.1 and 3.7.2
+// carry security fixes (GHSA-xg4h-6gfc-h4m8 among them); CoreDNS v1.14.6 and pause 3.10.2 (kubeadm's
 // CoreDNSVersion and PauseVersion, cmd/kubeadm/app/constants), CNI plugins
 // v1.9.1 (build/dependencies.yaml), crictl matching the Kubernetes minor
 // (cri-tools README), containerd 2.3 LTS (containerd RELEASES.md: Kubernetes
