@@ -116,12 +116,16 @@ func openCache(dir string) (*cache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("artifact cache %s: %w", dir, err)
 	}
-	for _, d := range []string{abs, filepath.Join(abs, cacheBlobDir), filepath.Join(abs, cachePartialDir), filepath.Join(abs, cacheLocksDir)} {
+	for i, d := range []string{abs, filepath.Join(abs, cacheBlobDir), filepath.Join(abs, cachePartialDir), filepath.Join(abs, cacheLocksDir)} {
 		if err := os.MkdirAll(d, fsutil.DirMode); err != nil {
 			return nil, fmt.Errorf("artifact cache: create %s: %w (fix: choose a writable --cache-dir)", d, err)
 		}
-		if err := checkPrivate(d); err != nil {
+		real, err := checkPrivate(d)
+		if err != nil {
 			return nil, err
+		}
+		if i == 0 {
+			abs = real // from here on the checked path, not a link someone could swap
 		}
 	}
 	if err := checkPrivateFile(filepath.Join(abs, cacheIndexFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {

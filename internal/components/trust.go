@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"errors"
 	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
+
+	"github.com/khw-dev/khw/internal/fsutil"
 )
 
 // The trust model (docs/catalog.md "Trust model"):
@@ -168,58 +170,21 @@ func NewMirrorPinError(mirror string) error {
 		"(fix: add --mirror-digest sha256:<hex> or set %s; to get the digest, %s)", shown, MirrorManifestFile, EnvMirrorDigest, how)
 }
 
-// checkPrivate refuses a cache path that a user other than this process's
-// could change: p must be owned by the effective uid and not writable by
-// group or others; every ancestor must be owned by the effective uid or
-// root and be either not writable by group and others or sticky (like /tmp,
-// where others cannot rename what they do not own). Symlinks are resolved
-// first. This is OpenSSH's StrictModes rule applied to the directory whose
-// files khw installs as root on every node and runs on the jumpbox.
-func checkPrivate(p string) error {
-	real, err := filepath.EvalSymlinks(p)
-	if err != nil {
-		return fmt.Errorf("artifact cache %s: %w", p, err)
-	}
-	uid := uint32(os.Geteuid())
-	for d, first := real, true; ; d, first = filepath.Dir(d), false {
-		st, err := os.Stat(d)
-		if err != nil {
-			return fmt.Errorf("artifact cache %s: %w", p, err)
-		}
-		sys, ok := st.Sys().(*syscall.Stat_t)
-		if !ok {
-			return nil
-		}
-		mode := st.Mode()
-		writable := mode.Perm()&0o022 != 0
-		switch {
-		case first && (sys.Uid != uid || writable):
-			return fmt.Errorf("artifact cache %s (owner uid %d, mode %s) can be changed by another user, and what it holds is installed as root on every node: khw refuses to use it "+
-				"(fix: `chown %d %s && chmod go-w %s`, or choose a cache only you can write with --cache-dir / %s)", real, sys.Uid, mode.Perm(), uid, real, real, EnvCacheDir)
-		case !first && ((sys.Uid != uid && sys.Uid != 0) || (writable && mode&fs.ModeSticky == 0)):
-			return fmt.Errorf("artifact cache %s: its parent directory %s (owner uid %d, mode %s) lets another user replace the cache: khw refuses to use it "+
-				"(fix: `chmod go-w %s`, or choose a cache under a directory only you and root can write, with --cache-dir / %s)", real, d, sys.Uid, mode.Perm(), d, EnvCacheDir)
-		}
-		if d == filepath.Dir(d) {
-			return nil
-		}
-	}
+// checkPrivate refuses a cache directory that another user could change
+// (fsutil.CheckPrivateDir) and returns its resolved path: what the cache
+// holds is installed as root on every node and run on the jumpbox.
+func checkPrivate(p string) (string, error) {
+	return fsutil.CheckPrivateDir(p, "artifact cache", "what it holds is installed as root on every node", "--cache-dir / "+EnvCacheDir)
 }
 
 // checkPrivateFile refuses a cache file (the index, a blob) that is a
 // symlink, not owned by the effective uid, or writable by group or others.
 func checkPrivateFile(p string) error {
-	st, err := os.Lstat(p)
-	if err != nil {
-		return err
+	err := fsutil.CheckPrivateFile(p)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("artifact cache: %w", err)
 	}
-	if !st.Mode().IsRegular() {
-		return fmt.Errorf("artifact cache: %s is not a regular file (fix: remove it; khw fetches it again)", p)
-	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && (sys.Uid != uint32(os.Geteuid()) || st.Mode().Perm()&0o022 != 0) {
-		return fmt.Errorf("artifact cache: %s (owner uid %d, mode %s) could have been written by another user (fix: remove it; khw fetches it again)", p, sys.Uid, st.Mode().Perm())
-	}
-	return nil
+	return err
 }
 
 // EnvFetcher is a Fetcher configured from the environment: the mirror in

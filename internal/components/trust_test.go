@@ -339,3 +339,23 @@ func TestWriteMirrorManifestDigest(t *testing.T) {
 		t.Error("a pin without sha256: was accepted")
 	}
 }
+
+// A cache reached through a symlink is used under the path that was
+// checked, not the link, which another user could swap after the check.
+func TestCacheUsesTheCheckedPath(t *testing.T) {
+	base := t.TempDir()
+	real := filepath.Join(base, "private")
+	os.Mkdir(real, 0o700)
+	ww := filepath.Join(base, "ww")
+	os.Mkdir(ww, 0o700)
+	os.Chmod(ww, 0o777|os.ModeSticky)
+	link := filepath.Join(ww, "link")
+	os.Symlink(real, link)
+	c, err := openCache(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.dir != real {
+		t.Errorf("cache dir %s, want the resolved %s", c.dir, real)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"os/user"
 	"path/filepath"
 	"strings"
+
+	"github.com/khw-dev/khw/internal/fsutil"
 )
 
 // systemDirs may not be a state directory (base or cluster directory):
@@ -54,13 +56,39 @@ func CheckStateDir(what, path string) error {
 			shown = fmt.Sprintf("%q (%s)", path, abs)
 		}
 		fix := "choose a directory of its own with --state-dir or $" + EnvStateDir
-		if alt := filepath.Join(p, "khw-state"); systemReason(alt) == "" {
-			fix += ", such as " + alt
-		}
 		return fmt.Errorf("%s %s is %s: khw creates, replaces and removes files in its state directory, so it must not share one with the system or other users (fix: %s; without either, khw uses %s)",
 			what, shown, why, fix, defaultHomeBase())
 	}
 	return nil
+}
+
+// CheckOwner refuses a state directory that another user could write to or
+// swap: whoever can can put their own CA into pki/ and have khw sign every
+// identity with it. A cluster directory (cluster true) must be the user's
+// own and not writable by others (fsutil.CheckPrivateDir) once it exists; a
+// base directory, and the parents of a directory khw is about to create,
+// may be shared only like /tmp (sticky), so that nobody else can rename or
+// replace what khw makes in it (fsutil.CheckPrivateParents).
+func CheckOwner(what, path string, cluster bool) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return fmt.Errorf("%s %q: %w", what, path, err)
+	}
+	why := "it holds the cluster's CA key and every credential"
+	flag := "--state-dir / $" + EnvStateDir
+	existing := abs
+	for {
+		if _, err := os.Stat(existing); err == nil || filepath.Dir(existing) == existing {
+			break
+		}
+		existing = filepath.Dir(existing)
+	}
+	if cluster && existing == abs {
+		_, err = fsutil.CheckPrivateDir(abs, what, why, flag)
+	} else {
+		_, err = fsutil.CheckPrivateParents(existing, what+" "+abs, why, flag)
+	}
+	return err
 }
 
 // systemReason says why p (absolute, clean) may not be a state directory,

@@ -88,16 +88,25 @@ func Clusters(base string) ([]string, error) {
 // With several clusters and no choice it returns an error listing them.
 // A base or cluster directory that is a system or home directory, itself or
 // through a symbolic link, is refused (CheckStateDir) before anything under
-// it is read.
+// it is read, and so is one that another user could write to or swap
+// (CheckOwner).
 func Resolve(base, explicit string) (Dir, error) {
-	if err := CheckStateDir("--state-dir (or $"+EnvStateDir+")", base); err != nil {
+	what := "--state-dir (or $" + EnvStateDir + ")"
+	if err := CheckStateDir(what, base); err != nil {
+		return Dir{}, err
+	}
+	if err := CheckOwner(what, base, false); err != nil {
 		return Dir{}, err
 	}
 	d, err := resolve(base, explicit)
 	if err != nil {
 		return d, err
 	}
-	if err := CheckStateDir(fmt.Sprintf("the directory of cluster %q", d.Name), d.Root); err != nil {
+	what = fmt.Sprintf("the directory of cluster %q", d.Name)
+	if err := CheckStateDir(what, d.Root); err != nil {
+		return Dir{}, err
+	}
+	if err := CheckOwner(what, d.Root, true); err != nil {
 		return Dir{}, err
 	}
 	return d, nil

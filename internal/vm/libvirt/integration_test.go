@@ -746,14 +746,14 @@ func testCatalogImage(t *testing.T, env *lvEnv) {
 	if err := p.Create(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("Create took %s; the catalog fetch (mirror -> empty cache, sha256 checked against SHA256SUMS) %s of it", since(t0), fetchTook.Round(100*time.Millisecond))
+	t.Logf("Create took %s; the catalog fetch (mirror -> empty cache, sha256 checked against the pinned manifest) %s of it", since(t0), fetchTook.Round(100*time.Millisecond))
 	if len(fetched) != 1 {
 		t.Fatalf("ResolveImage ran %d times, want once", len(fetched))
 	}
 	if want := filepath.Join(cache, "sha256", sum); fetched[0] != (Image{Path: want, Format: "qcow2"}) {
 		t.Errorf("catalog image = %+v, want %s as qcow2 without direct kernel boot", fetched[0], want)
 	}
-	if e, ok := cacheIndexEntry(t, cache, r.URL); !ok || e.SHA256 != sum || e.VerifiedBy != "checksum file "+sums {
+	if e, ok := cacheIndexEntry(t, cache, r.URL); !ok || e.SHA256 != sum || !strings.Contains(e.VerifiedBy, sums) || e.Trust != components.TrustMirror {
 		t.Errorf("artifact cache index for %s = %+v (found %v); want sha256 %s verified by %s", r.URL, e, ok, sum, sums)
 	}
 
