@@ -71,7 +71,7 @@ func (fl *artifactFlags) register(cmd *cobra.Command, archHelp string) {
 		cmd.RegisterFlagCompletionFunc("arch", fixedCompletions(config.ArchARM64, config.ArchAMD64))
 	}
 	f.StringVar(&fl.mirror, "mirror", components.DefaultMirror(), "read https://HOST/PATH from MIRROR/HOST/PATH: a directory or an http(s) base URL (env "+components.EnvMirror+")")
-	f.StringVar(&fl.digest, "mirror-digest", components.DefaultMirrorDigest(), "the mirror's pin, sha256:<hex> of its khw-mirror.json as `khw mirror export` prints it; required with --mirror (env "+components.EnvMirrorDigest+")")
+	f.StringVar(&fl.digest, "mirror-digest", components.DefaultMirrorDigest(), "the mirror's pin, sha256:<hex> of its khw-mirror.json as khw mirror export prints it; required with --mirror (env "+components.EnvMirrorDigest+")")
 	f.StringSliceVar(&fl.only, "only", nil, "fetch only these artifacts or components (comma-separated, e.g. kubectl,etcd); also selects the VM image on any provider")
 	f.StringVar(&fl.cacheDir, "cache-dir", components.DefaultCacheDir(), "artifact cache directory (env "+components.EnvCacheDir+")")
 	f.IntVar(&fl.parallel, "parallel", components.DefaultParallel, "downloads at a time")

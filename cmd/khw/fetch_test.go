@@ -273,6 +273,16 @@ func TestMirrorExportServeFetch(t *testing.T) {
 	if _, e, code := run(t, base, "mirror", "export", src, "--mirror", src); code != exitUsage || !strings.Contains(e, "both") {
 		t.Errorf("export onto its own source: %d %s", code, e)
 	}
+	// Not into, and not serving, a system directory (an export into /etc
+	// made it look like a mirror, and serve, as root, would publish it).
+	for _, args := range [][]string{{"mirror", "export", "/etc", "--mirror", src, "--only", "kubectl"}, {"mirror", "serve", "/etc"}, {"mirror", "serve", "/"}} {
+		if _, e, code := run(t, base, args...); code != exitUsage || !strings.Contains(e, "is a system directory") {
+			t.Errorf("%v: exit %d %s", args, code, e)
+		}
+	}
+	if _, err := os.Stat("/etc/" + components.MirrorManifestFile); err == nil {
+		t.Fatal("an export wrote into /etc")
+	}
 
 	// Serve it on a free port; fetch through it into an empty cache.
 	var sout, serr syncBuf

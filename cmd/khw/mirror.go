@@ -14,6 +14,7 @@ import (
 
 	"github.com/khw-dev/khw/internal/components"
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/state"
 )
 
 const mirrorLong = `A mirror holds every file khw downloads, at its official path, so that
@@ -97,6 +98,10 @@ over HTTP after ` + "`khw mirror serve DIR`" + `.`,
 			if f.Mirror != "" && filepath.Clean(f.Mirror) == dir {
 				return usagef("--mirror and DIR are both %s: export into another directory", dir)
 			}
+			if err := state.CheckNotSystemDir("mirror directory", dir, "an export writes into it and `khw mirror serve` publishes what it holds",
+				"export into a directory of its own, e.g. /srv/khw-mirror"); err != nil {
+				return usageError{err}
+			}
 			ctx, stop := signalContext(cmd)
 			defer stop()
 			res, err := f.Fetch(ctx, rs)
@@ -149,12 +154,16 @@ itself may take as long as it needs). A directory that does not look like a
 mirror is refused, so a typo cannot publish your home directory.`,
 		Example: `  khw mirror serve ./mirror                          # http://127.0.0.1:8080/
   khw mirror serve ./mirror --listen 0.0.0.0:8080    # for the classroom
-  khw fetch --mirror http://<this host>:8080         # on each laptop`,
+  khw fetch --mirror http://<this host>:8080 --mirror-digest sha256:<pin it prints>   # on each laptop`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir, err := filepath.Abs(args[0])
 			if err != nil {
 				return usagef("mirror directory %q: %v", args[0], err)
+			}
+			if err := state.CheckNotSystemDir("mirror directory", dir, "khw mirror serve would publish what it holds",
+				"serve the directory `khw mirror export` wrote, e.g. /srv/khw-mirror"); err != nil {
+				return usageError{err}
 			}
 			srv, err := components.MirrorServer(dir, a.errOut)
 			if err != nil {

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -398,7 +399,7 @@ func mirrorHosts() []string {
 // khw-mirror.json, or a top-level directory named after a host of the
 // catalog (dl.k8s.io, github.com, registry.k8s.io, …) as a mirror made by
 // hand would. It guards `khw mirror serve` against publishing a home
-// directory by mistake.
+// directory by mistake; a khw-mirror.json that does not parse is refused.
 func CheckMirrorDir(dir string) error {
 	st, err := os.Stat(dir)
 	if err != nil {
@@ -408,7 +409,8 @@ func CheckMirrorDir(dir string) error {
 		return fmt.Errorf("mirror directory %s is not a directory", dir)
 	}
 	if _, err := os.Stat(filepath.Join(dir, MirrorManifestFile)); err == nil {
-		return nil
+		_, err := readMirrorManifest(dir)
+		return err
 	}
 	hosts := mirrorHosts()
 	for _, h := range hosts {
@@ -447,7 +449,11 @@ func MirrorServer(dir string, logw io.Writer) (*http.Server, error) {
 // files and directories whose name starts with "." are hidden (404, and left
 // out of directory listings; an export in progress writes such temporary
 // files), symlinks leaving dir are not followed (os.Root; such a path is
-// answered 403). Each request is logged to logw (nil: no log) as
+// answered 403). Only khw-mirror.json and what lies under a top-level
+// directory named after a catalog host (dl.k8s.io, github.com, …) is
+// served, and no path through a symbolic link inside dir (a link could
+// point at a hidden file, or at one outside the catalog's trees): other
+// paths get 404, and listings leave them out. Each request is logged to logw (nil: no log) as
 // "<RFC 3339 time> <client> <method> <quoted path> <status> <bytes> <duration>",
 // the path Go-quoted so a request cannot forge log lines or terminal escapes.
 // Errors: dir does not look like a mirror (CheckMirrorDir).
@@ -459,7 +465,11 @@ func MirrorHandler(dir string, logw io.Writer) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mirror directory: %w", err)
 	}
-	files := http.FileServerFS(hideDotFiles{forbidEscapes{root.FS()}})
+	served := map[string]bool{MirrorManifestFile: true}
+	for _, h := range mirrorHosts() {
+		served[h] = true
+	}
+	files := http.FileServerFS(hideDotFiles{forbidEscapes{root.FS()}, root, served})
 	var logMu sync.Mutex
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -468,7 +478,7 @@ func MirrorHandler(dir string, logw io.Writer) (http.Handler, error) {
 		case r.Method != http.MethodGet && r.Method != http.MethodHead:
 			rec.Header().Set("Allow", "GET, HEAD")
 			http.Error(rec, "read-only mirror: only GET and HEAD", http.StatusMethodNotAllowed)
-		case hasHiddenElement(r.URL.Path):
+		case hasHiddenElement(r.URL.Path) || !servable(root, served, r.URL.Path):
 			http.NotFound(rec, r)
 		default:
 			files.ServeHTTP(rec, r)
@@ -508,9 +518,38 @@ func (f forbidEscapes) Open(name string) (fs.File, error) {
 	return file, err
 }
 
+// servable reports whether the URL path p may be served: "/" (the top
+// listing), khw-mirror.json, or a path under a catalog host's directory,
+// with no symbolic link on the way.
+func servable(root *os.Root, served map[string]bool, p string) bool {
+	rel := strings.Trim(path.Clean("/"+p), "/")
+	if rel == "" {
+		return true
+	}
+	elems := strings.Split(rel, "/")
+	if !served[elems[0]] {
+		return false
+	}
+	for i := range elems {
+		st, err := root.Lstat(strings.Join(elems[:i+1], "/"))
+		if err != nil {
+			return true // missing: the file server answers 404 itself
+		}
+		if st.Mode()&fs.ModeSymlink != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // hideDotFiles leaves names starting with "." out of directory listings
-// (hasHiddenElement answers 404 for them).
-type hideDotFiles struct{ fs.FS }
+// (hasHiddenElement answers 404 for them), symbolic links, and at the top
+// everything servable refuses.
+type hideDotFiles struct {
+	fs.FS
+	root   *os.Root
+	served map[string]bool
+}
 
 func (h hideDotFiles) Open(name string) (fs.File, error) {
 	f, err := h.FS.Open(name)
@@ -519,13 +558,17 @@ func (h hideDotFiles) Open(name string) (fs.File, error) {
 	}
 	if d, ok := f.(fs.ReadDirFile); ok {
 		if st, err := f.Stat(); err == nil && st.IsDir() {
-			return dirWithoutDots{d}, nil
+			return dirWithoutDots{d, name == ".", h.served}, nil
 		}
 	}
 	return f, nil
 }
 
-type dirWithoutDots struct{ fs.ReadDirFile }
+type dirWithoutDots struct {
+	fs.ReadDirFile
+	top    bool
+	served map[string]bool
+}
 
 // ReadDir filters the entries; with n > 0 it may return fewer than n, which
 // fs.ReadDirFile allows, and http.FileServer reads listings with n <= 0.
@@ -533,9 +576,10 @@ func (d dirWithoutDots) ReadDir(n int) ([]fs.DirEntry, error) {
 	es, err := d.ReadDirFile.ReadDir(n)
 	out := es[:0]
 	for _, e := range es {
-		if !strings.HasPrefix(e.Name(), ".") {
-			out = append(out, e)
+		if strings.HasPrefix(e.Name(), ".") || e.Type()&fs.ModeSymlink != 0 || (d.top && !d.served[e.Name()]) {
+			continue
 		}
+		out = append(out, e)
 	}
 	return out, err
 }

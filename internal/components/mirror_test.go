@@ -241,9 +241,32 @@ func TestMirrorHandler(t *testing.T) {
 	if code, _ := get(http.MethodGet, "/dl.k8s.io/.tmp-partial"); code != http.StatusNotFound {
 		t.Errorf("hidden file: %d", code)
 	}
-	// Refused with 403 (final), not 500 (which clients retry).
-	if code, body := get(http.MethodGet, "/dl.k8s.io/escape"); code != http.StatusForbidden || strings.Contains(body, "do-not-serve") {
-		t.Errorf("symlink out of the mirror: want 403, got %d %q", code, body)
+	// Refused with 404 (final), not 500 (which clients retry): no path
+	// through a symlink is served.
+	if code, body := get(http.MethodGet, "/dl.k8s.io/escape"); code != http.StatusNotFound || strings.Contains(body, "do-not-serve") {
+		t.Errorf("symlink out of the mirror: want 404, got %d %q", code, body)
+	}
+	// A relative link to a hidden file inside the mirror, and a file at the
+	// top that no catalog host holds, are not served or listed either.
+	writeFile(t, filepath.Join(w.root, "dl.k8s.io", ".env"), []byte("SECRET=1"))
+	os.Symlink(".env", filepath.Join(w.root, "dl.k8s.io", "dotlink"))
+	writeFile(t, filepath.Join(w.root, "private.txt"), []byte("top secret"))
+	for _, p := range []string{"/dl.k8s.io/dotlink", "/private.txt"} {
+		if code, body := get(http.MethodGet, p); code != http.StatusNotFound || strings.Contains(body, "SECRET") || strings.Contains(body, "top secret") {
+			t.Errorf("%s: want 404, got %d %q", p, code, body)
+		}
+	}
+	if _, body := get(http.MethodGet, "/"); strings.Contains(body, "private.txt") || !strings.Contains(body, "dl.k8s.io") {
+		t.Errorf("top listing:\n%s", body)
+	}
+	if _, body := get(http.MethodGet, "/dl.k8s.io/"); strings.Contains(body, "dotlink") || strings.Contains(body, "escape") {
+		t.Errorf("listing shows links:\n%s", body)
+	}
+	// A manifest that is not one is refused at start.
+	bogus := t.TempDir()
+	writeFile(t, filepath.Join(bogus, MirrorManifestFile), []byte("{}"))
+	if _, err := MirrorHandler(bogus, nil); err == nil {
+		t.Error("a directory whose khw-mirror.json is {} was served")
 	}
 	if code, body := get(http.MethodGet, "/../../../../etc/passwd"); code == http.StatusOK && strings.Contains(body, "root:") {
 		t.Error("path traversal")

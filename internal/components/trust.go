@@ -60,15 +60,18 @@ const maxManifestSize = 16 << 20
 // form `khw mirror export` prints), and returns the lower-case hex. Errors
 // name the flag and show the expected form.
 func ParseMirrorDigest(s string) (string, error) {
-	hexPart, ok := strings.CutPrefix(strings.TrimSpace(s), "sha256:")
-	if !ok {
-		return "", fmt.Errorf("--mirror-digest / %s %q: want sha256:<64 hex digits>, as `khw mirror export` prints it", EnvMirrorDigest, shorten(s))
+	t := strings.TrimSpace(s)
+	if len(t) >= 7 && strings.EqualFold(t[:7], "sha256:") {
+		h, err := normalizeHex(strings.TrimSpace(t[7:]))
+		if err != nil {
+			return "", fmt.Errorf("--mirror-digest / %s: %v; want sha256:<64 hex digits>, as `khw mirror export` prints it", EnvMirrorDigest, err)
+		}
+		return h, nil
 	}
-	h, err := normalizeHex(hexPart)
-	if err != nil {
-		return "", fmt.Errorf("--mirror-digest / %s: %w (want sha256:<64 hex digits>, as `khw mirror export` prints it)", EnvMirrorDigest, err)
+	if _, err := normalizeHex(t); err == nil {
+		return "", fmt.Errorf("--mirror-digest / %s %q: add the prefix: sha256:%s", EnvMirrorDigest, shorten(s), t)
 	}
-	return h, nil
+	return "", fmt.Errorf("--mirror-digest / %s %q: want sha256:<64 hex digits>, as `khw mirror export` prints it", EnvMirrorDigest, shorten(s))
 }
 
 func shorten(s string) string {

@@ -335,8 +335,11 @@ func TestWriteMirrorManifestDigest(t *testing.T) {
 	if _, err := ParseMirrorDigest(d); err != nil {
 		t.Error(err)
 	}
-	if _, err := ParseMirrorDigest(strings.ToUpper(d[7:])); err == nil {
-		t.Error("a pin without sha256: was accepted")
+	if _, err := ParseMirrorDigest(strings.ToUpper(d[7:])); err == nil || !strings.Contains(err.Error(), "add the prefix: sha256:") {
+		t.Errorf("a pin without sha256: %v", err)
+	}
+	if h, err := ParseMirrorDigest(" SHA256:" + strings.ToUpper(d[7:]) + " "); err != nil || "sha256:"+h != d {
+		t.Errorf("upper-case pin: %s %v", h, err)
 	}
 }
 

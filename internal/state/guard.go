@@ -39,14 +39,23 @@ var systemTrees = []string{"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/
 // the home of $SUDO_USER), or is not absolute after filepath.Abs. Part of
 // path may not exist yet: the existing prefix is resolved.
 func CheckStateDir(what, path string) error {
+	return CheckNotSystemDir(what, path,
+		"khw creates, replaces and removes files in its state directory, so it must not share one with the system or other users",
+		"choose a directory of its own with --state-dir or $"+EnvStateDir+"; without either, khw uses "+defaultHomeBase())
+}
+
+// CheckNotSystemDir is CheckStateDir's test for any directory khw writes
+// into or publishes (a mirror): why says what khw does with it, fix what to
+// do instead; both go into the error.
+func CheckNotSystemDir(what, path, why, fix string) error {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return fmt.Errorf("%s %q: %w", what, path, err)
 	}
 	resolved := resolveExisting(abs)
 	for _, p := range []string{abs, resolved} {
-		why := systemReason(p)
-		if why == "" {
+		reason := systemReason(p)
+		if reason == "" {
 			continue
 		}
 		shown := fmt.Sprintf("%q", path)
@@ -55,9 +64,7 @@ func CheckStateDir(what, path string) error {
 		} else if abs != path {
 			shown = fmt.Sprintf("%q (%s)", path, abs)
 		}
-		fix := "choose a directory of its own with --state-dir or $" + EnvStateDir
-		return fmt.Errorf("%s %s is %s: khw creates, replaces and removes files in its state directory, so it must not share one with the system or other users (fix: %s; without either, khw uses %s)",
-			what, shown, why, fix, defaultHomeBase())
+		return fmt.Errorf("%s %s is %s: %s (fix: %s)", what, shown, reason, why, fix)
 	}
 	return nil
 }
