@@ -104,6 +104,8 @@ var (
 	// Cluster names: a DNS label starting with a letter, at most
 	// MaxClusterNameLen characters (checked separately).
 	clusterNameRE = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
+	// kubernetes.clusterName: a word the shell takes as it is.
+	kubeconfigNameRE = regexp.MustCompile(`^[A-Za-z0-9][-A-Za-z0-9_.]{0,62}$`)
 	// vMAJOR.MINOR.PATCH with an optional pre-release (v1.37.0-rc.1).
 	semverRE = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$`)
 	// Image tags of the pause image: 3.10 or 3.10.1, no leading v.
@@ -401,8 +403,11 @@ func (c *Cluster) validate(v *validator) {
 		v.add("kubernetes.clusterDomain", k.ClusterDomain, "is not a DNS domain",
 			"use lowercase labels of at most 63 characters separated by dots, at most 253 in all, e.g. cluster.local")
 	}
-	if k.ClusterName == "" || strings.ContainsAny(k.ClusterName, " \t\n/") {
-		v.add("kubernetes.clusterName", k.ClusterName, "must be non-empty without spaces or '/'", "use e.g. kubernetes-the-hard-way")
+	// The kubeconfig cluster name is pasted into the shell commands khw shows
+	// (kubectl config set-cluster NAME), so it keeps to characters a shell
+	// takes literally; 63 as a DNS label.
+	if !kubeconfigNameRE.MatchString(k.ClusterName) {
+		v.add("kubernetes.clusterName", k.ClusterName, "must be 1-63 letters, digits, '-', '_' or '.', starting with a letter or digit", "use e.g. kubernetes-the-hard-way")
 	}
 	if k.APIServerPort < 1 || k.APIServerPort > 65535 {
 		v.add("kubernetes.apiServerPort", strconv.Itoa(k.APIServerPort), "is not a TCP port", "use 6443")
