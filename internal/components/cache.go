@@ -66,7 +66,7 @@ func DefaultMirror() string { return os.Getenv(EnvMirror) }
 // The key never contains the mirror, so a blob fetched through one mirror is
 // found again when fetching from another or from the official site.
 func CacheKey(r Resolved) string {
-	if r.Artifact.Format == FormatImage || (r.URL == "" && r.Image != "") {
+	if r.isImage() {
 		return "image " + r.Image + " linux/" + r.Arch
 	}
 	return r.URL

@@ -281,7 +281,7 @@ func (f *Fetcher) fetchOne(ctx context.Context, run *fetchRun, r Resolved) Fetch
 	var res Fetched
 	var err error
 	switch {
-	case r.Artifact.Format == FormatImage || (r.URL == "" && r.Image != ""):
+	case r.isImage():
 		res, err = f.fetchImage(ctx, run, r, it)
 	case r.URL != "":
 		res, err = f.fetchURL(ctx, run, r, it)
@@ -870,6 +870,15 @@ func (run *fetchRun) transport() http.RoundTripper {
 		return run.client.Transport
 	}
 	return http.DefaultTransport
+}
+
+// mirrorFile is where f.Mirror holds rel (a slash path relative to the
+// mirror root): a file path for a directory mirror (isFile), else a URL.
+func (f *Fetcher) mirrorFile(rel string) (loc string, isFile bool) {
+	if isURLMirror(f.Mirror) {
+		return strings.TrimRight(f.Mirror, "/") + "/" + rel, false
+	}
+	return filepath.Join(mirrorDir(f.Mirror), filepath.FromSlash(rel)), true
 }
 
 func isURLMirror(m string) bool {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -84,13 +83,7 @@ func (f *Fetcher) fetchImage(ctx context.Context, run *fetchRun, r Resolved, it 
 // tarball and checks that it holds the reference's tag for linux/<arch>.
 func (f *Fetcher) imageFromMirror(ctx context.Context, run *fetchRun, r Resolved, ref name.Reference, key string, it *pitem) (Fetched, error) {
 	rel := imageMirrorPath(ref, r.Arch)
-	loc := ""
-	isFile := !isURLMirror(f.Mirror)
-	if isFile {
-		loc = filepath.Join(mirrorDir(f.Mirror), filepath.FromSlash(rel))
-	} else {
-		loc = strings.TrimRight(f.Mirror, "/") + "/" + rel
-	}
+	loc, isFile := f.mirrorFile(rel)
 	man, e, limit, err := f.manifestEntry(ctx, run, r)
 	if err != nil {
 		return Fetched{}, err

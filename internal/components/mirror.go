@@ -131,17 +131,9 @@ func Export(ctx context.Context, fetched []Fetched, dir string) (ExportReport, e
 		if f.Err != nil {
 			return rep, fmt.Errorf("export %s: it was not fetched: %w", r.Artifact.Name, f.Err)
 		}
-		var rel string
-		if f.Resolved.Artifact.Format == FormatImage || (r.URL == "" && r.Image != "") {
-			rel, err = ImageMirrorPath(r.Image, r.Arch)
-			if err != nil {
-				return rep, err
-			}
-		} else {
-			rel, err = mirrorRel(r.URL)
-			if err != nil {
-				return rep, err
-			}
+		rel, err := r.mirrorPath()
+		if err != nil {
+			return rep, err
 		}
 		dst := filepath.Join(abs, filepath.FromSlash(rel))
 		w, err := copyIfDifferent(ctx, f.Path, dst, f.SHA256, f.Size)
@@ -206,12 +198,7 @@ func ManifestFromDir(dir string, rs []Resolved) (digest string, err error) {
 	var es []MirrorEntry
 	seen := map[string]bool{}
 	for _, r := range rs {
-		var rel string
-		if r.Artifact.Format == FormatImage || (r.URL == "" && r.Image != "") {
-			rel, err = ImageMirrorPath(r.Image, r.Arch)
-		} else {
-			rel, err = mirrorRel(r.URL)
-		}
+		rel, err := r.mirrorPath()
 		if err != nil {
 			return "", err
 		}
@@ -259,6 +246,20 @@ func WriteMirrorManifest(dir string, entries []MirrorEntry) (written bool, diges
 	}
 	sum := sha256.Sum256(data)
 	return w, "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// isImage reports whether r is a container image rather than a download.
+func (r Resolved) isImage() bool {
+	return r.Artifact.Format == FormatImage || (r.URL == "" && r.Image != "")
+}
+
+// mirrorPath is where a mirror holds r, relative to its root: HOST/PATH for
+// a download, ImageMirrorPath for an image.
+func (r Resolved) mirrorPath() (string, error) {
+	if r.isImage() {
+		return ImageMirrorPath(r.Image, r.Arch)
+	}
+	return mirrorRel(r.URL)
 }
 
 // mirrorRel is the slash path of an official URL inside a mirror: HOST/PATH.

@@ -122,13 +122,7 @@ func (m *pinnedManifest) lookup(r Resolved) (MirrorEntry, error) {
 // oversized manifest, a digest other than the pin (the mirror changed, or
 // the pin is for another mirror), a manifest that does not parse.
 func (f *Fetcher) loadPinnedManifest(ctx context.Context, run *fetchRun, pin string) (*pinnedManifest, error) {
-	var loc string
-	isFile := !isURLMirror(f.Mirror)
-	if isFile {
-		loc = filepath.Join(mirrorDir(f.Mirror), MirrorManifestFile)
-	} else {
-		loc = strings.TrimRight(f.Mirror, "/") + "/" + MirrorManifestFile
-	}
+	loc, isFile := f.mirrorFile(MirrorManifestFile)
 	data, err := f.getBounded(ctx, run, loc, isFile, maxManifestSize, "mirror manifest")
 	if err != nil {
 		return nil, fmt.Errorf("mirror %s: %w (fix: the mirror must be made by `khw mirror export` or hack/build-mirror.sh, which write %s)", f.Mirror, err, MirrorManifestFile)
