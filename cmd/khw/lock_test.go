@@ -94,15 +94,8 @@ func TestEveryChangingCommandTakesTheLock(t *testing.T) {
 	}
 	// An active drill, broken and left by a khw break that has exited, so
 	// khw heal gets as far as the lock.
-	store := drill.Store{Dir: drillsDir(d)}
-	rec := &drill.Record{ID: "20260101-000000-etcd-1", Cluster: name, Spec: drill.Spec{Kind: drill.KindEtcd, Count: 1},
-		Actions: []drill.Action{{Node: "cp1", Unit: "etcd.service"}}, Applied: 1, BrokeAt: time.Now()}
-	if err := store.Save(rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.SetActive(rec.ID); err != nil {
-		t.Fatal(err)
-	}
+	activeDrill(t, d, &drill.Record{ID: "20260101-000000-etcd-1", Cluster: name, Spec: drill.Spec{Kind: drill.KindEtcd, Count: 1},
+		Actions: []drill.Action{{Node: "cp1", Unit: "etcd.service"}}, Applied: 1, BrokeAt: time.Now()})
 
 	unlock, err := d.Lock()
 	if err != nil {
@@ -167,17 +160,11 @@ func TestEveryChangingCommandTakesTheLock(t *testing.T) {
 func TestHealUnderTheWatchersLock(t *testing.T) {
 	base := filepath.Join(t.TempDir(), "state")
 	name, d := randomCluster(t, base, "hl")
-	store := drill.Store{Dir: drillsDir(d)}
 	// This test process plays the watching khw break: it holds the lock
 	// and is the drill's WatcherPID.
 	rec := &drill.Record{ID: "20260101-000000-etcd-2", Cluster: name, Spec: drill.Spec{Kind: drill.KindEtcd, Count: 2},
 		Actions: []drill.Action{{Node: "cp1", Unit: "etcd.service"}}, Applied: 1, BrokeAt: time.Now(), WatcherPID: os.Getpid()}
-	if err := store.Save(rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.SetActive(rec.ID); err != nil {
-		t.Fatal(err)
-	}
+	store := activeDrill(t, d, rec)
 	unlock, err := d.Lock()
 	if err != nil {
 		t.Fatal(err)
@@ -200,4 +187,17 @@ func TestHealUnderTheWatchersLock(t *testing.T) {
 	if _, errOut, code := run(t, base, "heal"); code != exitFailed || !strings.Contains(errOut, "another khw") {
 		t.Errorf("heal while someone else holds the lock: exit %d:\n%s", code, errOut)
 	}
+}
+
+// activeDrill saves rec as the cluster's active drill and returns the store.
+func activeDrill(t *testing.T, d state.Dir, rec *drill.Record) drill.Store {
+	t.Helper()
+	store := drill.Store{Dir: drillsDir(d)}
+	if err := store.Save(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetActive(rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	return store
 }
