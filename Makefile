@@ -10,7 +10,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X main.version=$(VERSION)
 PKGS     := ./...
 
-.PHONY: all build test test-unit testbins lint fmt vet fuzz bench deps clean e2e e2e-drills e2e-labs up
+.PHONY: all build test test-unit testbins lint fmt vet fuzz bench deps clean e2e e2e-drills e2e-labs e2e-nspawn up
 
 include hack/mirror.mk
 
@@ -83,10 +83,16 @@ e2e: deps mirror-deps
 e2e-drills: deps mirror-deps
 	E2E_DRILLS=1 hack/e2e.sh
 
-## e2e-labs: the 12 labs in order (khw lab NN --yes), two hand-made mistakes
-## that khw lab check must name, and khw lab reset 04-etcd (root)
+## e2e-labs: the cluster built by the 12 labs in order (khw lab NN --yes)
+## instead of khw up, then the witnesses, the no-op khw up, two hand-made
+## mistakes that khw lab check must name, and khw lab reset 04-etcd (root)
 e2e-labs: deps mirror-deps
-	hack/e2e-labs.sh
+	E2E_LABS=1 hack/e2e.sh
+
+## e2e-nspawn: e2e-labs and e2e-drills on one cluster (what CI runs): the
+## labs build it, the drills and the mistakes run on it, then khw down
+e2e-nspawn: deps mirror-deps
+	E2E_LABS=1 E2E_DRILLS=1 hack/e2e.sh
 
 ## up: the main job (root): host packages, khw, the offline mirror, then a
 ## cluster on nspawn nodes with khw up, and how to use it

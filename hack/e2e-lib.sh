@@ -1,4 +1,4 @@
-# Shared by hack/e2e.sh and hack/e2e-labs.sh (sourced, not run): the
+# Sourced by hack/e2e.sh: the
 # environment of a throwaway cluster, phase() timing, and the cleanup that
 # tears the cluster down and fails when anything is left behind.
 # shellcheck shell=bash

@@ -1,16 +1,32 @@
 #!/usr/bin/env bash
-# make e2e: a real cluster on systemd-nspawn nodes, built offline, with the
-# wall time of every phase. Phases: build khw, build or reuse the offline
-# mirror, khw init --provider nspawn, khw up (the first run on a machine also
-# builds the node image with debootstrap), khw status, khw up again (must be
-# a no-op: every step clean), khw down; then it checks that nothing is left
-# (network namespace, nspawn processes, node roots). It cleans up on failure
-# and Ctrl-C too. Needs root (nspawn) and a Debian/Ubuntu host.
+# The nspawn end-to-end runs (make e2e, e2e-drills, e2e-labs, e2e-nspawn): a
+# real cluster on systemd-nspawn nodes, built offline, with the wall time of
+# every phase. One cluster serves every check, so CI builds it once:
+#
+#   build khw, build or reuse the offline mirror, khw init --provider nspawn;
+#   the cluster: `khw up` + `khw smoke`, or with E2E_LABS=1 the 12 labs in
+#     order (`khw lab NN --yes`, each snapshots the nodes first) and
+#     `khw lab list` all done;
+#   witnesses from outside khw (kubectl, openssl, curl against etcd), khw
+#     status, khw up again (must be a no-op: every step clean — after the
+#     labs this also shows that the labs built what khw up builds);
+#   E2E_DRILLS=1: three failover drills, each must pass its verdict;
+#   E2E_LABS=1: two mistakes made by hand the way a student would, which
+#     `khw lab check` must name with their lab (net.ipv4.ip_forward=0 on w1:
+#     07-workers; on cp1 an apiserver certificate without the lb SAN, made
+#     with openssl and signed by the cluster CA: 02-pki), then
+#     `khw lab reset 04-etcd` must leave 01-03 done and 04-12 not done;
+#   khw down, and a check that nothing is left (network namespace, nspawn
+#     processes, node roots). It cleans up on failure and Ctrl-C too.
+#
+# The first run on a machine also builds the node image with debootstrap.
+# Needs root (nspawn) and a Debian/Ubuntu host.
 #
 # Env: MIRROR_DIR (default ~/.cache/khw/mirror), E2E_ONLY (mirror components
 # to build, default all), E2E_CNI=mybridge (the seed's teaching CNI plugin
-# instead of the standard bridge), E2E_KEEP=1 keeps the cluster up at the
-# end (tear it down with the printed khw down).
+# instead of the standard bridge), E2E_LABS=1, E2E_DRILLS=1 (above),
+# E2E_KEEP=1 keeps the cluster up at the end (tear it down with the printed
+# khw down).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -134,6 +150,75 @@ status_check() {
   grep -q '"quorum": true' <<<"$js"
 }
 
+# ---- the labs (E2E_LABS=1)
+
+# lab runs one lab with its (long) output in $STATE/lab-<id>.log, shown only
+# when it fails.
+lab() {
+  "$KHW" lab "$1" --yes --plain >"$STATE/lab-$1.log" 2>&1 || { tail -40 "$STATE/lab-$1.log"; return 1; }
+  grep -E '^(✓|Snapshot|Lab )' "$STATE/lab-$1.log" || true
+}
+
+all_done() {
+  local out
+  out=$("$KHW" lab list)
+  echo "$out"
+  if [ "$(awk 'NR > 1 && $2 == "done"' <<<"$out" | wc -l)" != 12 ]; then
+    echo "e2e: not every lab is done" >&2; return 1
+  fi
+}
+
+# expect_mistake LAB PATTERN...: khw lab check LAB must fail and print every
+# PATTERN (fixed strings).
+expect_mistake() {
+  local lab=$1; shift
+  local out rc=0
+  out=$("$KHW" lab check "$lab" 2>&1) || rc=$?
+  echo "$out"
+  if [ $rc = 0 ]; then echo "e2e: khw lab check $lab passed a broken cluster" >&2; return 1; fi
+  local p
+  for p in "$@"; do
+    grep -qF -- "$p" <<<"$out" || { echo "e2e: khw lab check $lab does not say: $p" >&2; return 1; }
+  done
+}
+
+break_ip_forward() {
+  # shellcheck disable=SC2016 # expanded by the shell inside khw shell
+  "$KHW" shell -- sh -c 'ssh -F "$KHW_SSH_CONFIG" w1 sudo sysctl -w net.ipv4.ip_forward=0'
+  expect_mistake 07 "[07-workers] w1" "ip_forward"
+  "$KHW" lab list | grep -E '^07-workers +drifted'
+}
+
+break_apiserver_cert() {
+  local pki=$STATE/$NAME/pki tmp
+  tmp=$(mktemp -d)
+  openssl req -new -key "$pki/kubernetes-key.pem" -subj "/CN=kubernetes/O=Kubernetes" -out "$tmp/x.csr"
+  printf '%s\n' \
+    'subjectAltName=IP:10.32.0.1,IP:192.168.122.11,IP:192.168.122.12,IP:192.168.122.13,IP:127.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local' \
+    'extendedKeyUsage=serverAuth,clientAuth' 'keyUsage=digitalSignature,keyEncipherment' >"$tmp/ext"
+  openssl x509 -req -in "$tmp/x.csr" -CA "$pki/ca.pem" -CAkey "$pki/ca-key.pem" -CAcreateserial \
+    -days 1 -extfile "$tmp/ext" -out "$tmp/bad.pem" 2>/dev/null
+  # shellcheck disable=SC2016 # expanded by the shell inside khw shell
+  "$KHW" shell -- sh -c 'ssh -F "$KHW_SSH_CONFIG" cp1 "sudo tee /var/lib/kubernetes/kubernetes.pem >/dev/null"' <"$tmp/bad.pem"
+  rm -rf "$tmp"
+  expect_mistake 05 "[02-pki] cp1" "lacks the SANs lb"
+}
+
+reset_04() {
+  "$KHW" lab reset 04-etcd --yes
+  local out
+  out=$("$KHW" lab list)
+  echo "$out"
+  local want got
+  want=$(printf '%s\n' "01-machines done" "02-pki done" "03-kubeconfig done" \
+    "04-etcd not" "05-control-plane not" "06-lb not" "07-workers not" "08-pod-network not" \
+    "09-coredns not" "10-tls-bootstrap not" "11-smoke not" "12-failover not")
+  got=$(awk 'NR > 1 { print $1, $2 }' <<<"$out")
+  if [ "$got" != "$want" ]; then
+    echo "e2e: after khw lab reset 04-etcd, want 01-03 done and 04-12 not done" >&2; return 1
+  fi
+}
+
 phase "build khw"       make -s build
 phase "offline mirror"  hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$(go env GOARCH)" ${E2E_ONLY:+--only "$E2E_ONLY"}
 # This machine built the mirror, so it pins it (khw trusts a mirror only
@@ -147,22 +232,38 @@ if [ -n "${E2E_CNI:-}" ]; then
   grep -E '^\s+cni:' "$STATE/$NAME/cluster.yaml"
 fi
 UP_T0=$(date +%s%N)
-phase "khw up"          "$KHW" up
-if "$KHW" smoke --help >/dev/null 2>&1; then
+if [ "${E2E_LABS:-}" = 1 ]; then
+  GREEN="lab 01 start → lab 11 green"
+  for l in 01-machines 02-pki 03-kubeconfig 04-etcd 05-control-plane 06-lb 07-workers \
+           08-pod-network 09-coredns 10-tls-bootstrap 11-smoke; do
+    phase "lab $l"      lab "$l"
+  done
+  UP_T1=$(date +%s%N)
+  phase "lab 12-failover" lab 12-failover
+  phase "lab list"      all_done
+else
+  GREEN="up start → smoke green"
+  phase "khw up"        "$KHW" up
   phase "khw smoke"     "$KHW" smoke
+  UP_T1=$(date +%s%N)
 fi
-UP_T1=$(date +%s%N)
 phase "witnesses"       witness
 phase "khw status"      status_check
 phase "khw up (no-op)"  noop_check
 if [ "${E2E_DRILLS:-}" = 1 ]; then
-  # The failover drills of issue #7, each must pass its verdict (exit 0):
-  # one etcd member down (the leader: one election, API stays up), the
-  # seed's power-off of cp2, and the seed's quorum loss (2 of 3 members).
+  # The failover drills, each must pass its verdict (exit 0): one etcd
+  # member down (the leader: one election, API stays up), the seed's
+  # power-off of cp2, and the seed's quorum loss (2 of 3 members).
   phase "drill etcd x1"     "$KHW" break etcd --count 1 --for 20s
   phase "drill cp2 off"     "$KHW" break node cp2 --for 30s
   phase "drill etcd x2"     "$KHW" break etcd --count 2 --for 30s
   drill_figures
+fi
+if [ "${E2E_LABS:-}" = 1 ]; then
+  phase "w1 ip_forward=0" break_ip_forward
+  phase "cp1 cert no lb"  break_apiserver_cert
+  phase "lab reset 04"    reset_04
+  du -sh "$STATE/$NAME/nspawn/snapshots" | sed 's/^/snapshots on disk: /'
 fi
 if [ "${E2E_KEEP:-}" != 1 ]; then
   phase "khw down"      "$KHW" down
@@ -170,4 +271,4 @@ fi
 
 print_phases
 ds=$(( (UP_T1 - UP_T0) / 100000000 ))
-printf '  %-22s %5d.%d s\n' "up start → smoke green" $((ds / 10)) $((ds % 10))
+printf '  %-22s %5d.%d s\n' "$GREEN" $((ds / 10)) $((ds % 10))
