@@ -317,17 +317,33 @@ func (s *componentStep) Apply(ctx context.Context, env *steps.Env, diffs []steps
 	}, s.wait*vm.Slowdown(s.m.Provider))
 }
 
+// waitProgressEvery is how often a wait that is still going says what it
+// waits for (a TCG VM's node may take minutes to turn Ready).
+const waitProgressEvery = 30 * time.Second
+
 // waitHealthy polls check twice a second until it returns no diff, at most
-// timeout; then it fails with the diffs of the last round.
+// timeout; then it fails with the diffs of the last round. While it waits it
+// notes what is still missing, when that changes and every
+// waitProgressEvery, with the time waited and the bound.
 func waitHealthy(ctx context.Context, env *steps.Env, check healthCheck, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last []steps.Diff
 	var lastErr error
+	start := time.Now()
+	var said string
+	var saidAt time.Time
 	for {
 		last, lastErr = check(ctx, env)
 		if lastErr == nil && len(last) == 0 {
 			return nil
+		}
+		if now := time.Since(start); now >= waitProgressEvery/6 {
+			what := waitingFor(last, lastErr)
+			if what != said || time.Since(saidAt) >= waitProgressEvery {
+				env.Notef("waiting %s of at most %v for: %s", now.Round(time.Second), timeout, what)
+				said, saidAt = what, time.Now()
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -342,6 +358,23 @@ func waitHealthy(ctx context.Context, env *steps.Env, check healthCheck, timeout
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// waitingFor is what waitHealthy still waits for: the diffs of the last
+// round (the first three, then how many more) or its error.
+func waitingFor(diffs []steps.Diff, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	var ss []string
+	for i, d := range diffs {
+		if i == 3 {
+			ss = append(ss, fmt.Sprintf("and %d more", len(diffs)-3))
+			break
+		}
+		ss = append(ss, d.String())
+	}
+	return strings.Join(ss, "; ")
 }
 
 func (s *componentStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {

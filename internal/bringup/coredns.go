@@ -251,18 +251,27 @@ func (s *coreDNSStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.D
 	for _, a := range res {
 		fmt.Fprintf(log, "%s %s: %s\n", time.Now().Format(time.RFC3339), s.ID(), a)
 	}
-	return waitCoreDNS(ctx, cs, CoreDNSWait*vm.Slowdown(s.m.Provider), time.Second)
+	return waitCoreDNS(ctx, cs, CoreDNSWait*vm.Slowdown(s.m.Provider), time.Second, env.Notef)
 }
 
 // waitCoreDNS polls the coredns Deployment every poll until its rollout is
 // done (deploymentProblem), at most wait. The timeout error names the
 // Deployment's state and each pod that is not ready, with the reason
 // (e.g. ImagePullBackOff: the coredns image is not imported on that worker).
-func waitCoreDNS(ctx context.Context, cs kubernetes.Interface, wait, poll time.Duration) error {
+// While it waits, notef (nil: none) gets the Deployment's state when it
+// changes and every waitProgressEvery.
+func waitCoreDNS(ctx context.Context, cs kubernetes.Interface, wait, poll time.Duration, notef func(string, ...any)) error {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	last := "does not exist"
+	start := time.Now()
+	var said string
+	var saidAt time.Time
 	for {
+		if notef != nil && last != "" && (last != said || time.Since(saidAt) >= waitProgressEvery) && time.Since(start) >= poll {
+			notef("waiting %s of at most %v for Deployment %s/%s: it %s", time.Since(start).Round(time.Second), wait, coreDNSNamespace, coreDNSDeployment, last)
+			said, saidAt = last, time.Now()
+		}
 		gctx, gcancel := context.WithTimeout(wctx, 10*time.Second)
 		d, err := cs.AppsV1().Deployments(coreDNSNamespace).Get(gctx, coreDNSDeployment, metav1.GetOptions{})
 		gcancel()

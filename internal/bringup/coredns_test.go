@@ -161,13 +161,13 @@ func TestDeploymentProblem(t *testing.T) {
 
 func TestWaitCoreDNS(t *testing.T) {
 	cs := fake.NewClientset(corednsDeployment(2, 1), pullBackOffPod("w1"))
-	err := waitCoreDNS(context.Background(), cs, 50*time.Millisecond, 5*time.Millisecond)
+	err := waitCoreDNS(context.Background(), cs, 50*time.Millisecond, 5*time.Millisecond, nil)
 	if err == nil || !strings.Contains(err.Error(), "not rolled out within 50ms: it has 1 of 2 replicas ready") ||
 		!strings.Contains(err.Error(), "the image registry.k8s.io/coredns/coredns:v1.14.6 is not imported on w1") {
 		t.Fatalf("err %v", err)
 	}
 	cs = fake.NewClientset(corednsDeployment(2, 2))
-	if err := waitCoreDNS(context.Background(), cs, time.Second, 5*time.Millisecond); err != nil {
+	if err := waitCoreDNS(context.Background(), cs, time.Second, 5*time.Millisecond, nil); err != nil {
 		t.Fatalf("rolled out: %v", err)
 	}
 }
