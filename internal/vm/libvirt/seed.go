@@ -61,6 +61,7 @@ type cloudConfig struct {
 	PackageUpgrade   bool              `yaml:"package_upgrade"`
 	ResizeRootfs     bool              `yaml:"resize_rootfs"`
 	PreserveHostname bool              `yaml:"preserve_hostname"`
+	BootCmd          [][]string        `yaml:"bootcmd,omitempty"`
 }
 
 type cloudUser struct {
@@ -116,6 +117,18 @@ const SSHDHostKeyDropIn = "etc/ssh/sshd_config.d/khw-hostkey.conf"
 const sshdHostKeyConf = "# khw: this node's SSH host key, generated on the jumpbox and pinned there\n" +
 	"# before the first boot (<state>/ssh/hostkeys/<node>). Offer no other.\n" +
 	"HostKey /etc/ssh/ssh_host_ed25519_key\n"
+
+// resolvConfFallback is a bootcmd script (cloud-init module "Bootcmd": it
+// runs on every boot, before the SSH module installs the host key khw waits
+// for): when /etc/resolv.conf is a plain file naming no nameserver, it
+// names GW, the resolver network-config gives the node. Some images apply
+// network-config without anything that writes resolv.conf (Debian's ifupdown
+// renderer without resolvconf leaves it empty); CoreDNS, which forwards to
+// the kubelet's resolvConf, refuses to start on a file without a nameserver
+// (coredns plugin/forward/setup.go: "no valid upstream addresses found").
+// A symlink (systemd-resolved on Ubuntu) or a file that names one is left
+// alone.
+const resolvConfFallback = `f=/etc/resolv.conf; [ -L "$f" ] || grep -qs '^nameserver' "$f" || printf '# khw: the gateway, as network-config says\nnameserver %s\n' GW >"$f"`
 
 // SeedIface is the name the node NIC gets (network-config set-name), the
 // same on both arches and on every image.
@@ -191,6 +204,7 @@ func SeedFiles(c *config.Cluster, n config.Node, mac, authorizedKey string, host
 			{Path: "/etc/systemd/system.conf.d/khw.conf", Permissions: "0644", Owner: "root:root",
 				Content: "[Manager]\n# khw: keep power-off short (a stuck service would hold it 90 s).\nDefaultTimeoutStopSec=15s\n"},
 		},
+		BootCmd: [][]string{{"sh", "-c", strings.ReplaceAll(resolvConfFallback, "GW", c.Network.Gateway)}},
 	}
 	user, err := yaml.Marshal(uc)
 	if err != nil {

@@ -226,3 +226,52 @@ func keys(m map[string][]byte) []string {
 	}
 	return out
 }
+
+// TestSeedResolvConfFallback runs the seed's bootcmd with sh against a
+// temporary resolv.conf: an empty plain file gets the gateway, a file that
+// names a nameserver and a symlink are left as they are.
+func TestSeedResolvConfFallback(t *testing.T) {
+	c := config.Default("lab", config.ArchAMD64, config.ProviderLibvirt)
+	n, _ := c.Node("w1")
+	files, err := SeedFiles(c, n, NodeMAC("lab", "w1"), testKey, testHostKey(t, "w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ud struct {
+		BootCmd [][]string `yaml:"bootcmd"`
+	}
+	if err := yaml.Unmarshal(files[SeedUserData], &ud); err != nil {
+		t.Fatal(err)
+	}
+	if len(ud.BootCmd) != 1 || len(ud.BootCmd[0]) != 3 || ud.BootCmd[0][0] != "sh" || ud.BootCmd[0][1] != "-c" {
+		t.Fatalf("bootcmd = %q, want one [sh -c SCRIPT]", ud.BootCmd)
+	}
+	run := func(f string) {
+		t.Helper()
+		script := strings.ReplaceAll(ud.BootCmd[0][2], "/etc/resolv.conf", f)
+		if out, err := exec.Command("sh", "-c", script).CombinedOutput(); err != nil {
+			t.Fatalf("bootcmd: %v: %s", err, out)
+		}
+	}
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, nil, 0o644)
+	run(empty)
+	if b, _ := os.ReadFile(empty); !strings.Contains(string(b), "\nnameserver "+c.Network.Gateway+"\n") {
+		t.Errorf("empty resolv.conf became %q, want nameserver %s", b, c.Network.Gateway)
+	}
+	named := filepath.Join(dir, "named")
+	os.WriteFile(named, []byte("nameserver 10.9.9.9\n"), 0o644)
+	run(named)
+	if b, _ := os.ReadFile(named); string(b) != "nameserver 10.9.9.9\n" {
+		t.Errorf("resolv.conf naming a server became %q", b)
+	}
+	stub := filepath.Join(dir, "stub")
+	os.WriteFile(stub, nil, 0o644)
+	link := filepath.Join(dir, "link")
+	os.Symlink(stub, link)
+	run(link)
+	if b, _ := os.ReadFile(stub); len(b) != 0 {
+		t.Errorf("symlinked resolv.conf was written through: %q", b)
+	}
+}
