@@ -13,6 +13,7 @@ import (
 	"github.com/khw-dev/khw/internal/health"
 	"github.com/khw-dev/khw/internal/kube"
 	"github.com/khw-dev/khw/internal/steps"
+	"github.com/khw-dev/khw/internal/vm"
 	"k8s.io/client-go/rest"
 )
 
@@ -256,7 +257,10 @@ func (m *Machines) restConfig(env *steps.Env, server string) (*rest.Config, erro
 		return nil, err
 	}
 	cfg.Dial = m.target(env).Dialer()
-	cfg.Timeout = 10 * time.Second
+	// One request's bound: 10 s at nspawn speed, scaled for slower machines
+	// (a TCG control plane under load answers a server-side apply in tens
+	// of seconds), at most a minute.
+	cfg.Timeout = min(10*time.Second*vm.Slowdown(m.Provider), time.Minute)
 	return cfg, nil
 }
 
