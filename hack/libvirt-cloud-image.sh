@@ -25,12 +25,41 @@
 # fill it and relabelled; grub-pc-bin, grub-efi-<arch>-bin and grub2-common
 # are installed into it from Debian apt in a chroot.
 #
+# Inside, it is made like an Ubuntu 24.04 server cloud image where that can
+# break khw, and the script checks each of these before it writes the image:
+#   - no haproxy, conntrack, socat, jq: the test image bakes them in, Ubuntu's
+#     image has none of them (its published .manifest does not list them),
+#     so khw must install them itself; they are purged here;
+#   - empty package lists (/var/lib/apt/lists): Ubuntu builds its cloud
+#     images with a tmpfs over /var/lib/apt/lists in the image chroot
+#     (livecd-rootfs, live-build/functions setup_mountpoint), so the first
+#     apt-get install on a fresh VM fails with "Unable to locate package"
+#     until apt-get update has run (e.g. MicrosoftDocs/azure-docs PR #58789);
+#   - systemd-resolved enabled and /etc/resolv.conf a link to
+#     ../run/systemd/resolve/stub-resolv.conf (nameserver 127.0.0.53), the
+#     real DNS servers in /run/systemd/resolve/resolv.conf: noble's network
+#     stack is netplan -> systemd-networkd -> systemd-resolved. ifupdown is
+#     purged so that cloud-init renders its network-config for
+#     systemd-networkd (enabled here), which hands the DNS servers to
+#     resolved as netplan does;
+#   - the unified cgroup v2 hierarchy (Debian 12's default, as noble's): no
+#     systemd.unified_cgroup_hierarchy or cgroup_no_v1 on the command line;
+#   - AppArmor: Debian's kernel enables the LSM by default, as Ubuntu's
+#     does; the apparmor package (apparmor_parser, apparmor.service) is
+#     installed so profiles load, as on Ubuntu;
+#   - cloud.cfg's default user is Ubuntu's (cloud-init config/cloud.cfg.tmpl,
+#     ubuntu branch: name ubuntu, groups adm cdrom dip lxd sudo, sudo
+#     NOPASSWD, shell bash). khw's seed lists its own user ubuntu under
+#     users: without "default", so on both images cloud-init creates that one.
+# The image's package list, in the format of Ubuntu's .manifest ("package
+# TAB version" lines, dpkg-query -W), is written beside it as manifest.
+#
 # Usage: hack/libvirt-cloud-image.sh [TEST-IMAGE-DIR]
 #   TEST-IMAGE-DIR defaults to the last line of hack/libvirt-test-image.sh.
 # Output directory: ${XDG_CACHE_HOME:-$HOME/.cache}/khw/libvirt/cloud-<arch>-<hash>
 # where <hash> covers this script and the name of TEST-IMAGE-DIR (which holds
 # the test image script's hash), so a changed recipe or root file system
-# rebuilds and an unchanged one is reused. It holds disk.qcow2. Prints that
+# rebuilds and an unchanged one is reused. It holds disk.qcow2 and manifest. Prints that
 # directory on its last line. Needs root (loop devices, mount, chroot) and
 # sgdisk, mkfs.vfat, mtools, qemu-img (make libvirt-deps). ~1 min the first time.
 # Loop devices and mounts are always released, also on failure.
@@ -66,6 +95,10 @@ for t in sgdisk mkfs.vfat mcopy mdir qemu-img losetup partx blkid e2fsck resize2
 	command -v "$t" >/dev/null || { echo "libvirt-cloud-image: $t missing; run make libvirt-deps" >&2; exit 1; }
 done
 
+# Packages the direct-kernel test image bakes in that an Ubuntu server cloud
+# image lacks (khw installs them at its steps), and ifupdown (see the header).
+PURGE="haproxy conntrack socat jq ifupdown"
+
 case "$ARCH" in
 amd64) CONSOLE=ttyS0 EFIPKG=grub-efi-amd64-bin EFITARGET=x86_64-efi EFIBOOT=BOOTX64.EFI BIOS=1 ;;
 arm64) CONSOLE=ttyAMA0 EFIPKG=grub-efi-arm64-bin EFITARGET=arm64-efi EFIBOOT=BOOTAA64.EFI BIOS= ;;
@@ -74,6 +107,7 @@ esac
 
 mkdir -p "$CACHE/libvirt"
 WORK=$(mktemp -d "$CACHE/libvirt/.build-cloud-XXXXXX")
+mkdir -p "$WORK/out"
 LOOP=
 cleanup() {
 	# The mounts live in the private mount namespace of the unshare below
@@ -119,7 +153,38 @@ mkfs.vfat -F 32 -n UEFI "${LOOP}p15" >/dev/null
 echo "libvirt-cloud-image: installing GRUB (BIOS: ${BIOS:-no}, EFI: $EFITARGET) into $LOOP" >&2
 # shellcheck disable=SC2016 # the inner shell expands its own arguments
 unshare -m bash -euc '
-	LOOP=$1 MNT=$2 CONSOLE=$3 EFIPKG=$4 EFITARGET=$5 BIOS=$6
+	LOOP=$1 MNT=$2 CONSOLE=$3 EFIPKG=$4 EFITARGET=$5 BIOS=$6 PURGE=$7 MANIFEST=$8
+	# check ROOT: the static properties of an Ubuntu cloud image that khw
+	# depends on (see the header); the VM test checks the same at run time.
+	check() {
+		local r=$1 bad= p
+		for p in $PURGE; do
+			if chroot "$r" dpkg-query -W --showformat="\${db:Status-Status}" "$p" 2>/dev/null | grep -qx installed; then
+				bad="$bad; $p is installed"
+			fi
+		done
+		for p in systemd-resolved apparmor cloud-init; do
+			chroot "$r" dpkg-query -W --showformat="\${db:Status-Status}" "$p" 2>/dev/null | grep -qx installed ||
+				bad="$bad; $p is not installed"
+		done
+		[ -z "$(find "$r/var/lib/apt/lists" -type f ! -name lock)" ] || bad="$bad; /var/lib/apt/lists is not empty"
+		[ "$(readlink "$r/etc/resolv.conf")" = ../run/systemd/resolve/stub-resolv.conf ] ||
+			bad="$bad; /etc/resolv.conf is not a link to ../run/systemd/resolve/stub-resolv.conf"
+		for p in systemd-resolved systemd-networkd apparmor; do
+			[ "$(chroot "$r" systemctl is-enabled "$p.service" 2>/dev/null)" = enabled ] || bad="$bad; $p.service is not enabled"
+		done
+		if grep -Eq "systemd\.unified_cgroup_hierarchy|systemd\.legacy_systemd_cgroup_controller|cgroup_no_v1|apparmor=0|security=" "$r/boot/grub/grub.cfg"; then
+			bad="$bad; grub.cfg sets a cgroup or LSM option on the kernel command line"
+		fi
+		chroot "$r" python3 -c "import yaml,sys; u=yaml.safe_load(open(\"/etc/cloud/cloud.cfg\"))[\"system_info\"][\"default_user\"]; sys.exit(u[\"name\"] != \"ubuntu\" or u[\"sudo\"] != [\"ALL=(ALL) NOPASSWD:ALL\"])" ||
+			bad="$bad; cloud.cfg default_user is not ubuntu with sudo NOPASSWD"
+		grep -q "^apparmor	" "$MANIFEST" && ! grep -q "^haproxy	" "$MANIFEST" || bad="$bad; the manifest does not list what is installed"
+		if [ -n "$bad" ]; then
+			echo "libvirt-cloud-image: the image does not look like an Ubuntu cloud image${bad}" >&2
+			exit 1
+		fi
+		echo "libvirt-cloud-image: checked: no $PURGE; empty apt lists; resolv.conf -> stub; systemd-resolved, systemd-networkd, apparmor enabled; no cgroup/LSM override; default user ubuntu" >&2
+	}
 	mkdir -p "$MNT"
 	mount "${LOOP}p1" "$MNT"
 	# The ESP: this host kernel may lack vfat (mount says "unknown
@@ -138,11 +203,39 @@ unshare -m bash -euc '
 	cp /etc/resolv.conf "$MNT/etc/resolv.conf"
 	printf "#!/bin/sh\nexit 101\n" >"$MNT/usr/sbin/policy-rc.d"
 	chmod 0755 "$MNT/usr/sbin/policy-rc.d"
-	pkgs="grub2-common $EFIPKG"
+	pkgs="grub2-common $EFIPKG systemd-resolved apparmor"
 	[ -z "$BIOS" ] || pkgs="$pkgs grub-pc-bin"
 	chroot "$MNT" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 	chroot "$MNT" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $pkgs
+	# Not in an Ubuntu server cloud image: khw must install these itself.
+	# ifupdown goes too, so cloud-init renders its network config for
+	# systemd-networkd, which hands the DNS servers to systemd-resolved, as
+	# netplan does on Ubuntu.
+	chroot "$MNT" env DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq --autoremove $PURGE
+	chroot "$MNT" systemctl enable systemd-networkd.service systemd-resolved.service apparmor.service >&2
 	chroot "$MNT" apt-get clean
+	# Empty package lists, as Ubuntu ships them (see the header).
+	find "$MNT/var/lib/apt/lists" -mindepth 1 -maxdepth 1 ! -name partial ! -name lock -exec rm -rf {} +
+	find "$MNT/var/lib/apt/lists/partial" -mindepth 1 -delete 2>/dev/null || true
+	# The default user of Ubuntu'"'"'s cloud.cfg, and systemd-networkd as the
+	# network renderer (cloud-init 22.4 would pick it anyway without ifupdown).
+	chroot "$MNT" python3 - <<-"PY"
+	import yaml
+	p = "/etc/cloud/cloud.cfg"
+	c = yaml.safe_load(open(p))
+	c["system_info"]["default_user"] = {
+	    "name": "ubuntu", "lock_passwd": True, "gecos": "Ubuntu",
+	    "groups": ["adm", "cdrom", "dip", "lxd", "sudo"],
+	    "sudo": ["ALL=(ALL) NOPASSWD:ALL"], "shell": "/bin/bash"}
+	c["system_info"]["network"] = {"renderers": ["networkd"], "activators": ["networkd"]}
+	with open(p + ".new", "w") as f:
+	    f.write("# khw test cloud image (hack/libvirt-cloud-image.sh): Debian'"'"'s cloud.cfg with\n"
+	            "# the default user of Ubuntu'"'"'s and systemd-networkd as the renderer.\n")
+	    yaml.safe_dump(c, f, sort_keys=False)
+	import os
+	os.rename(p + ".new", p)
+	PY
+	chroot "$MNT" dpkg-query -W --showformat="\${Package}\t\${Version}\n" >"$MANIFEST"
 
 	# What an Ubuntu cloud image has: the root and the ESP by label.
 	printf "LABEL=cloudimg-rootfs\t/\text4\tdiscard,errors=remount-ro\t0\t1\nLABEL=UEFI\t/boot/efi\tvfat\tumask=0077\t0\t1\n" >"$MNT/etc/fstab"
@@ -181,10 +274,11 @@ unshare -m bash -euc '
 	fi
 
 	rm -f "$MNT/usr/sbin/policy-rc.d"
-	: >"$MNT/etc/resolv.conf"
+	ln -sfn ../run/systemd/resolve/stub-resolv.conf "$MNT/etc/resolv.conf"
+	check "$MNT"
 	umount -R "$MNT/dev"
 	umount "$MNT/sys" "$MNT/proc" "$MNT/boot/efi" "$MNT"
-' _ "$LOOP" "$WORK/mnt" "$CONSOLE" "$EFIPKG" "$EFITARGET" "$BIOS" >&2
+' _ "$LOOP" "$WORK/mnt" "$CONSOLE" "$EFIPKG" "$EFITARGET" "$BIOS" "$PURGE" "$WORK/out/manifest" >&2
 
 # Check the result from outside: the layout, the labels, the EFI loader.
 sgdisk -p "$LOOP" >&2
@@ -199,7 +293,6 @@ partx -d "$LOOP" 2>/dev/null || true
 losetup -d "$LOOP"
 LOOP=
 
-mkdir -p "$WORK/out"
 qemu-img convert -O qcow2 "$WORK/disk.raw" "$WORK/out/disk.qcow2"
 rm -rf "$OUT"
 mv "$WORK/out" "$OUT"

@@ -18,7 +18,12 @@
 //
 //	go run ./hack/mkmirror [--out DIR] [--arch amd64,arm64] [--config cluster.yaml]
 //	    [--only kubernetes,etcd,…] [-j N] [--cache DIR] [--runc-fallback=false]
-//	    [--busybox=false] [--verify-only]
+//	    [--busybox=false] [--verify-only] [--vm-image DIR]
+//
+// --vm-image DIR puts the cloud image hack/libvirt-cloud-image.sh made in
+// DIR into the mirror at the catalog's fallback path for it (Ubuntu's
+// releases/noble/release/, with SHA256SUMS and the .manifest; see
+// vmimage.go), so a libvirt cluster gets its base image from the mirror.
 //
 // Exit status: 0 when every selected artifact was built and verified, 1 when
 // a build or the verification failed, 2 for bad flags.
@@ -76,6 +81,7 @@ func realMain(args []string) int {
 	runcFallback := fs.Bool("runc-fallback", true, "when runc cannot be built, put Debian's runc package into the mirror instead (loudly)")
 	busybox := fs.Bool("busybox", true, "add Debian's busybox-static (sh, nslookup, wget, nc) to the agnhost image")
 	verifyOnly := fs.Bool("verify-only", false, "build nothing; only verify an existing mirror")
+	vmImage := vmImageFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -300,6 +306,19 @@ func realMain(args []string) int {
 	fmt.Printf("  all verified\n")
 	if *verifyOnly {
 		return 0
+	}
+	if *vmImage != "" {
+		arch, err := vmImageArch(*vmImage, arches)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "mkmirror:", err)
+			return 2
+		}
+		p, err := placeVMImage(r.out, *vmImage, arch, r.cluster)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "mkmirror:", err)
+			return 1
+		}
+		fmt.Printf("\n== VM image ==\n  %s (%s, from %s)\n", p, arch, *vmImage)
 	}
 	// The manifest khw trusts the mirror through: every catalog artifact of
 	// either arch present in the mirror, hashed now. Its digest is the pin a

@@ -80,6 +80,10 @@ type Artifact struct {
 	// Files are what to install: for an archive, each member's Path; for a
 	// binary, one entry with an empty Path.
 	Files []File `yaml:"files"`
+	// Fallback, when set, is where the artifact is fetched from when URL
+	// cannot be had (a dated release directory that upstream deleted); see
+	// Fetcher.
+	Fallback *Fallback `yaml:"fallback"`
 	// MaxMiB bounds the download in MiB: a transfer that brings more is cut
 	// off (a broken or hostile mirror cannot fill the disk). Set with room
 	// (about 3× the release's size) so a patch release does not hit it.
@@ -94,6 +98,18 @@ type Checksum struct {
 	Format string `yaml:"format"`
 	// SHA256 pins the digest (hex), overriding the published file.
 	SHA256 string `yaml:"sha256"`
+	// SHA256ByArch pins the digest (hex) per arch (amd64, arm64), for a
+	// URL whose file differs by arch; it wins over SHA256.
+	SHA256ByArch map[string]string `yaml:"sha256ByArch"`
+}
+
+// Fallback is an artifact's second source: a URL template and its checksum,
+// as in Artifact. It names a file that may change under the same URL (e.g.
+// Ubuntu's releases/noble/release/), so it pins no digest: the published
+// checksum file (or a pinned mirror's manifest) vouches for what is there.
+type Fallback struct {
+	URL      string   `yaml:"url"`
+	Checksum Checksum `yaml:"checksum"`
 }
 
 // File is one installed file.
@@ -141,6 +157,10 @@ type Resolved struct {
 	// FileName is the base name of the download (the last URL path element),
 	// which a sha256sum-format checksum file lists.
 	FileName string
+	// Fallback is the resolved Artifact.Fallback (nil without one): the same
+	// artifact with URL, checksum and FileName of the second source, and no
+	// Fallback of its own.
+	Fallback *Resolved
 }
 
 // VersionOf returns the version cluster.yaml sets for a versions key
@@ -204,6 +224,9 @@ func (cat *Catalog) Resolve(c *config.Cluster, arch string) ([]Resolved, error) 
 			if r.ChecksumURL, err = expand(a.Checksum.URL); err != nil {
 				return nil, err
 			}
+			if v, ok := a.Checksum.SHA256ByArch[arch]; ok {
+				r.SHA256 = v
+			}
 			if r.URL != "" {
 				r.FileName = r.URL[strings.LastIndex(r.URL, "/")+1:]
 			}
@@ -213,6 +236,21 @@ func (cat *Catalog) Resolve(c *config.Cluster, arch string) ([]Resolved, error) 
 					return nil, err
 				}
 				r.Files = append(r.Files, File{Path: p, Target: f.Target, Mode: f.Mode})
+			}
+			if fb := a.Fallback; fb != nil {
+				s := r
+				s.SHA256, s.ChecksumFormat = fb.Checksum.SHA256, fb.Checksum.Format
+				if v, ok := fb.Checksum.SHA256ByArch[arch]; ok {
+					s.SHA256 = v
+				}
+				if s.URL, err = expand(fb.URL); err != nil {
+					return nil, err
+				}
+				if s.ChecksumURL, err = expand(fb.Checksum.URL); err != nil {
+					return nil, err
+				}
+				s.FileName = s.URL[strings.LastIndex(s.URL, "/")+1:]
+				r.Fallback = &s
 			}
 			out = append(out, r)
 		}

@@ -123,6 +123,11 @@ type Fetched struct {
 	// of source (see IndexEntry).
 	VerifiedBy string
 	Trust      string
+	// Fallback is true when Path holds Resolved.Fallback (its own URL could
+	// not be had); FallbackReason then says why (the error of the first
+	// source, or that the fallback was in the cache already).
+	Fallback       bool
+	FallbackReason string
 	// Err is this artifact's error; the other fields except Resolved are then
 	// zero.
 	Err error
@@ -284,7 +289,7 @@ func (f *Fetcher) fetchOne(ctx context.Context, run *fetchRun, r Resolved) Fetch
 	case r.isImage():
 		res, err = f.fetchImage(ctx, run, r, it)
 	case r.URL != "":
-		res, err = f.fetchURL(ctx, run, r, it)
+		res, err = f.fetchWithFallback(ctx, run, r, it)
 	default:
 		err = fmt.Errorf("catalog artifact %s has neither url nor image", r.Artifact.Name)
 	}
@@ -377,7 +382,7 @@ func (f *Fetcher) fetchURL(ctx context.Context, run *fetchRun, r Resolved, it *p
 			return Fetched{}, err
 		}
 		if pinned != "" && e.SHA256 != pinned {
-			return Fetched{}, fmt.Errorf("the mirror manifest %s lists %s with sha256 %s, but the catalog pins %s: the mirror holds another file (fix: export the mirror again from a verified source)", man.loc, r.URL, e.SHA256, pinned)
+			return Fetched{}, pinConflictError{fmt.Errorf("the mirror manifest %s lists %s with sha256 %s, but the catalog pins %s: the mirror holds another file (fix: export the mirror again from a verified source)", man.loc, r.URL, e.SHA256, pinned)}
 		}
 		return f.downloadVerified(ctx, run, r, key, r.URL, loc, isFile, download{want: e.SHA256, verifiedBy: man.verifiedBy(), trust: TrustMirror, limit: limit}, nil, it)
 	}
@@ -401,6 +406,47 @@ func (f *Fetcher) fetchURL(ctx context.Context, run *fetchRun, r Resolved, it *p
 	}
 	return f.downloadVerified(ctx, run, r, key, r.URL, loc, isFile, download{want: want, verifiedBy: verifiedBy, trust: trust, limit: r.MaxSize}, nil, it)
 }
+
+// fetchWithFallback fetches r, or r.Fallback when r's own URL cannot be had:
+// upstream deleted it (HTTP 404), the mirror does not hold or list it, the
+// host cannot be reached. It does not fall back when r's source answered
+// with the wrong file (a digest mismatch, or a mirror manifest that
+// contradicts the catalog pin): that is a broken or hostile source, not a
+// missing file, and is reported. A fallback already in the cache is taken
+// before the network is tried for r, when r itself is not cached: r was gone
+// when that copy was fetched (dated releases do not come back), and reusing
+// it keeps a cluster on one base image. The error when both fail names both.
+func (f *Fetcher) fetchWithFallback(ctx context.Context, run *fetchRun, r Resolved, it *pitem) (Fetched, error) {
+	if r.Fallback == nil {
+		return f.fetchURL(ctx, run, r, it)
+	}
+	fb := *r.Fallback
+	if _, ok := run.cache.lookup(CacheKey(r)); !ok {
+		if res, ok := run.fromCache(fb, CacheKey(fb), ""); ok {
+			res.Fallback, res.FallbackReason = true, "the cache holds the fallback "+fb.URL+" (fetched when "+r.URL+" could not be had) and not "+r.URL
+			return res, nil
+		}
+	}
+	res, err := f.fetchURL(ctx, run, r, it)
+	var mm *DigestMismatchError
+	var pc pinConflictError
+	if err == nil || ctx.Err() != nil || errors.As(err, &mm) || errors.As(err, &pc) {
+		return res, err
+	}
+	run.prog.note(fmt.Sprintf("%s %s: %v; trying the fallback %s", r.Artifact.Name, r.Version, err, fb.URL))
+	res, ferr := f.fetchURL(ctx, run, fb, it)
+	if ferr != nil {
+		return Fetched{}, fmt.Errorf("%w; and the fallback %s: %w", err, fb.URL, ferr)
+	}
+	res.Fallback, res.FallbackReason = true, err.Error()
+	return res, nil
+}
+
+// pinConflictError is a mirror manifest that lists another digest for a
+// file than the catalog pins: the mirror holds the wrong file.
+type pinConflictError struct{ error }
+
+func (e pinConflictError) Unwrap() error { return e.error }
 
 // download is what downloadVerified needs to accept a file: the SHA-256 (hex)
 // a trusted source named, how it was named (IndexEntry.VerifiedBy and

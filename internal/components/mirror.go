@@ -88,6 +88,8 @@ type ExportReport struct {
 //     hold the digest, "sha256sum" files get the line "<hex>  <file name>",
 //     merged with the lines an earlier export wrote (e.g. etcd's SHA256SUMS
 //     for both arches);
+//   - a download fetched from its catalog fallback (Fetched.Fallback) goes
+//     to the fallback URL's path, with the fallback's checksum file;
 //   - an image goes to dir/ImageMirrorPath(ref, arch) with a ".sha256" file
 //     (hex) next to it;
 //   - dir/khw-mirror.json lists every artifact (merged with an earlier one).
@@ -130,6 +132,9 @@ func Export(ctx context.Context, fetched []Fetched, dir string) (ExportReport, e
 		r := f.Resolved
 		if f.Err != nil {
 			return rep, fmt.Errorf("export %s: it was not fetched: %w", r.Artifact.Name, f.Err)
+		}
+		if f.Fallback && r.Fallback != nil {
+			r = *r.Fallback // the mirror holds what was fetched, where it came from
 		}
 		rel, err := r.mirrorPath()
 		if err != nil {
@@ -189,15 +194,23 @@ func Export(ctx context.Context, fetched []Fetched, dir string) (ExportReport, e
 }
 
 // ManifestFromDir writes dir/khw-mirror.json for the artifacts of rs that
-// dir holds at their mirror paths (each file hashed now; artifacts not in
-// dir are left out) and returns the pin, "sha256:<hex>". It is how a mirror
+// dir holds at their mirror paths, or at their fallback's (each file hashed
+// now; artifacts not in dir are left out) and returns the pin,
+// "sha256:<hex>". It is how a mirror
 // laid out by other means than `khw mirror export` (the builder in hack/, a
 // copy made by hand) gets its manifest: whoever runs it vouches for the
 // files, and the pin it prints is what users of the mirror trust.
 func ManifestFromDir(dir string, rs []Resolved) (digest string, err error) {
 	var es []MirrorEntry
 	seen := map[string]bool{}
+	var all []Resolved
 	for _, r := range rs {
+		all = append(all, r)
+		if r.Fallback != nil {
+			all = append(all, *r.Fallback)
+		}
+	}
+	for _, r := range all {
 		rel, err := r.mirrorPath()
 		if err != nil {
 			return "", err

@@ -20,6 +20,14 @@ const EnvNetns = "KHW_LIBVIRT_NETNS"
 // c.Arch) with a copy of from (its cache, mirror and mirror pin), verified
 // as components.Fetcher verifies every download, progress to progress. The
 // cloud image boots from its own disk (no direct kernel boot).
+//
+// The catalog pins a dated release; Ubuntu deletes dated directories after
+// some months, so when it cannot be had the fetcher falls back to
+// releases/noble/release/ (verified by that directory's SHA256SUMS, or by
+// the pinned mirror manifest). One line to progress says which image was
+// used and, for the fallback, why. When neither can be had the error says
+// so and names the two ways out: libvirt.image in cluster.yaml, or
+// --mirror with a mirror that holds the image.
 func CatalogImage(c *config.Cluster, from components.Fetcher, progress io.Writer) func(ctx context.Context) (Image, error) {
 	return func(ctx context.Context) (Image, error) {
 		cat, err := components.Load()
@@ -34,18 +42,36 @@ func CatalogImage(c *config.Cluster, from components.Fetcher, progress io.Writer
 		if len(imgs) == 0 {
 			return Image{}, fmt.Errorf("the artifact catalog has no %s for %s; set libvirt.image in cluster.yaml", components.RoleVMImage, c.Arch)
 		}
+		r := imgs[0]
 		f := from
 		f.Progress = progress
 		got, err := f.Fetch(ctx, imgs[:1])
+		if err == nil && (len(got) != 1 || got[0].Err != nil) {
+			err = fmt.Errorf("fetch %s: no result", r.URL)
+		}
 		if err != nil {
-			return Image{}, err
-		}
-		if len(got) != 1 || got[0].Err != nil {
-			if len(got) == 1 {
-				return Image{}, got[0].Err
+			if ctx.Err() != nil {
+				return Image{}, err
 			}
-			return Image{}, fmt.Errorf("fetch %s: no result", imgs[0].URL)
+			what := r.URL + " could not be fetched"
+			if r.Fallback != nil {
+				what = "neither the pinned " + r.URL + " nor the fallback " + r.Fallback.URL + " could be fetched"
+			}
+			mirror := "or pass --mirror (" + components.EnvMirror + ") with a mirror that holds it"
+			if f.Mirror != "" {
+				mirror = "or export the mirror " + f.Mirror + " again with the image (--mirror)"
+			}
+			return Image{}, fmt.Errorf("base image for %s: %s: %w (fix: set libvirt.image in cluster.yaml to a local qcow2 cloud image with cloud-init, %s)", c.Arch, what, err, mirror)
 		}
-		return Image{Path: got[0].Path, Format: "qcow2"}, nil
+		res := got[0]
+		if progress != nil {
+			if res.Fallback {
+				fmt.Fprintf(progress, "base image: %s (the current noble release, sha256 %s, verified by %s); not the pinned %s %s: %s\n",
+					r.Fallback.URL, res.SHA256, res.VerifiedBy, r.Version, r.URL, res.FallbackReason)
+			} else {
+				fmt.Fprintf(progress, "base image: %s (the pinned %s, sha256 %s, verified by %s)\n", r.URL, r.Version, res.SHA256, res.VerifiedBy)
+			}
+		}
+		return Image{Path: res.Path, Format: "qcow2"}, nil
 	}
 }

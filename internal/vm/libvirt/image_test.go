@@ -49,16 +49,23 @@ func mirrorPath(t *testing.T, mirror, u string) string {
 	return filepath.Join(mirror, p.Host, filepath.FromSlash(p.Path))
 }
 
-// writeCatalogImageMirror lays out mirror as components.Fetcher reads it for
-// the cloud image r: the file image at r.URL's path (hard-linked when
-// possible, it may be ~1 GB) and SHA256SUMS at r.ChecksumURL's path, in
-// `sha256sum --binary` format as Ubuntu publishes it, giving sum for the
-// image and another digest for a file of the other arch. An empty image
-// leaves the image out. Returns the SHA256SUMS path.
-func writeCatalogImageMirror(t *testing.T, mirror string, r components.Resolved, image, sum string) string {
+// writeCatalogImageMirror lays out mirror as hack/mkmirror --vm-image does
+// for the cloud image r: the file image at the path of r's fallback
+// (releases/noble/release/, hard-linked when possible, it may be ~1 GB) and
+// SHA256SUMS at the fallback's checksum path, in `sha256sum --binary` format
+// as Ubuntu publishes it, giving sum for the image and another digest for a
+// file of the other arch; the pinned dated release is not in the mirror (a
+// stand-in cannot have its digest), so the fetcher must fall back. An empty
+// image leaves the image file out (the manifest still lists it); listed
+// false leaves it out of the manifest too. Returns the manifest's path.
+func writeCatalogImageMirror(t *testing.T, mirror string, r components.Resolved, image, sum string, listed bool) string {
 	t.Helper()
+	if r.Fallback == nil {
+		t.Fatalf("catalog vm-image %s has no fallback", r.URL)
+	}
+	fb := *r.Fallback
 	if image != "" {
-		dst := mirrorPath(t, mirror, r.URL)
+		dst := mirrorPath(t, mirror, fb.URL)
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -66,12 +73,12 @@ func writeCatalogImageMirror(t *testing.T, mirror string, r components.Resolved,
 			copyFile(t, image, dst)
 		}
 	}
-	sums := mirrorPath(t, mirror, r.ChecksumURL)
+	sums := mirrorPath(t, mirror, fb.ChecksumURL)
 	if err := os.MkdirAll(filepath.Dir(sums), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	other := strings.Replace(r.FileName, r.Arch, "riscv64", 1)
-	content := strings.Repeat("0", 64) + " *" + other + "\n" + sum + " *" + r.FileName + "\n"
+	other := strings.Replace(fb.FileName, fb.Arch, "riscv64", 1)
+	content := strings.Repeat("0", 64) + " *" + other + "\n" + sum + " *" + fb.FileName + "\n"
 	if err := os.WriteFile(sums, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -81,8 +88,12 @@ func writeCatalogImageMirror(t *testing.T, mirror string, r components.Resolved,
 	if st, err := os.Stat(image); err == nil {
 		size = st.Size()
 	}
-	rel := strings.TrimPrefix(filepath.ToSlash(strings.TrimPrefix(mirrorPath(t, mirror, r.URL), mirror)), "/")
-	_, pin, err := components.WriteMirrorManifest(mirror, []components.MirrorEntry{{Path: rel, Name: r.Artifact.Name, Version: r.Version, Arch: r.Arch, URL: r.URL, SHA256: sum, Size: size}})
+	var es []components.MirrorEntry
+	if listed {
+		rel := strings.TrimPrefix(filepath.ToSlash(strings.TrimPrefix(mirrorPath(t, mirror, fb.URL), mirror)), "/")
+		es = append(es, components.MirrorEntry{Path: rel, Name: fb.Artifact.Name, Version: fb.Version, Arch: fb.Arch, URL: fb.URL, SHA256: sum, Size: size})
+	}
+	_, pin, err := components.WriteMirrorManifest(mirror, es)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,17 +156,20 @@ func dirEntries(t *testing.T, dir string) []string {
 
 // TestCatalogImageFromMirror runs CatalogImage as bringup wires it for a
 // cluster without libvirt.image (mirror from KHW_MIRROR, artifact cache from
-// KHW_CACHE_DIR) against a directory mirror holding a stand-in image: the
-// right digest gets it into the cache, verified by the pinned mirror
-// manifest; a wrong digest, or a mirror without the image, fails naming the
-// file and caches nothing. The real boot of such an image is the
-// catalog-image subtest of TestLibvirtIntegration.
+// KHW_CACHE_DIR) against a directory mirror that, like one hack/mkmirror
+// --vm-image makes, lacks the pinned dated release and holds a stand-in at
+// releases/noble/release/: the right digest gets it into the cache, verified
+// by the pinned mirror manifest, and the log line says the fallback was used
+// and why; a wrong digest, or a mirror without the image, fails naming the
+// file, libvirt.image and --mirror, and caches nothing. The real boot of
+// such an image is the catalog-image subtest of TestLibvirtIntegration.
 func TestCatalogImageFromMirror(t *testing.T) {
 	c := oneNodeCluster("cat", "192.168.153")
 	r := catalogVMImage(t, c)
-	if !strings.HasPrefix(r.URL, "https://cloud-images.ubuntu.com/") || !strings.HasSuffix(r.ChecksumURL, "/SHA256SUMS") {
-		t.Fatalf("catalog vm-image %s (checksum %s) is not the Ubuntu cloud image this test models", r.URL, r.ChecksumURL)
+	if !strings.HasPrefix(r.URL, "https://cloud-images.ubuntu.com/") || !strings.HasSuffix(r.ChecksumURL, "/SHA256SUMS") || r.Fallback == nil {
+		t.Fatalf("catalog vm-image %s (checksum %s, fallback %+v) is not the Ubuntu cloud image this test models", r.URL, r.ChecksumURL, r.Fallback)
 	}
+	fb := *r.Fallback
 	src := filepath.Join(t.TempDir(), "image.qcow2")
 	data := make([]byte, 1<<20)
 	if _, err := rand.Read(data); err != nil {
@@ -168,16 +182,19 @@ func TestCatalogImageFromMirror(t *testing.T) {
 	h := sha256.Sum256(data)
 	good := hex.EncodeToString(h[:])
 	bad := hex.EncodeToString(make([]byte, 32))
+	ways := []string{"libvirt.image", "--mirror"}
 
 	for _, tc := range []struct {
 		name      string
 		withImage bool
+		listed    bool
 		sum       string
 		wantErr   []string // substrings of the error; none: success
 	}{
-		{"published digest", true, good, nil},
-		{"wrong digest", true, bad, []string{"sha256 mismatch", r.URL, "expected " + bad, "actual " + good, components.MirrorManifestFile, "nothing was cached"}},
-		{"image missing from the mirror", false, good, []string{"mirror has no file", r.FileName}},
+		{"fallback with its published digest", true, true, good, nil},
+		{"wrong digest", true, true, bad, append([]string{"sha256 mismatch", fb.URL, "expected " + bad, "actual " + good, components.MirrorManifestFile, "nothing was cached"}, ways...)},
+		{"image missing from the mirror", false, true, good, append([]string{"mirror has no file", fb.FileName, "neither the pinned " + r.URL + " nor the fallback " + fb.URL}, ways...)},
+		{"neither listed", false, false, good, append([]string{"does not list " + r.URL, "does not list " + fb.URL}, ways...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mirror, cache := t.TempDir(), t.TempDir()
@@ -187,8 +204,9 @@ func TestCatalogImageFromMirror(t *testing.T) {
 			if tc.withImage {
 				image = src
 			}
-			sums := writeCatalogImageMirror(t, mirror, r, image, tc.sum)
-			resolve := CatalogImage(c, components.EnvFetcher(), io.Discard)
+			sums := writeCatalogImageMirror(t, mirror, r, image, tc.sum, tc.listed)
+			var log strings.Builder
+			resolve := CatalogImage(c, components.EnvFetcher(), &log)
 
 			img, err := resolve(t.Context())
 			if tc.wantErr != nil {
@@ -210,8 +228,10 @@ func TestCatalogImageFromMirror(t *testing.T) {
 				if got := dirEntries(t, filepath.Join(cache, "partial")); len(got) != 0 {
 					t.Errorf("the cache kept partial downloads after a failed fetch: %v", got)
 				}
-				if e, ok := cacheIndexEntry(t, cache, r.URL); ok {
-					t.Errorf("the cache index records %s after a failed fetch: %+v", r.URL, e)
+				for _, u := range []string{r.URL, fb.URL} {
+					if e, ok := cacheIndexEntry(t, cache, u); ok {
+						t.Errorf("the cache index records %s after a failed fetch: %+v", u, e)
+					}
 				}
 				return
 			}
@@ -224,19 +244,24 @@ func TestCatalogImageFromMirror(t *testing.T) {
 			if got, err := os.ReadFile(img.Path); err != nil || sha256.Sum256(got) != h {
 				t.Errorf("cached image differs from the mirror's: %v", err)
 			}
-			e, ok := cacheIndexEntry(t, cache, r.URL)
-			if !ok || e.SHA256 != good || !strings.Contains(e.VerifiedBy, sums) || e.Trust != components.TrustMirror || e.Source != mirrorPath(t, mirror, r.URL) {
-				t.Errorf("cache index entry for %s = %+v, %v; want it verified by %s and fetched from the mirror", r.URL, e, ok, sums)
+			e, ok := cacheIndexEntry(t, cache, fb.URL)
+			if !ok || e.SHA256 != good || !strings.Contains(e.VerifiedBy, sums) || e.Trust != components.TrustMirror || e.Source != mirrorPath(t, mirror, fb.URL) {
+				t.Errorf("cache index entry for %s = %+v, %v; want it verified by %s and fetched from the mirror", fb.URL, e, ok, sums)
+			}
+			if want := "base image: " + fb.URL + " (the current noble release, sha256 " + good; !strings.Contains(log.String(), want) ||
+				!strings.Contains(log.String(), "not the pinned "+r.Version+" "+r.URL+": ") || !strings.Contains(log.String(), "does not list "+r.URL) {
+				t.Errorf("the log does not say that the fallback was used and why:\n%s", log.String())
 			}
 			// A second resolve uses the cache: it works with the mirror's
-			// files gone.
-			for _, f := range []string{mirrorPath(t, mirror, r.URL), sums} {
+			// files gone, and says again which image it is.
+			for _, f := range []string{mirrorPath(t, mirror, fb.URL), mirrorPath(t, mirror, fb.ChecksumURL)} {
 				if err := os.Remove(f); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if again, err := resolve(t.Context()); err != nil || again != img {
-				t.Errorf("second CatalogImage with an empty mirror = %+v, %v; want the cached %+v", again, err, img)
+			log.Reset()
+			if again, err := resolve(t.Context()); err != nil || again != img || !strings.Contains(log.String(), "base image: "+fb.URL) {
+				t.Errorf("second CatalogImage with an empty mirror = %+v, %v, log %q; want the cached %+v", again, err, log.String(), img)
 			}
 		})
 	}
