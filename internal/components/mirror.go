@@ -388,6 +388,9 @@ func mirrorHosts() []string {
 			}
 		}
 	}
+	for _, h := range debArchiveHosts() {
+		set[h] = true
+	}
 	var out []string
 	for h := range set {
 		out = append(out, h)
