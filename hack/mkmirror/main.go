@@ -19,6 +19,7 @@
 //	go run ./hack/mkmirror [--out DIR] [--arch amd64,arm64] [--config cluster.yaml]
 //	    [--only kubernetes,etcd,…] [-j N] [--cache DIR] [--runc-fallback=false]
 //	    [--busybox=false] [--verify-only]
+//	    [--node-debs MANIFEST [--distro debian/bookworm] [--debs-from URL] [--debs-only]]
 //
 // Exit status: 0 when every selected artifact was built and verified, 1 when
 // a build or the verification failed, 2 for bad flags.
@@ -76,6 +77,7 @@ func realMain(args []string) int {
 	runcFallback := fs.Bool("runc-fallback", true, "when runc cannot be built, put Debian's runc package into the mirror instead (loudly)")
 	busybox := fs.Bool("busybox", true, "add Debian's busybox-static (sh, nslookup, wget, nc) to the agnhost image")
 	verifyOnly := fs.Bool("verify-only", false, "build nothing; only verify an existing mirror")
+	debs := addDebsFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -123,6 +125,18 @@ func realMain(args []string) int {
 		} else {
 			arches = []string{config.ArchAMD64}
 		}
+	}
+
+	if *debs.only {
+		if *debs.manifest == "" {
+			fmt.Fprintln(os.Stderr, "mkmirror: --debs-only needs --node-debs MANIFEST")
+			return 2
+		}
+		if err := runNodeDebs(context.Background(), r.out, arches, debs); err != nil {
+			fmt.Fprintln(os.Stderr, "mkmirror: node packages:", err)
+			return 1
+		}
+		return 0
 	}
 
 	cat, err := components.Load()
@@ -319,6 +333,12 @@ func realMain(args []string) int {
 		return 1
 	}
 	fmt.Printf("\n== manifest ==\n  %s\n  mirror pin: %s\n  use: KHW_MIRROR=%s KHW_MIRROR_DIGEST=%s\n", filepath.Join(r.out, components.MirrorManifestFile), pin, r.out, pin)
+	if *debs.manifest != "" {
+		if err := runNodeDebs(ctx, r.out, arches, debs); err != nil {
+			fmt.Fprintln(os.Stderr, "mkmirror: node packages:", err)
+			return 1
+		}
+	}
 	return 0
 }
 

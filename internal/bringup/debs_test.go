@@ -49,3 +49,23 @@ func TestPackageCommands(t *testing.T) {
 		}
 	}
 }
+
+// Every package a step installs is in components.NodeDebs, which the
+// mirror builder puts into the mirror.
+func TestNodeDebsListsEveryStepPackage(t *testing.T) {
+	c := config.Default("x", config.ArchAMD64, config.ProviderNspawn)
+	c.Kubernetes.CNI = config.CNIMyBridge
+	var all []wantPackage
+	all = append(all, workerPackages(c)...)
+	for _, s := range []*componentStep{NewLBStep(nil).(*componentStep), NewPodNetworkStep(nil, c).(*componentStep)} {
+		all = append(all, s.spec.packages...)
+	}
+	for _, p := range all {
+		if !contains(components.NodeDebs, p.Name) {
+			t.Errorf("package %s is installed by a step but not in components.NodeDebs", p.Name)
+		}
+	}
+	if len(all) < 4 {
+		t.Errorf("found only %d step packages: %v", len(all), all)
+	}
+}

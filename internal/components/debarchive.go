@@ -44,6 +44,12 @@ var DebArchives = []DebArchive{
 		Suites: []string{"noble", "noble-updates"}, Components: []string{"main"}},
 }
 
+// NodeDebs are every distribution package a khw step may install on a
+// node (bringup's wantPackages: haproxy on the load balancer, iptables and
+// jq on the workers, iproute2 for the pod routes): what a mirror must hold,
+// with the dependencies the node image lacks, for offline installs.
+var NodeDebs = []string{"haproxy", "iproute2", "iptables", "jq"}
+
 // FindDebArchive returns the archive for a node's OS (os-release ID and
 // VERSION_CODENAME) and dpkg architecture. Error: none is known, naming
 // the OS and arch and the ones khw knows.
