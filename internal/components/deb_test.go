@@ -1,13 +1,21 @@
 package components_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/ProtonMail/go-crypto/openpgp/clearsign"
 
 	"github.com/khw-dev/khw/internal/components"
 	"github.com/khw-dev/khw/internal/components/debtest"
@@ -281,5 +289,147 @@ func TestParseReleaseClearSigned(t *testing.T) {
 	rel, err := components.ParseRelease([]byte(in))
 	if err != nil || rel.Suite != "noble" || rel.Files["main/binary-amd64/Packages.xz"].Size != 12 {
 		t.Fatalf("ParseRelease = %+v, %v", rel, err)
+	}
+}
+
+// The real bookworm InRelease apt downloaded on this host verifies against
+// the host's Debian keyring with the pinned keys, and not with other pins.
+func TestVerifyInReleaseDebian(t *testing.T) {
+	in, err := os.ReadFile("/var/lib/apt/lists/deb.debian.org_debian_dists_bookworm_InRelease")
+	if err != nil {
+		t.Skip("SKIP: no bookworm InRelease in /var/lib/apt/lists (apt-get update on a Debian 12 host)")
+	}
+	a, _ := components.FindDebArchive("debian", "bookworm", "amd64")
+	kr, err := os.ReadFile(a.Keyring)
+	if err != nil {
+		t.Skipf("SKIP: no %s", a.Keyring)
+	}
+	rel, err := components.VerifyInRelease(in, kr, a.Keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := components.ParseRelease(rel)
+	if err != nil || r.Codename != "bookworm" || r.Files["main/binary-amd64/Packages.xz"].SHA256 == "" {
+		t.Errorf("verified Release: %+v, %v", r, err)
+	}
+	if _, err := components.VerifyInRelease(in, kr, []string{strings.Repeat("0", 40)}); err == nil || !strings.Contains(err.Error(), "none of the pinned keys") {
+		t.Errorf("other pin: err = %v", err)
+	}
+	bad := bytes.Replace(in, []byte("Codename: bookworm"), []byte("Codename: bookwurm"), 1)
+	if _, err := components.VerifyInRelease(bad, kr, a.Keys); err == nil {
+		t.Error("an altered InRelease verified")
+	}
+}
+
+// signingKey is a throw-away archive key: its public keyring and
+// fingerprint, and a function that clear-signs a file as InRelease.
+func signingKey(t *testing.T) (keyring []byte, fpr string, clearSign func(in []byte) []byte) {
+	t.Helper()
+	e, err := openpgp.NewEntity("khw test archive", "", "archive@example.invalid", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kr bytes.Buffer
+	if err := e.Serialize(&kr); err != nil {
+		t.Fatal(err)
+	}
+	return kr.Bytes(), hex.EncodeToString(e.PrimaryKey.Fingerprint), func(in []byte) []byte {
+		var out bytes.Buffer
+		w, err := clearsign.Encode(&out, e.PrivateKey, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(in)
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return out.Bytes()
+	}
+}
+
+// TestExportNodeDebs exports node packages from a fake official archive
+// over HTTP whose InRelease is signed by a pinned key; khw then installs
+// from the export through its pin. A signature by an unpinned key, and an
+// InRelease changed after signing, are refused and nothing is written.
+func TestExportNodeDebs(t *testing.T) {
+	needDpkgDeb(t)
+	root := t.TempDir()
+	var files http.Handler = http.NotFoundHandler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { files.ServeHTTP(w, r) }))
+	defer srv.Close()
+	a := components.DebArchive{OS: "ubuntu", Codename: "noble", Arches: []string{"amd64"}, URL: srv.URL + "/ubuntu",
+		Suites: []string{"noble", "noble-updates"}, Components: []string{"main"}}
+	host := strings.TrimPrefix(srv.URL, "http://")
+	// debtest lays the archive out as a mirror: HOST/ubuntu/...; serve HOST/.
+	arch, err := debtest.Write(root, a, "amd64", []debtest.Pkg{
+		{Name: "haproxy", Version: "2.8.5-1ubuntu3", Depends: "libc6, liblua5.4-0"},
+		{Name: "liblua5.4-0", Version: "5.4.6-3"},
+		{Name: "iptables", Version: "1.8.10-3ubuntu2"},
+		{Name: "iproute2", Version: "6.1.0-1ubuntu6"},
+		{Name: "jq", Version: "1.7.1-3build1", Depends: "libjq1"},
+		{Name: "libjq1", Version: "1.7.1-3build1"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = http.FileServer(http.Dir(filepath.Join(root, host)))
+	kr, fpr, sign := signingKey(t)
+	a.Keys = []string{fpr}
+	release, _ := os.ReadFile(arch.Release)
+	inRelease := filepath.Join(filepath.Dir(arch.Release), "InRelease")
+	if err := os.WriteFile(inRelease, sign(release), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	manifest := []byte("libc6\t2.39-0ubuntu8\niproute2\t6.1.0-1ubuntu6\niptables\t1.8.10-3ubuntu2\n")
+	f := components.Fetcher{CacheDir: t.TempDir(), Retries: -1}
+	ctx := context.Background()
+
+	// Refusals first, into empty directories.
+	other, _, _ := signingKey(t)
+	for name, c := range map[string]struct {
+		keyring []byte
+		in      []byte
+		want    string
+	}{
+		"unpinned key":  {other, sign(release), "none of the pinned keys"},
+		"altered after": {kr, bytes.Replace(sign(release), []byte("Suite: noble"), []byte("Suite: nobel"), 1), "does not verify"},
+	} {
+		if err := os.WriteFile(inRelease, c.in, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		if _, err := f.ExportNodeDebs(ctx, dir, a, "amd64", manifest, c.keyring, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want %q", name, err, c.want)
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Errorf("%s: %d entries written", name, len(ents))
+		}
+	}
+
+	if err := os.WriteFile(inRelease, sign(release), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	rep, err := f.ExportNodeDebs(ctx, dir, a, "amd64", manifest, kr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(rep.Debs); got != "haproxy liblua5.4-0 jq libjq1" {
+		t.Errorf("exported %q, want haproxy liblua5.4-0 jq libjq1", got)
+	}
+	m := components.Fetcher{Mirror: dir, MirrorDigest: rep.Digest}
+	ix, err := m.DebIndex(ctx, a, "amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := ix.Closure([]string{"haproxy"}, map[string]bool{"libc6": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs, err := ix.FetchDebs(ctx, cl); err != nil || len(fs) != 2 {
+		t.Errorf("khw reads %d .deb(s) from the export, %v; want 2", len(fs), err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, host, "ubuntu/dists/noble/InRelease")); err != nil {
+		t.Errorf("the export lacks the InRelease as published: %v", err)
 	}
 }

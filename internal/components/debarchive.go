@@ -28,6 +28,13 @@ type DebArchive struct {
 	Suites []string
 	// Components are the archive areas read in every suite.
 	Components []string
+	// Keyring is where the distribution's archive keyring is installed
+	// (debian-archive-keyring, ubuntu-keyring), and Keys the fingerprints of
+	// the primary keys whose InRelease signatures khw accepts when it
+	// downloads the archive itself (VerifyInRelease); through a mirror the
+	// manifest pin vouches for the files instead.
+	Keyring string
+	Keys    []string
 }
 
 // DebArchives are the archives of the node OSes khw supports: the Debian
@@ -35,14 +42,29 @@ type DebArchive struct {
 // Ubuntu 24.04 cloud image. Ubuntu serves amd64 from archive.ubuntu.com and
 // every other architecture from ports.ubuntu.com
 // (https://wiki.ubuntu.com/UbuntuDevelopment/PackageArchive#Ports).
+//
+// Keys: Debian's are the bookworm InRelease signers as gpgv reports them
+// against debian-archive-keyring (Archive Automatic Signing Keys 12/bookworm
+// and 13/trixie, Stable Release Key 12/bookworm); Ubuntu's is the Ubuntu
+// Archive Automatic Signing Key (2018) of ubuntu-keyring
+// (https://wiki.ubuntu.com/SecurityTeam/FAQ#GPG_Keys_used_by_Ubuntu),
+// not checked on this machine, which reaches no Ubuntu archive.
 var DebArchives = []DebArchive{
 	{OS: "debian", Codename: "bookworm", Arches: []string{"amd64", "arm64"}, URL: "https://deb.debian.org/debian",
-		Suites: []string{"bookworm", "bookworm-updates"}, Components: []string{"main"}},
+		Suites: []string{"bookworm", "bookworm-updates"}, Components: []string{"main"},
+		Keyring: "/usr/share/keyrings/debian-archive-keyring.gpg", Keys: debianKeys},
 	{OS: "ubuntu", Codename: "noble", Arches: []string{"amd64"}, URL: "http://archive.ubuntu.com/ubuntu",
-		Suites: []string{"noble", "noble-updates"}, Components: []string{"main"}},
+		Suites: []string{"noble", "noble-updates"}, Components: []string{"main"},
+		Keyring: "/usr/share/keyrings/ubuntu-archive-keyring.gpg", Keys: ubuntuKeys},
 	{OS: "ubuntu", Codename: "noble", Arches: []string{"arm64"}, URL: "http://ports.ubuntu.com/ubuntu-ports",
-		Suites: []string{"noble", "noble-updates"}, Components: []string{"main"}},
+		Suites: []string{"noble", "noble-updates"}, Components: []string{"main"},
+		Keyring: "/usr/share/keyrings/ubuntu-archive-keyring.gpg", Keys: ubuntuKeys},
 }
+
+var (
+	debianKeys = []string{"B8B80B5B623EAB6AD8775C45B7C5D7D6350947F8", "B8E5F13176D2A7A75220028078DBA3BC47EF2265", "4D64FEC119C2029067D6E791F8D2585B8783D481"}
+	ubuntuKeys = []string{"F6ECB3762474EDA9D21B7022871920D1991BC93C"}
+)
 
 // NodeDebs are every distribution package a khw step may install on a
 // node (bringup's wantPackages: haproxy on the load balancer, iptables and

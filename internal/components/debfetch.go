@@ -154,33 +154,9 @@ func (s *debSource) packages(ctx context.Context, a DebArchive, rel *Release, su
 		if got := sha256Hex(data); got != rf.SHA256 || int64(len(data)) != rf.Size {
 			return nil, &DigestMismatchError{URL: u, Source: u, Expected: rf.SHA256, Actual: got, ExpectedFrom: a.ReleaseURL(suite) + " (its SHA256 field)"}
 		}
-		var r io.Reader = bytes.NewReader(data)
-		switch ext {
-		case ".xz":
-			if r, err = xz.NewReader(r); err != nil {
-				return nil, fmt.Errorf("%s: %w", u, err)
-			}
-		case ".gz":
-			if r, err = gzip.NewReader(r); err != nil {
-				return nil, fmt.Errorf("%s: %w", u, err)
-			}
-		}
-		limit := int64(maxPackagesSize)
-		plain, hasPlain := rel.Files[base]
-		if hasPlain && ext != "" {
-			limit = plain.Size
-		}
-		raw, err := io.ReadAll(io.LimitReader(r, limit+1))
+		raw, err := decodeIndex(a, rel, suite, base, ext, data)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", u, err)
-		}
-		if int64(len(raw)) > limit {
-			return nil, fmt.Errorf("%s: decompresses to more than %d bytes", u, limit)
-		}
-		if hasPlain && ext != "" {
-			if got := sha256Hex(raw); got != plain.SHA256 {
-				return nil, &DigestMismatchError{URL: a.DistURL(suite, base), Source: u, Expected: plain.SHA256, Actual: got, ExpectedFrom: a.ReleaseURL(suite) + " (its SHA256 field)"}
-			}
+			return nil, err
 		}
 		pkgs, err := ParsePackages(bytes.NewReader(raw))
 		if err != nil {
@@ -189,6 +165,43 @@ func (s *debSource) packages(ctx context.Context, a DebArchive, rel *Release, su
 		return pkgs, nil
 	}
 	return nil, fmt.Errorf("the mirror holds no package index %s of %s %s that its Release file lists (fix: rebuild the mirror with the node packages and pin the new digest)", base, a, suite)
+}
+
+// decodeIndex decompresses the Packages index data (base+ext, already
+// checked against rel) and checks the result against rel's digest of the
+// plain file when rel lists one.
+func decodeIndex(a DebArchive, rel *Release, suite, base, ext string, data []byte) ([]byte, error) {
+	u := a.DistURL(suite, base+ext)
+	var r io.Reader = bytes.NewReader(data)
+	var err error
+	switch ext {
+	case ".xz":
+		if r, err = xz.NewReader(r); err != nil {
+			return nil, fmt.Errorf("%s: %w", u, err)
+		}
+	case ".gz":
+		if r, err = gzip.NewReader(r); err != nil {
+			return nil, fmt.Errorf("%s: %w", u, err)
+		}
+	}
+	limit := int64(maxPackagesSize)
+	plain, hasPlain := rel.Files[base]
+	if hasPlain && ext != "" {
+		limit = plain.Size
+	}
+	raw, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", u, err)
+	}
+	if int64(len(raw)) > limit {
+		return nil, fmt.Errorf("%s: decompresses to more than %d bytes", u, limit)
+	}
+	if hasPlain && ext != "" {
+		if got := sha256Hex(raw); got != plain.SHA256 {
+			return nil, &DigestMismatchError{URL: a.DistURL(suite, base), Source: u, Expected: plain.SHA256, Actual: got, ExpectedFrom: a.ReleaseURL(suite) + " (its SHA256 field)"}
+		}
+	}
+	return raw, nil
 }
 
 // DebFile is a fetched and verified .deb.
