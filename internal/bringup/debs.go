@@ -182,7 +182,7 @@ func (m *Machines) installPackages(ctx context.Context, cl *remote.Client, w *no
 		}
 		paths = append(paths, quote(p))
 	}
-	cmd := "mkdir -p " + nodeDebDir + "/no-sources.d && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends " + aptOffline + " " + strings.Join(paths, " ")
+	cmd := offlineInstallCommand(paths)
 	if out, _, err := cl.Run(ctx, cmd, remote.RunOptions{Sudo: true}); err != nil {
 		return fmt.Errorf("install packages %s offline from %d .deb(s) of the mirror's %s %s archive: %w (apt said: %s)",
 			strings.Join(names, " "), len(files), plan.Archive, plan.Arch, err, lastLines(out, 6))
@@ -191,6 +191,12 @@ func (m *Machines) installPackages(ctx context.Context, cl *remote.Client, w *no
 	// The .debs served their purpose; a failed install leaves them for a look.
 	_, _, _ = cl.Run(ctx, "rm -f "+strings.Join(paths, " "), remote.RunOptions{Sudo: true})
 	return nil
+}
+
+// offlineInstallCommand installs the .debs at paths (quoted node paths
+// under nodeDebDir) with apt-get and no package source.
+func offlineInstallCommand(paths []string) string {
+	return "mkdir -p " + nodeDebDir + "/no-sources.d && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends " + aptOffline + " " + strings.Join(paths, " ")
 }
 
 // debIndexFor returns the cached index of plan's archive.
