@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -302,4 +303,36 @@ func runNodeDebs(ctx context.Context, out string, arches []string, f *debsFlags)
 	}
 	fmt.Printf("  mirror pin: %s\n  use: KHW_MIRROR=%s KHW_MIRROR_DIGEST=%s\n", pin, out, pin)
 	return nil
+}
+
+// keptNodeDebs returns the node-package entries (files under a
+// components.DebArchives host) of dir's khw-mirror.json whose file still
+// has the listed digest and size, so that a rebuild of the catalog
+// artifacts (which rewrites the manifest from the catalog) keeps them.
+func keptNodeDebs(dir string) []components.MirrorEntry {
+	data, err := os.ReadFile(filepath.Join(dir, components.MirrorManifestFile))
+	if err != nil {
+		return nil
+	}
+	var man components.MirrorManifest
+	if json.Unmarshal(data, &man) != nil {
+		return nil
+	}
+	hosts := map[string]bool{}
+	for _, a := range components.DebArchives {
+		if rel, err := mirrorRelPath(a.URL + "/x"); err == nil {
+			hosts[strings.SplitN(rel, "/", 2)[0]] = true
+		}
+	}
+	var out []components.MirrorEntry
+	for _, e := range man.Artifacts {
+		if e.URL == "" || !hosts[strings.SplitN(e.Path, "/", 2)[0]] {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(e.Path)))
+		if err == nil && hexSum(b) == e.SHA256 && int64(len(b)) == e.Size {
+			out = append(out, e)
+		}
+	}
+	return out
 }

@@ -130,3 +130,28 @@ func TestNodeDebs(t *testing.T) {
 		t.Errorf("missing package: err = %v", err)
 	}
 }
+
+// A rebuild of the catalog manifest keeps node packages whose files are
+// intact and drops the altered ones.
+func TestKeptNodeDebs(t *testing.T) {
+	dir := t.TempDir()
+	put := func(rel, content string) components.MirrorEntry {
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return components.MirrorEntry{Path: rel, URL: "https://" + rel, SHA256: hexSum([]byte(content)), Size: int64(len(content))}
+	}
+	ok := put("deb.debian.org/debian/pool/main/j/jq/jq_1_amd64.deb", "jq")
+	bad := put("deb.debian.org/debian/pool/main/h/haproxy/haproxy_1_amd64.deb", "haproxy")
+	other := put("dl.k8s.io/release/v1/bin/linux/amd64/kubectl", "kubectl")
+	if _, _, err := components.WriteMirrorManifest(dir, []components.MirrorEntry{ok, bad, other}); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, filepath.FromSlash(bad.Path)), []byte("changed"), 0o644)
+	got := keptNodeDebs(dir)
+	if len(got) != 1 || got[0].Path != ok.Path {
+		t.Errorf("kept %+v, want only %s", got, ok.Path)
+	}
+}

@@ -327,7 +327,11 @@ func realMain(args []string) int {
 		}
 		all = append(all, rs...)
 	}
+	kept := keptNodeDebs(r.out)
 	pin, err := components.ManifestFromDir(r.out, all)
+	if err == nil && len(kept) > 0 {
+		pin, err = components.MergeMirrorManifest(r.out, kept)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mkmirror: writing the manifest:", err)
 		return 1
