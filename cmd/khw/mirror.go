@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -56,6 +57,7 @@ func newMirrorCmd(a *app) *cobra.Command {
 func newMirrorExportCmd(a *app) *cobra.Command {
 	var fl artifactFlags
 	var arches []string
+	var nodeDebs, distro, debsKeyring string
 	cmd := &cobra.Command{
 		Use:   "export DIR",
 		Short: "Write everything the cluster needs into DIR with the mirror layout",
@@ -67,9 +69,18 @@ files only). Images go to <registry>/<repository>/<tag>/image-linux-<arch>.tar.
 Exporting again adds to DIR and rewrites only what changed.
 
 Another machine then uses it with --mirror DIR (e.g. from a USB stick), or
-over HTTP after ` + "`khw mirror serve DIR`" + `.`,
+over HTTP after ` + "`khw mirror serve DIR`" + `.
+
+With --node-debs MANIFEST (the node image's package list, lines
+name<TAB>version, as Ubuntu publishes beside its cloud images) it also
+writes the distribution packages khw installs on such nodes (haproxy,
+iproute2, iptables, jq and the dependencies the image lacks) with the
+archive's InRelease, Release and Packages index, so that nodes without
+network get them from the mirror. Each InRelease must be signed by a key
+khw pins for that archive, found in --debs-keyring.`,
 		Example: `  khw mirror export /media/usb/khw-mirror
-  khw mirror export ./mirror --arch amd64,arm64   # a classroom with both kinds of laptop`,
+  khw mirror export ./mirror --arch amd64,arm64   # a classroom with both kinds of laptop
+  khw mirror export ./mirror --node-debs ubuntu-24.04-server-cloudimg-amd64.manifest`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			_, c, err := a.load()
@@ -122,6 +133,11 @@ over HTTP after ` + "`khw mirror serve DIR`" + `.`,
 			}
 			fmt.Fprintf(a.out, "Exported %d artifacts (%s, linux/%s) to %s: %d files written, %d unchanged\n",
 				len(res), components.HumanBytes(total), strings.Join(arches, ", linux/"), dir, len(rep.Written), len(rep.Unchanged))
+			if nodeDebs != "" {
+				if rep.Digest, err = exportNodeDebs(ctx, a, f, dir, arches, nodeDebs, distro, debsKeyring); err != nil {
+					return err
+				}
+			}
 			fmt.Fprintf(a.out, "Mirror pin (the sha256 of %s): %s\n", components.MirrorManifestFile, rep.Digest)
 			fmt.Fprintf(a.out, "Use it on another machine:\n  khw fetch --mirror %s --mirror-digest %s\nor serve it:\n  khw mirror serve %s --listen 0.0.0.0:8080\n", dir, rep.Digest, dir)
 			return nil
@@ -130,7 +146,54 @@ over HTTP after ` + "`khw mirror serve DIR`" + `.`,
 	fl.register(cmd, "")
 	cmd.Flags().StringSliceVar(&arches, "arch", nil, "CPU architectures to export, comma-separated: amd64, arm64 (default: the cluster's arch)")
 	cmd.RegisterFlagCompletionFunc("arch", fixedCompletions(config.ArchARM64, config.ArchAMD64))
+	cmd.Flags().StringVar(&nodeDebs, "node-debs", "", "package manifest of the node image (name<TAB>version lines): also export the distribution packages its nodes need offline")
+	cmd.Flags().StringVar(&distro, "distro", "ubuntu/noble", "the node image's os-release ID/VERSION_CODENAME, for --node-debs")
+	cmd.Flags().StringVar(&debsKeyring, "debs-keyring", "", "OpenPGP keyring with the archive's signing key (default: the distribution's, e.g. /usr/share/keyrings/ubuntu-archive-keyring.gpg from ubuntu-keyring)")
 	return cmd
+}
+
+// exportNodeDebs adds the node packages for the image manifest to the
+// mirror dir for each arch (components.Fetcher.ExportNodeDebs) and returns
+// the mirror's new pin.
+func exportNodeDebs(ctx context.Context, a *app, f *components.Fetcher, dir string, arches []string, manifest, distro, keyringPath string) (string, error) {
+	osID, codename, ok := strings.Cut(distro, "/")
+	if !ok {
+		return "", usagef("--distro %q: want ID/VERSION_CODENAME as in the image's /etc/os-release, e.g. ubuntu/noble", distro)
+	}
+	man, err := os.ReadFile(manifest)
+	if err != nil {
+		return "", usagef("--node-debs: %v", err)
+	}
+	digest := ""
+	for _, arch := range arches {
+		arch = strings.TrimSpace(arch)
+		ar, err := components.FindDebArchive(osID, codename, arch)
+		if err != nil {
+			return "", usageError{fmt.Errorf("--distro %s: %w", distro, err)}
+		}
+		kp := keyringPath
+		if kp == "" {
+			kp = ar.Keyring
+		}
+		kr, err := os.ReadFile(kp)
+		if err != nil {
+			return "", usagef("--debs-keyring: %v (fix: install the distribution's keyring package, e.g. apt-get install ubuntu-keyring, or pass --debs-keyring FILE)", err)
+		}
+		rep, err := f.ExportNodeDebs(ctx, dir, ar, arch, man, kr, nil)
+		if err != nil {
+			return "", fmt.Errorf("mirror export: node packages for %s %s: %w", ar, arch, err)
+		}
+		var size int64
+		var names []string
+		for _, p := range rep.Debs {
+			size += p.Size
+			names = append(names, p.Name)
+		}
+		fmt.Fprintf(a.out, "Exported %d node package(s) (%s, %s %s: %s) to %s: %d files written, %d unchanged\n",
+			len(rep.Debs), components.HumanBytes(size), ar, arch, strings.Join(names, " "), dir, len(rep.Written), len(rep.Unchanged))
+		digest = rep.Digest
+	}
+	return digest, nil
 }
 
 func newMirrorServeCmd(a *app) *cobra.Command {

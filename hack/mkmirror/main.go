@@ -19,6 +19,7 @@
 //	go run ./hack/mkmirror [--out DIR] [--arch amd64,arm64] [--config cluster.yaml]
 //	    [--only kubernetes,etcd,…] [-j N] [--cache DIR] [--runc-fallback=false]
 //	    [--busybox=false] [--verify-only] [--vm-image DIR]
+//	    [--node-debs MANIFEST [--distro debian/bookworm] [--debs-from URL] [--debs-only]]
 //
 // --vm-image DIR puts the cloud image hack/libvirt-cloud-image.sh made in
 // DIR into the mirror at the catalog's fallback path for it (Ubuntu's
@@ -82,6 +83,7 @@ func realMain(args []string) int {
 	busybox := fs.Bool("busybox", true, "add Debian's busybox-static (sh, nslookup, wget, nc) to the agnhost image")
 	verifyOnly := fs.Bool("verify-only", false, "build nothing; only verify an existing mirror")
 	vmImage := vmImageFlag(fs)
+	debs := addDebsFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -129,6 +131,18 @@ func realMain(args []string) int {
 		} else {
 			arches = []string{config.ArchAMD64}
 		}
+	}
+
+	if *debs.only {
+		if *debs.manifest == "" {
+			fmt.Fprintln(os.Stderr, "mkmirror: --debs-only needs --node-debs MANIFEST")
+			return 2
+		}
+		if err := runNodeDebs(context.Background(), r.out, arches, debs); err != nil {
+			fmt.Fprintln(os.Stderr, "mkmirror: node packages:", err)
+			return 1
+		}
+		return 0
 	}
 
 	cat, err := components.Load()
@@ -332,12 +346,22 @@ func realMain(args []string) int {
 		}
 		all = append(all, rs...)
 	}
+	kept := keptNodeDebs(r.out)
 	pin, err := components.ManifestFromDir(r.out, all)
+	if err == nil && len(kept) > 0 {
+		pin, err = components.MergeMirrorManifest(r.out, kept)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mkmirror: writing the manifest:", err)
 		return 1
 	}
 	fmt.Printf("\n== manifest ==\n  %s\n  mirror pin: %s\n  use: KHW_MIRROR=%s KHW_MIRROR_DIGEST=%s\n", filepath.Join(r.out, components.MirrorManifestFile), pin, r.out, pin)
+	if *debs.manifest != "" {
+		if err := runNodeDebs(ctx, r.out, arches, debs); err != nil {
+			fmt.Fprintln(os.Stderr, "mkmirror: node packages:", err)
+			return 1
+		}
+	}
 	return 0
 }
 

@@ -97,6 +97,14 @@ type Machines struct {
 	art        artifacts
 	factsMu    sync.Mutex
 	factsCache map[string]render.NodeFacts
+
+	// Node packages (debs.go), per run: the mirror's archive indexes by
+	// URL and arch, the offline install plan and whether apt-get update
+	// ran, by node.
+	debMu      sync.Mutex
+	debIdx     map[string]*components.DebIndex
+	debPlans   map[string]*debPlan
+	aptUpdated map[string]bool
 }
 
 // remoteRunNoSudo runs a command as the login user.

@@ -142,6 +142,12 @@ func (m *Machines) componentWants(ctx context.Context, env *steps.Env, spec *com
 			continue
 		}
 		w := &nodeWant{Node: n, Units: spec.units, Packages: spec.packages}
+		if len(w.Packages) > 0 && m.offlinePackages() {
+			w.offlineDebs = true
+			m.debMu.Lock()
+			w.debs = m.debPlans[planKey(w)]
+			m.debMu.Unlock()
+		}
 		if spec.unitsFor != nil {
 			w.Units = spec.unitsFor(n)
 		}

@@ -83,6 +83,10 @@ type nodeWant struct {
 	Units []wantUnit
 	// Packages are distribution packages the node needs (apt).
 	Packages []wantPackage
+	// offlineDebs is set when Packages come from the mirror (debs.go);
+	// debs is the install worked out for the node in this run, if any.
+	offlineDebs bool
+	debs        *debPlan
 	// Extras are node state that is neither a file nor a unit (kernel
 	// settings, imported images).
 	Extras []nodeExtra
@@ -273,8 +277,22 @@ func checkNode(ctx context.Context, m *Machines, w *nodeWant) ([]steps.Diff, nod
 		return nil, st, err
 	}
 	var diffs []steps.Diff
-	for _, p := range w.missingPackages(st) {
-		diffs = append(diffs, steps.Diff{Node: w.Node.Name, What: "package " + p + " is not installed", Fix: "apt-get install -y " + p})
+	missing := w.missingPackages(st)
+	var planErr error
+	if len(missing) > 0 && w.offlineDebs {
+		// Work out the offline install now: the dry-run shows its .debs,
+		// and a mirror without them is reported before anything changes.
+		_, planErr = m.planDebs(ctx, cl, w, missing)
+	}
+	for _, p := range missing {
+		fix := "apt-get update && apt-get install -y " + p
+		switch {
+		case planErr != nil:
+			fix = planErr.Error()
+		case w.offlineDebs:
+			fix = "install " + p + " and the dependencies the node lacks from the mirror's .debs"
+		}
+		diffs = append(diffs, steps.Diff{Node: w.Node.Name, What: "package " + p + " is not installed", Fix: fix})
 	}
 	changing := map[string]bool{}
 	for _, f := range w.Files {
@@ -446,11 +464,9 @@ func applyNode(ctx context.Context, env *steps.Env, m *Machines, stepID string, 
 		return nil, err
 	}
 	if pkgs := w.missingPackages(st); len(pkgs) > 0 {
-		cmd := "DEBIAN_FRONTEND=noninteractive apt-get install -y -q " + strings.Join(pkgs, " ")
-		if _, _, err := cl.Run(ctx, cmd, remote.RunOptions{Sudo: true}); err != nil {
-			return nil, fmt.Errorf("install packages (the node needs a reachable apt mirror): %w", err)
+		if err := m.installPackages(ctx, cl, w, pkgs, logf); err != nil {
+			return nil, err
 		}
-		logf("%s", cmd)
 	}
 	reload := false
 	var installed []*wantFile
@@ -672,11 +688,7 @@ func fileCommands(w *nodeWant, only map[string]bool) []steps.Command {
 	var cmds []steps.Command
 	node := w.Node.Name
 	if len(w.Packages) > 0 {
-		var names []string
-		for _, p := range w.Packages {
-			names = append(names, p.Name)
-		}
-		cmds = append(cmds, steps.Command{Node: node, Why: "the distribution's package", Shell: "sudo apt-get install -y " + strings.Join(names, " ")})
+		cmds = append(cmds, packageCommands(w)...)
 	}
 	var copies, installs, fetches []string
 	for _, f := range w.Files {

@@ -63,12 +63,17 @@ func workerUnits(n config.Node) []wantUnit {
 	}
 }
 
-// workerPackages are the distribution tools the worker components call:
-// conntrack and iptables (kube-proxy), socat (port-forward), jq (the
-// mybridge CNI plugin).
+// workerPackages are the distribution tools the worker components exec:
+// iptables for kube-proxy's iptables mode (kube-proxy-config.yaml) and for
+// the CNI plugins' masquerade rule (bridge with ipMasq; mybridge), and jq for
+// the mybridge CNI plugin (templates/files/mybridge). Not needed: conntrack,
+// since kube-proxy deletes stale conntrack entries over netlink
+// (kubernetes/kubernetes#126847, v1.32), and socat, since containerd's CRI
+// port-forward dials the pod's port from inside its network namespace in Go
+// (containerd internal/cri/server/sandbox_portforward_linux.go, v2.x).
+// iproute2 comes with 08-pod-network (podnet.go).
 func workerPackages(c *config.Cluster) []wantPackage {
-	p := []wantPackage{{Name: "conntrack", Path: "/usr/sbin/conntrack"}, {Name: "iptables", Path: "/usr/sbin/iptables"},
-		{Name: "socat", Path: "/usr/bin/socat"}}
+	p := []wantPackage{{Name: "iptables", Path: "/usr/sbin/iptables"}}
 	if c.Kubernetes.CNI == config.CNIMyBridge {
 		p = append(p, wantPackage{Name: "jq", Path: "/usr/bin/jq"})
 	}

@@ -261,6 +261,30 @@ func WriteMirrorManifest(dir string, entries []MirrorEntry) (written bool, diges
 	return w, "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
+// MergeMirrorManifest adds entries to dir/khw-mirror.json (an entry with
+// the Path of an existing one replaces it; the others are kept) and returns
+// the new pin, "sha256:<hex>". It is how the mirror builder adds files that
+// are not catalog artifacts (node packages) after ManifestFromDir.
+func MergeMirrorManifest(dir string, entries []MirrorEntry) (digest string, err error) {
+	man, err := readMirrorManifest(dir)
+	if err != nil {
+		return "", err
+	}
+	byPath := map[string]MirrorEntry{}
+	for _, e := range man.Artifacts {
+		byPath[e.Path] = e
+	}
+	for _, e := range entries {
+		byPath[e.Path] = e
+	}
+	list := make([]MirrorEntry, 0, len(byPath))
+	for _, e := range byPath {
+		list = append(list, e)
+	}
+	_, digest, err = WriteMirrorManifest(dir, list)
+	return digest, err
+}
+
 // isImage reports whether r is a container image rather than a download.
 func (r Resolved) isImage() bool {
 	return r.Artifact.Format == FormatImage || (r.URL == "" && r.Image != "")
@@ -400,6 +424,9 @@ func mirrorHosts() []string {
 				}
 			}
 		}
+	}
+	for _, h := range debArchiveHosts() {
+		set[h] = true
 	}
 	var out []string
 	for h := range set {
