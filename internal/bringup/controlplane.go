@@ -351,7 +351,7 @@ func NewLBStep(m *Machines) steps.Step {
 			if len(r.Failed) > 0 {
 				why = strings.Join(r.Failed, ", ")
 			}
-			return []steps.Diff{{Node: lb.Name, What: "/readyz through " + r.URL + " is not ok: " + why, Fix: "check haproxy's backends (echo 'show stat' | socat stdio /run/haproxy/admin.sock)"}}, nil
+			return []steps.Diff{{Node: lb.Name, What: "/readyz through " + r.URL + " is not ok: " + why, Fix: "check haproxy's backends on " + lb.Name + ": journalctl -u haproxy (each \"Server … is DOWN\" line says why)"}}, nil
 		}
 		return nil, nil
 	}
