@@ -1,13 +1,11 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 
 	"github.com/khw-dev/khw/internal/components"
@@ -99,31 +97,14 @@ func placeVMImage(out, dir, arch string, cl *config.Cluster) (string, error) {
 
 // mergeBinarySum sets name's line in the sha256sum file p to
 // "<sum> *<name>" (binary mode, as Ubuntu's SHA256SUMS), keeping the lines
-// of other files, sorted by name.
+// of other files, sorted by name; written through a temporary file.
 func mergeBinarySum(p, name, sum string) error {
-	lines := map[string]string{}
-	data, err := os.ReadFile(p)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	data, err := components.MergeSHA256Sum(p, name, sum, true)
+	if err != nil {
 		return err
 	}
-	for _, l := range strings.Split(string(data), "\n") {
-		f := strings.Fields(l)
-		if len(f) == 2 {
-			lines[strings.TrimPrefix(f[1], "*")] = l
-		}
-	}
-	lines[name] = sum + " *" + name
-	names := make([]string, 0, len(lines))
-	for n := range lines {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var b strings.Builder
-	for _, n := range names {
-		b.WriteString(lines[n] + "\n")
-	}
 	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
 		return err
 	}
 	return os.Rename(tmp, p)

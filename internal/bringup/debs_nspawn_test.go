@@ -138,20 +138,7 @@ func TestOfflinePackagesNspawn(t *testing.T) {
 	if err := fsutil.EnsureDir(d.Root); err != nil {
 		t.Fatal(err)
 	}
-	env := steps.NewEnv(c, d)
-	t.Cleanup(func() { env.Close() })
-	t.Cleanup(func() {
-		p, err := NewProvider(c, d, "", nil)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if _, err := Down(ctx, p, d, c.Name); err != nil {
-			t.Errorf("cleanup: down: %v", err)
-		}
-	})
+	env := nspawnEnv(t, c, d)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	m := openMachines(t, c, d, env)

@@ -49,6 +49,27 @@ func requireRealCluster(t *testing.T) {
 // fiveNodes is the default cluster cut to lb, cp1-3 and w1: an HA control
 // plane (three etcd members, three apiservers behind HAProxy) without the
 // workers that steps 01-06 do not use.
+// nspawnEnv returns the step environment of cluster c in d; at the end of
+// the test it is closed and the cluster's nodes are removed (khw down).
+func nspawnEnv(t *testing.T, c *config.Cluster, d state.Dir) *steps.Env {
+	t.Helper()
+	env := steps.NewEnv(c, d)
+	t.Cleanup(func() { env.Close() })
+	t.Cleanup(func() {
+		p, err := NewProvider(c, d, "", nil)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if _, err := Down(ctx, p, d, c.Name); err != nil {
+			t.Errorf("cleanup: down: %v", err)
+		}
+	})
+	return env
+}
+
 func fiveNodes(t *testing.T) (*config.Cluster, state.Dir) {
 	t.Helper()
 	b := make([]byte, 3)
@@ -133,20 +154,7 @@ func runSteps(t *testing.T, env *steps.Env, m *Machines) (*steps.Report, string)
 func TestUpControlPlaneNspawn(t *testing.T) {
 	requireRealCluster(t)
 	c, d := fiveNodes(t)
-	env := steps.NewEnv(c, d)
-	t.Cleanup(func() { env.Close() })
-	t.Cleanup(func() {
-		p, err := NewProvider(c, d, "", nil)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if _, err := Down(ctx, p, d, c.Name); err != nil {
-			t.Errorf("cleanup: down: %v", err)
-		}
-	})
+	env := nspawnEnv(t, c, d)
 
 	// 1. From nothing to a control plane behind the load balancer.
 	m := openMachines(t, c, d, env)

@@ -162,7 +162,7 @@ func Export(ctx context.Context, fetched []Fetched, dir string) (ExportReport, e
 			sdst := filepath.Join(abs, filepath.FromSlash(srel))
 			var data []byte
 			if r.ChecksumFormat == ChecksumSHA256Sum {
-				data, err = mergeSHA256Sum(sdst, r.FileName, f.SHA256)
+				data, err = MergeSHA256Sum(sdst, r.FileName, f.SHA256, false)
 			} else {
 				var s string
 				s, err = FormatChecksum(r.ChecksumFormat, f.SHA256, r.FileName)
@@ -323,9 +323,11 @@ func readMirrorManifest(dir string) (MirrorManifest, error) {
 	return m, nil
 }
 
-// mergeSHA256Sum returns the sha256sum-format file at p with the line for
-// name set to sum; other lines are kept, sorted by name.
-func mergeSHA256Sum(p, name, sum string) ([]byte, error) {
+// MergeSHA256Sum returns the sha256sum-format file at p (missing: empty)
+// with the line for name set to sum, written "<sum>  <name>" or, with
+// binary, "<sum> *<name>" (sha256sum's binary mode, as Ubuntu's SHA256SUMS);
+// the lines of other files are kept as they were, sorted by name.
+func MergeSHA256Sum(p, name, sum string, binary bool) ([]byte, error) {
 	lines := map[string]string{}
 	old, err := os.ReadFile(p)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -339,7 +341,11 @@ func mergeSHA256Sum(p, name, sum string) ([]byte, error) {
 		}
 		lines[strings.TrimPrefix(f[1], "*")] = sc.Text()
 	}
-	lines[name] = sum + "  " + name
+	sep := "  "
+	if binary {
+		sep = " *"
+	}
+	lines[name] = sum + sep + name
 	names := make([]string, 0, len(lines))
 	for n := range lines {
 		names = append(names, n)
