@@ -47,6 +47,9 @@ type debPlan struct {
 	// Debs are the packages to install: the missing ones and the
 	// dependencies the node lacks.
 	Debs []components.DebPackage
+	// index is the verified archive index Debs were worked out from; its
+	// FetchDebs reads them through the mirror.
+	index *components.DebIndex
 }
 
 // packageFetcher is the Fetcher whose mirror (if any) node packages come
@@ -109,7 +112,7 @@ func (m *Machines) planDebs(ctx context.Context, cl *remote.Client, w *nodeWant,
 	if err != nil {
 		return nil, err
 	}
-	p := &debPlan{Archive: a, Arch: arch, Debs: debs}
+	p := &debPlan{Archive: a, Arch: arch, Debs: debs, index: ix}
 	m.debMu.Lock()
 	if m.debPlans == nil {
 		m.debPlans = map[string]*debPlan{}
@@ -170,7 +173,7 @@ func (m *Machines) installPackages(ctx context.Context, cl *remote.Client, w *no
 	if err != nil {
 		return fmt.Errorf("install packages %s offline: %w", strings.Join(names, " "), err)
 	}
-	files, err := m.debIndexFor(plan).FetchDebs(ctx, plan.Debs)
+	files, err := plan.index.FetchDebs(ctx, plan.Debs)
 	if err != nil {
 		return fmt.Errorf("install packages %s offline: %w", strings.Join(names, " "), err)
 	}
@@ -197,13 +200,6 @@ func (m *Machines) installPackages(ctx context.Context, cl *remote.Client, w *no
 // under nodeDebDir) with apt-get and no package source.
 func offlineInstallCommand(paths []string) string {
 	return "mkdir -p " + nodeDebDir + "/no-sources.d && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends " + aptOffline + " " + strings.Join(paths, " ")
-}
-
-// debIndexFor returns the cached index of plan's archive.
-func (m *Machines) debIndexFor(p *debPlan) *components.DebIndex {
-	m.debMu.Lock()
-	defer m.debMu.Unlock()
-	return m.debIdx[p.Archive.URL+" "+p.Arch]
 }
 
 func debNames(ps []components.DebPackage) []string {
