@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -302,4 +303,26 @@ func removeStaleVeth(nsPath, machine string) error {
 		return fmt.Errorf("delete the stale veth %s in %s: %w", name, nsPath, err)
 	}
 	return nil
+}
+
+// ReadSysctl reads the sysctl file at path (under /proc/sys) as seen from the
+// network namespace at nsPath, or from khw's own namespace when nsPath is
+// empty. Files under /proc/sys/net belong to the namespace of the thread
+// that opens them, so the open runs on a thread inside nsPath (inNetns). The
+// value comes back without its trailing newline; a missing file (e.g. a
+// module that is not loaded) is an error wrapping fs.ErrNotExist.
+func ReadSysctl(nsPath, path string) (string, error) {
+	var b []byte
+	read := func() error {
+		var err error
+		b, err = os.ReadFile(path)
+		return err
+	}
+	var err error
+	if nsPath == "" {
+		err = read()
+	} else {
+		err = inNetns(nsPath, read)
+	}
+	return strings.TrimSpace(string(b)), err
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"strings"
 	"sync"
@@ -14,12 +16,13 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/vm"
 )
 
 // Finding is one result of Preflight.
 type Finding struct {
 	// Check names what was checked: libvirtd, emulator, kvm, uefi, memory,
-	// disk, subnet.
+	// disk, subnet, bridge-netfilter.
 	Check string
 	// OK is true when nothing needs doing. Warning marks a finding khw can
 	// live with (e.g. TCG instead of KVM); a finding with neither stops
@@ -128,7 +131,38 @@ func (p *Provider) Preflight(ctx context.Context) []Finding {
 	}
 
 	out = append(out, p.subnetFinding(l))
+	out = append(out, bridgeNetfilterFinding(p.opts.NetnsPath))
 	return out
+}
+
+// bridgeNFCallIPTables is the switch of the br_netfilter module that sends
+// frames crossing a Linux bridge through the host's iptables FORWARD chain
+// (https://wiki.libvirt.org/Net.bridge.bridge-nf-call_and_sysctl.conf.html).
+const bridgeNFCallIPTables = "/proc/sys/net/bridge/bridge-nf-call-iptables"
+
+// bridgeNetfilterFinding warns when bridged traffic goes through iptables in
+// the namespace of libvirt's bridge (nsPath, or khw's own when empty). Pod
+// packets between nodes cross the libvirt bridge with pod source addresses
+// (10.200.x, not network.cidr); the FORWARD rules libvirt and Docker install
+// are written for routed traffic and can drop them, which shows up much
+// later as pods that cannot reach pods on other nodes (08-pod-network,
+// 11-smoke). Docker loads br_netfilter and turns the switch on.
+func bridgeNetfilterFinding(nsPath string) Finding {
+	f := Finding{Check: "bridge-netfilter"}
+	v, err := vm.ReadSysctl(nsPath, bridgeNFCallIPTables)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		f.OK, f.Message = true, "br_netfilter is not loaded: bridged traffic between nodes bypasses iptables"
+	case err != nil:
+		f.Warning, f.Message = true, "cannot read "+bridgeNFCallIPTables+": "+err.Error()
+	case v == "0":
+		f.OK, f.Message = true, "net.bridge.bridge-nf-call-iptables = 0: bridged traffic between nodes bypasses iptables"
+	default:
+		f.Warning = true
+		f.Message = "net.bridge.bridge-nf-call-iptables = " + v + ": pod traffic between nodes crosses this host's iptables FORWARD rules (libvirt's, Docker's), which can drop it; pods on different nodes then cannot reach each other"
+		f.Fix = "sysctl -w net.bridge.bridge-nf-call-iptables=0 (and in /etc/sysctl.d/ to keep it), or allow the pod CIDR in the FORWARD chain"
+	}
+	return f
 }
 
 const kvmFix = "enable virtualisation (VT-x/AMD-V, or KVM on ARM) in the firmware, load the kvm module, and let libvirt's QEMU user open /dev/kvm (group kvm, mode 0660); or set libvirt.domainType: qemu to silence this"
