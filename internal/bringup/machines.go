@@ -272,6 +272,11 @@ func (s *MachinesStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.
 			failed = append(failed, e)
 		}
 	}
+	if h, ok := s.M.Provider.(interface{ BootHint() string }); ok && len(failed) > 0 {
+		if hint := h.BootHint(); hint != "" {
+			env.Notef("%s", hint)
+		}
+	}
 	if len(failed) == 1 {
 		return failed[0] // keeps the *NodeError so the Runner names the node
 	}

@@ -311,3 +311,36 @@ func joinCmds(cmds []steps.Command) string {
 	}
 	return b.String()
 }
+
+// hintProvider is a fakeProvider that explains boot failures (as libvirt's
+// does when its probe chose KVM).
+type hintProvider struct {
+	*fakeProvider
+	hint string
+}
+
+func (h hintProvider) BootHint() string { return h.hint }
+
+// TestMachinesApplyGivesTheProvidersBootHint: when nodes do not answer SSH,
+// the provider's explanation is printed under the step; none when it has
+// nothing to say.
+func TestMachinesApplyGivesTheProvidersBootHint(t *testing.T) {
+	for _, hint := range []string{"set libvirt.domainType: qemu", ""} {
+		s, f, env := newFake(t)
+		f.name = "libvirt"
+		s.M.Provider = hintProvider{f, hint}
+		f.states["cp2"], f.states["w1"] = vm.StateRunning, vm.StateRunning
+		err := s.Apply(context.Background(), env, []steps.Diff{{Node: "cp2", What: whatNoSSH + ": x", Fix: fixWait}})
+		env.Close()
+		if err == nil {
+			t.Fatal("Apply passed with a node that never answers SSH")
+		}
+		log, _ := os.ReadFile(env.NodeLogPath(""))
+		if hint != "" && !strings.Contains(string(log), hint) {
+			t.Errorf("the boot hint is not printed; log:\n%s", log)
+		}
+		if hint == "" && strings.Contains(string(log), "domainType") {
+			t.Errorf("a hint without one from the provider; log:\n%s", log)
+		}
+	}
+}

@@ -102,9 +102,12 @@ func testVMLifecycle(t *testing.T, env *lvEnv, img Image) {
 		t.Fatal(err)
 	}
 	c := oneNodeCluster("lvt", "192.168.150")
+	// TCG, as every VM here: /dev/kvm may open on this machine while nested
+	// virtualisation hangs guests after their firmware (the probe subtest
+	// tests the probe itself).
 	p, err := New(c, Options{
 		StateDir: dir, AuthorizedKey: authLine, HostKey: testHostKeys(dir), Image: img,
-		Pool: testPool, PoolPath: testPoolPath, NetnsPath: env.nsPath,
+		Pool: testPool, PoolPath: testPoolPath, NetnsPath: env.nsPath, DomainType: DomainQEMU,
 		ProbeTimeout: 10 * time.Second, Log: logWriter{t},
 	})
 	if err != nil {
@@ -737,7 +740,7 @@ func testCatalogImage(t *testing.T, env *lvEnv) {
 			fetched = append(fetched, img)
 			return img, err
 		},
-		Pool: testPool, PoolPath: testPoolPath, NetnsPath: env.nsPath, ProbeTimeout: 10 * time.Second})
+		Pool: testPool, PoolPath: testPoolPath, NetnsPath: env.nsPath, DomainType: DomainQEMU, ProbeTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,6 +87,8 @@ func (p *Provider) Preflight(ctx context.Context) []Finding {
 	switch {
 	case err != nil:
 		out = append(out, Finding{Check: "kvm", Message: err.Error(), Fix: kvmFix})
+	case typ == DomainQEMU && p.opts.DomainType == DomainQEMU:
+		out = append(out, Finding{Check: "kvm", OK: true, Message: note}) // chosen in cluster.yaml: nothing to fix
 	case typ == DomainQEMU && note != "":
 		out = append(out, Finding{Check: "kvm", Warning: true, Message: note, Fix: kvmFix})
 	default:
@@ -220,7 +222,7 @@ func (p *Provider) domainType(ctx context.Context, l *golibvirt.Libvirt) (string
 	if err != nil {
 		return "", fmt.Errorf("cluster %s: %w", p.c.Name, err)
 	}
-	if typ == DomainQEMU && note != "" {
+	if typ == DomainQEMU && note != "" && p.opts.DomainType != DomainQEMU {
 		fmt.Fprintf(p.opts.Log, "WARNING: %s\n", note)
 	}
 	return typ, nil
@@ -250,9 +252,22 @@ func (p *Provider) resolveDomainType(ctx context.Context, l *golibvirt.Libvirt) 
 		typ, note = DomainQEMU, fmt.Sprintf("KVM is not usable (%v); nodes run under QEMU TCG emulation, about 15x slower (a node takes minutes to boot, the control plane longer)", perr)
 	}
 	p.mu.Lock()
-	p.domType, p.typeNote = typ, note
+	p.domType, p.typeNote, p.kvmProbed = typ, note, typ == DomainKVM
 	p.mu.Unlock()
 	return typ, note, nil
+}
+
+// BootHint explains a node that does not answer after boot, for the error
+// of 01-machines: when the probe chose KVM, the probe only saw the firmware
+// run, and under broken nested virtualisation guests hang later, before the
+// kernel prints anything; TCG then works. Empty otherwise.
+func (p *Provider) BootHint() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.kvmProbed {
+		return ""
+	}
+	return "the nodes run under KVM because a probe VM ran its firmware; where nested virtualisation is broken, guests hang after the firmware (nothing on the serial console): if that is this host, set libvirt.domainType: qemu in cluster.yaml (TCG, about 15x slower)"
 }
 
 // domainCaps returns libvirt's domain capabilities for arch/machine and a

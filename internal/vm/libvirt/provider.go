@@ -110,6 +110,8 @@ type Provider struct {
 	domType  string
 	netName  string
 	typeNote string
+	// kvmProbed: domType is kvm because the probe said so (BootHint).
+	kvmProbed bool
 }
 
 var _ vm.Provider = (*Provider)(nil)
