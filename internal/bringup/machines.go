@@ -211,6 +211,11 @@ func (s *MachinesStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.
 		if err := s.M.Provider.Create(ctx); err != nil {
 			return err
 		}
+		// Which image the nodes boot from, and how it was verified (the
+		// catalog may have fallen back from its pinned release).
+		if b, ok := s.M.Provider.(interface{ BaseImage() string }); ok && b.BaseImage() != "" {
+			env.Notef("base image: %s", b.BaseImage())
+		}
 	}
 	st, err := s.M.Provider.Status(ctx)
 	if err != nil {

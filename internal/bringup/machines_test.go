@@ -344,3 +344,26 @@ func TestMachinesApplyGivesTheProvidersBootHint(t *testing.T) {
 		}
 	}
 }
+
+// imageProvider is a fakeProvider that says which base image Create used.
+type imageProvider struct{ *fakeProvider }
+
+func (imageProvider) BaseImage() string { return "https://example.test/x.img (the current noble release)" }
+
+// TestMachinesApplySaysWhichBaseImage: after Create, the step prints the
+// provider's account of the base image (the catalog may have fallen back).
+func TestMachinesApplySaysWhichBaseImage(t *testing.T) {
+	s, f, env := newFake(t)
+	f.name = "libvirt"
+	s.M.Provider = imageProvider{f}
+	diffs, err := s.Check(context.Background(), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Apply(context.Background(), env, diffs) // the fake nodes never answer SSH
+	env.Close()
+	log, _ := os.ReadFile(env.NodeLogPath(""))
+	if !strings.Contains(string(log), "base image: https://example.test/x.img (the current noble release)") {
+		t.Errorf("no base image line after Create; log:\n%s", log)
+	}
+}

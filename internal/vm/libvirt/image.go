@@ -64,14 +64,14 @@ func CatalogImage(c *config.Cluster, from components.Fetcher, progress io.Writer
 			return Image{}, fmt.Errorf("base image for %s: %s: %w (fix: set libvirt.image in cluster.yaml to a local qcow2 cloud image with cloud-init, %s)", c.Arch, what, err, mirror)
 		}
 		res := got[0]
-		if progress != nil {
-			if res.Fallback {
-				fmt.Fprintf(progress, "base image: %s (the current noble release, sha256 %s, verified by %s); not the pinned %s %s: %s\n",
-					r.Fallback.URL, res.SHA256, res.VerifiedBy, r.Version, r.URL, res.FallbackReason)
-			} else {
-				fmt.Fprintf(progress, "base image: %s (the pinned %s, sha256 %s, verified by %s)\n", r.URL, r.Version, res.SHA256, res.VerifiedBy)
-			}
+		src := fmt.Sprintf("%s (the pinned %s, sha256 %s, verified by %s)", r.URL, r.Version, res.SHA256, res.VerifiedBy)
+		if res.Fallback {
+			src = fmt.Sprintf("%s (the current noble release, sha256 %s, verified by %s); not the pinned %s %s: %s",
+				r.Fallback.URL, res.SHA256, res.VerifiedBy, r.Version, r.URL, res.FallbackReason)
 		}
-		return Image{Path: res.Path, Format: "qcow2"}, nil
+		if progress != nil {
+			fmt.Fprintf(progress, "base image: %s\n", src)
+		}
+		return Image{Path: res.Path, Format: "qcow2", Source: src}, nil
 	}
 }

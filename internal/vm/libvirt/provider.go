@@ -58,6 +58,9 @@ type Image struct {
 	// Kernel, Initrd, Cmdline select direct kernel boot (see
 	// config.Libvirt).
 	Kernel, Initrd, Cmdline string
+	// Source says where the image came from and how it was verified, for
+	// the user (CatalogImage fills it in; empty for libvirt.image).
+	Source string
 }
 
 // Options configures the provider.
@@ -112,6 +115,16 @@ type Provider struct {
 	typeNote string
 	// kvmProbed: domType is kvm because the probe said so (BootHint).
 	kvmProbed bool
+	// imageSource is the last resolved catalog image's Source (BaseImage).
+	imageSource string
+}
+
+// BaseImage says which catalog image the last Create used and how it was
+// verified ("" when cluster.yaml names libvirt.image, or before Create).
+func (p *Provider) BaseImage() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.imageSource
 }
 
 var _ vm.Provider = (*Provider)(nil)
@@ -350,6 +363,9 @@ func (p *Provider) image(ctx context.Context) (Image, error) {
 		if img, err = p.opts.ResolveImage(ctx); err != nil {
 			return img, fmt.Errorf("cluster %s: base image: %w", p.c.Name, err)
 		}
+		p.mu.Lock()
+		p.imageSource = img.Source
+		p.mu.Unlock()
 	}
 	if img.Format == "" {
 		f, err := detectFormat(img.Path)
