@@ -1,23 +1,41 @@
 #!/usr/bin/env bash
-# make e2e-libvirt: `khw up --provider libvirt` through 06-lb on a reduced
-# cluster (lb, cp1, w1) of QEMU/TCG VMs, with the wall time of each phase.
+# make e2e-libvirt: `khw up --provider libvirt` through 11-smoke on a reduced
+# cluster of QEMU/TCG VMs: lb, cp1 (etcd and the control plane), w1 and w3
+# (which joins by TLS bootstrap), with the wall time of each phase and of
+# each step.
 #
 # libvirtd must never run in the root network namespace (it would make
 # virbr0 192.168.122.1 there), so this script starts virtlogd and libvirtd
 # inside a network namespace of its own (khwlv-e2e-<pid>) and tells khw to
-# dial the nodes from there (KHW_LIBVIRT_NETNS). The node image is the
-# debootstrap test image of hack/libvirt-test-image.sh (no cloud image
-# download here), booted by direct kernel boot. Everything is removed at the
-# end, on failure and on Ctrl-C too: the cluster (khw down), the daemons,
-# every process left in the namespace, the namespace.
+# dial the nodes from there (KHW_LIBVIRT_NETNS). The nodes boot from their
+# own disk, made from the Ubuntu-like stand-in of hack/libvirt-cloud-image.sh
+# (no haproxy or jq, empty apt lists, systemd-resolved, cgroup v2, user
+# ubuntu), fetched through the catalog from the pinned offline mirror, which
+# also carries the node .debs: no node reaches a package archive.
+#
+# After khw up: witnesses from outside khw (kubectl: w1 and w3 Ready, w3's
+# client CSR issued through a bootstrap token; ssh: w3's kubelet on cgroup
+# v2), a second khw up that must find every step clean, khw status, khw lab
+# check 07 and 10, the load-balancer drill (it must pass its verdict), khw
+# down. Everything is removed at the end, on failure and on Ctrl-C too: the
+# cluster (khw down), the daemons, every process left in the namespace, the
+# namespace.
 #
 # Env: MIRROR_DIR (default ~/.cache/khw/mirror), E2E_UNTIL (last step,
-# default 06-lb), E2E_KEEP=1 keeps cluster and libvirtd (prints how to stop).
+# default 11-smoke; the witnesses, lab checks and drill need 11-smoke; before
+# 10-tls-bootstrap w3 is left out, and from 06-lb on lb's haproxy must have
+# come from the mirror), E2E_KEEP=1 keeps cluster and libvirtd (prints how
+# to stop).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MIRROR_DIR=${MIRROR_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/khw/mirror}
-UNTIL=${E2E_UNTIL:-06-lb}
+UNTIL=${E2E_UNTIL:-11-smoke}
+# The nodes: lb, cp1 and w1 always (a valid cluster needs a load balancer,
+# a control plane and a worker); w3 too when the run reaches 10-tls-bootstrap.
+STEP=$((10#${UNTIL%%-*}))
+NODES="lb cp1 w1"
+if [ "$STEP" -ge 10 ]; then NODES="$NODES w3"; fi
 KHW=$PWD/bin/khw
 STATE=$(mktemp -d /tmp/khw-e2e-libvirt.XXXXXX)
 NAME=lve2e
@@ -78,6 +96,13 @@ cleanup() {
     ip netns delete "$NS" || true
   fi
   [ -n "$KVM_RESTORE" ] && eval "$KVM_RESTORE"
+  # A failed run keeps khw's logs (each step's differences are in _khw.log).
+  if [ $rc != 0 ] && [ -d "$STATE/$NAME/logs" ]; then
+    local keep
+    keep=$(mktemp -d /tmp/khw-e2e-libvirt-logs.XXXXXX)
+    cp -r "$STATE/$NAME/logs" "$STATE/up.log" "$keep/" 2>/dev/null || true
+    echo "e2e-libvirt: khw's logs kept in $keep" >&2
+  fi
   rm -rf "$STATE"
   if [ -n "$left" ]; then
     echo "e2e-libvirt: left behind:$left" >&2
@@ -91,6 +116,13 @@ trap cleanup EXIT
 start_libvirtd() {
   ip netns add "$NS"
   ip -n "$NS" link set lo up
+  # A new namespace starts with bridge-nf-call-iptables = 1 once the host
+  # has br_netfilter loaded (the nspawn tests load it): bridged pod traffic
+  # between the VMs would then cross libvirt's FORWARD rules, which drop it.
+  # Turned off here as khw's preflight (bridge-netfilter) tells a user to.
+  if [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ]; then
+    ip netns exec "$NS" sysctl -qw net.bridge.bridge-nf-call-iptables=0
+  fi
   # As Debian's udev rule would (this host has no udev): libvirt's QEMU
   # user may open /dev/kvm. Without it libvirt 9.0 re-probes QEMU on every
   # call (~5 s each). khw's preflight still finds out whether KVM works.
@@ -111,41 +143,172 @@ start_libvirtd() {
 
 write_cluster() {
   local y=$STATE/$NAME/cluster.yaml
-  # lb + cp1 + w1 only; w1 is a plain worker.
-  sed -i -E '/name: (cp2|cp3|w2|w3),/d' "$y"
-  sed -i -E 's/(name: cp1, .*memoryMiB: )[0-9]+/\12048/' "$y"
-  cat >>"$y" <<EOF
-libvirt:
-  image: $IMG/disk.qcow2
-  kernel: $IMG/vmlinuz
-  initrd: $IMG/initrd.img
-  cmdline: $(cat "$IMG/cmdline")
-EOF
-  grep -E 'name: |libvirt|image|kernel' "$y"
+  # $NODES of the default cluster: one control plane, a plain worker and
+  # (to 10 and beyond) the worker that joins by TLS bootstrap.
+  local n
+  for n in cp2 cp3 w1 w2 w3; do
+    [[ " $NODES " == *" $n "* ]] || sed -i -E "/name: $n,/d" "$y"
+  done
+  # HAProxy's https check (GET /readyz, `timeout check 2s` in haproxy.cfg)
+  # does not finish in time on a TCG apiserver; a TCP check does. A KVM
+  # host keeps the default.
+  sed -i -E 's/^(\s+healthCheck:) https/\1 tcp/' "$y"
+  # TCG, always: where /dev/kvm opens but nested virtualisation is broken,
+  # khw's probe VM runs its firmware under KVM and the nodes then hang
+  # before their kernel prints anything (khw says so when SSH times out).
+  printf 'libvirt:\n  domainType: qemu\n' >>"$y"
+  grep -E 'name: |healthCheck|libvirt|image' "$y"
   "$KHW" config validate
 }
 
-# khw up, once: its waits scale with the provider's slowdown (15x for TCG
-# VMs, vm.Timing). It must reach $UNTIL in one run; the figure is the time.
+# in_ns CMD...: run CMD inside the test's network namespace, where the nodes
+# are (khw itself dials through KHW_LIBVIRT_NETNS; kubectl and ssh need this).
+in_ns() { nsenter --net="/run/netns/$NS" "$@"; }
+# on NODE 'SHELL COMMAND': run it on NODE over ssh with khw's ssh config (an
+# independent witness, not khw's SSH code).
+on() {
+  # shellcheck disable=SC2016 # expanded by the shell inside khw shell
+  in_ns "$KHW" shell -- sh -c 'ssh -F "$KHW_SSH_CONFIG" "$0" "$1"' "$1" "$2"
+}
+
+# up_until STEP: khw up through STEP; its waits scale with the provider's slowdown
+# (15x for TCG VMs, vm.Timing). Its step lines are kept for the step table.
 up_until() {
-  "$KHW" up --until "$UNTIL"
+  "$KHW" up --until "$1" 2>&1 | tee -a "$STATE/up.log"
+  return "${PIPESTATUS[0]}"
+}
+
+# Independent witnesses (kubectl from the mirror, ssh): w1 and w3 Ready, a
+# client CSR of w3 made with a bootstrap token and issued, the kubelet of w3
+# in a cgroup of the unified (v2) hierarchy.
+witness() {
+  in_ns "$KHW" kubectl get nodes -o wide
+  local ready csrs fs cg
+  ready=$(in_ns "$KHW" kubectl get nodes --no-headers | awk '$2 == "Ready" { print $1 }' | sort | tr '\n' ' ')
+  if [ "$ready" != "w1 w3 " ]; then
+    echo "e2e-libvirt: Ready nodes: '$ready', want w1 and w3" >&2; return 1
+  fi
+  csrs=$(in_ns "$KHW" kubectl get csr)
+  echo "$csrs"
+  grep -q 'kube-apiserver-client-kubelet.*system:bootstrap:.*Approved,Issued' <<<"$csrs" || {
+    echo "e2e-libvirt: no client CSR of w3 requested with a bootstrap token and issued" >&2; return 1; }
+  fs=$(on w3 'stat -fc %T /sys/fs/cgroup')
+  # shellcheck disable=SC2016 # expanded on w3
+  cg=$(on w3 'cat /proc/$(pidof kubelet)/cgroup')
+  echo "w3: /sys/fs/cgroup is $fs; kubelet cgroup: $cg"
+  if [ "$fs" != cgroup2fs ] || [ "$cg" != "0::/system.slice/kubelet.service" ]; then
+    echo "e2e-libvirt: w3's kubelet does not run on the unified cgroup v2 hierarchy" >&2; return 1
+  fi
+}
+
+# fresh_nodes: right after 01-machines every node is what cloud-init made
+# of the Ubuntu-like image, checked over ssh (not khw's SSH code): booted by
+# the disk's own GRUB (BOOT_IMAGE=, root by label), hostname and address
+# from the seed, root grown to diskGiB, systemd-resolved with
+# the stub in /etc/resolv.conf and the gateway behind it, cgroup v2,
+# AppArmor on with its parser, user ubuntu with sudo NOPASSWD, none of
+# haproxy/jq/conntrack/socat installed and empty apt lists (what 06 and 07
+# install must come from the mirror's .debs; the namespace has no route out,
+# so no archive is reachable either).
+fresh_nodes() {
+  local n ip gib want got
+  # The mirror has no dated release: 01 fell back to the current one.
+  grep -E '^ +base image: .*/releases/noble/release/ubuntu-24\.04-server-cloudimg-[a-z0-9]+\.img \(the current noble release' "$STATE/up.log" || {
+    echo "e2e-libvirt: 01-machines does not say it used the current noble release" >&2; return 1; }
+  # shellcheck disable=SC2016 # expanded on the node
+  local probe='echo "host=$(hostname) ip=$(ip -4 -o addr show eth0 | awk "{print \$4}")"
+echo "root>=$(( $(df -BG --output=size / | tail -1 | tr -dc 0-9) + 1 ))G"
+echo "resolved=$(systemctl is-active systemd-resolved) link=$(readlink /etc/resolv.conf) $(grep -m1 ^nameserver /etc/resolv.conf) upstream=$(grep -m1 ^nameserver /run/systemd/resolve/resolv.conf | cut -d" " -f2)"
+echo "cgroup=$(stat -fc %T /sys/fs/cgroup) apparmor=$(cat /sys/module/apparmor/parameters/enabled) parser=$(test -x /sbin/apparmor_parser && echo yes)"
+echo "user=$(id -un) sudo=$(sudo -n -l | grep -c "NOPASSWD: ALL")"
+echo "grub=$(grep -c "^BOOT_IMAGE=[^ ]* root=LABEL=cloudimg-rootfs " /proc/cmdline)"
+echo "installed=$(for p in haproxy jq conntrack socat; do dpkg-query -W -f="\${db:Status-Status}" $p 2>/dev/null | grep -q ^installed && printf "%s," $p; done) lists=$(sudo find /var/lib/apt/lists -maxdepth 1 -type f ! -name lock | wc -l)"'
+  for n in $NODES; do
+    ip=$(awk -v n="$n" '$0 ~ "name: "n"," { sub(/.*ip: /, ""); sub(/,.*/, ""); print }' "$STATE/$NAME/cluster.yaml")
+    gib=$(awk -v n="$n" '$0 ~ "name: "n"," { sub(/.*diskGiB: /, ""); sub(/}.*/, ""); print }' "$STATE/$NAME/cluster.yaml")
+    got=$(on "$n" "$probe" 2>/dev/null)
+    echo "$n: $(tr '\n' ' ' <<<"$got")"
+    want="host=$n ip=$ip/24"
+    grep -qxF "$want" <<<"$got" || { echo "e2e-libvirt: $n: want $want (cloud-init's hostname and address)" >&2; return 1; }
+    # df rounds down and the file system keeps some blocks: grown when it
+    # is within a GiB of diskGiB (the image's root is 3.5 GiB).
+    [ "$(sed -n 's/^root>=\([0-9]*\)G$/\1/p' <<<"$got")" -ge "$gib" ] || { echo "e2e-libvirt: $n: root not grown to ${gib} GiB" >&2; return 1; }
+    for want in "resolved=active link=../run/systemd/resolve/stub-resolv.conf nameserver 127.0.0.53 upstream=192.168.122.1" \
+                "cgroup=cgroup2fs apparmor=Y parser=yes" "user=ubuntu sudo=1" "grub=1" "installed= lists=0"; do
+      grep -qxF "$want" <<<"$got" || { echo "e2e-libvirt: $n is not like a fresh Ubuntu cloud image: want $want" >&2; return 1; }
+    done
+  done
+}
+
+# offline_after NODE...: haproxy on lb and iptables on the workers are
+# installed, and the apt lists are still empty: the packages came from the
+# mirror.
+offline_after() {
+  local n out
+  for n in "$@"; do
+    # shellcheck disable=SC2016 # expanded on the node
+    out=$(on "$n" 'dpkg-query -W -f="\${Package} \${Version} \${db:Status-Status}\n" haproxy iptables 2>/dev/null | grep " installed$"; sudo find /var/lib/apt/lists -maxdepth 1 -type f ! -name lock; ls /var/cache/khw/debs 2>/dev/null | head -3')
+    printf '%s:\n%s\n' "$n" "$out"
+    case "$n:$out" in
+      lb:*haproxy*installed*|w?:*iptables*installed*) ;;
+      *) echo "e2e-libvirt: $n lacks its package" >&2; return 1 ;;
+    esac
+    if grep -q '^/var/lib/apt/lists/' <<<"$out"; then
+      echo "e2e-libvirt: $n has apt lists: something ran apt-get update" >&2; return 1
+    fi
+  done
+}
+
+# The second khw up must change nothing: every step line says clean.
+noop_check() {
+  local out
+  out=$("$KHW" up --until "$UNTIL")
+  echo "$out"
+  if grep '^[✓✗•-] ' <<<"$out" | grep -v '(clean' ; then
+    echo "e2e-libvirt: the second khw up was not a no-op (every step must say clean)" >&2
+    return 1
+  fi
+}
+
+lab_check() {
+  "$KHW" lab check "$1"
+}
+
+# step_table prints each step of the first khw up and its time.
+step_table() {
+  echo "khw up per step (TCG, $(nproc) cores):"
+  sed -n -E 's/^[✓✗] ([0-9]{2}-[a-z-]+) .*\((applied [0-9]+ changes?|failed in [a-z]+), ([0-9hms.]+)\).*/  \1 \3  (\2)/p' "$STATE/up.log"
 }
 
 phase "build khw"       make -s build
 phase "test image"      hack/libvirt-test-image.sh
-IMG=$(hack/libvirt-test-image.sh | tail -1)
-phase "offline mirror"  hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$(go env GOARCH)" --only kubernetes,etcd
+TESTIMG=$(hack/libvirt-test-image.sh | tail -1)
+# The node image: the Ubuntu-like stand-in (no haproxy/jq, empty apt lists,
+# systemd-resolved, cgroup v2, user ubuntu), booted from its own disk.
+phase "cloud image"     hack/libvirt-cloud-image.sh "$TESTIMG"
+IMG=$(hack/libvirt-cloud-image.sh "$TESTIMG" | tail -1)
+# The mirror holds every catalog download, the stand-in where Ubuntu's
+# current noble release lives (the dated release the catalog pins is not
+# there, so 01-machines falls back and says so), and the .debs the nodes
+# lack according to the image's manifest.
+phase "offline mirror"  hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$(go env GOARCH)"
+phase "mirror: image"   hack/build-mirror.sh --out "$MIRROR_DIR" --only ubuntu-cloud-image --vm-image "$IMG"
+phase "mirror: debs"    hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$(go env GOARCH)" --node-debs "$IMG/manifest" --debs-only
 # This machine built the mirror, so it pins it.
 KHW_MIRROR_DIGEST=$(hack/mirror-pin.sh "$MIRROR_DIR")
 export KHW_MIRROR_DIGEST
 phase "libvirtd"        start_libvirtd
 phase "khw init"        "$KHW" init --name "$NAME" --arch "$(go env GOARCH)" --provider libvirt
 phase "cluster.yaml"    write_cluster
-phase "khw up →$UNTIL"  up_until
+UP_T0=$(date +%s%N)
+phase "khw up →01"      up_until 01-machines
+phase "fresh nodes"     fresh_nodes
+phase "khw up →$UNTIL"  up_until "$UNTIL"
+UP_T1=$(date +%s%N)
 # What khw gave libvirt, left for the student in <state>/libvirt/<node>/.
 node_files() {
   local n f
-  for n in lb cp1 w1; do
+  for n in $NODES; do
     for f in user-data meta-data network-config disk-volume.xml domain.xml; do
       [ -s "$STATE/$NAME/libvirt/$n/$f" ] || { echo "missing $STATE/$NAME/libvirt/$n/$f" >&2; return 1; }
     done
@@ -153,11 +316,20 @@ node_files() {
   grep -q "<name>khw-$NAME-cp1</name>" "$STATE/$NAME/libvirt/cp1/domain.xml"
 }
 phase "node files"      node_files
-# -v: a step that still finds something to fix names it (under TCG a
-# control-plane component may have restarted: it exits when it cannot renew
-# its leader Lease in time).
-phase "khw up (no-op)"  "$KHW" up -v --until "$UNTIL"
+if [ "$UNTIL" = 11-smoke ]; then
+  phase "witnesses"       witness
+  phase "node packages"   offline_after lb w1 w3
+elif [ "$STEP" -ge 6 ]; then
+  phase "node packages"   offline_after lb
+fi
+phase "khw up (no-op)"  noop_check
 phase "khw status"      "$KHW" status
+if [ "$UNTIL" = 11-smoke ]; then
+  phase "lab check 07"    lab_check 07-workers
+  phase "lab check 10"    lab_check 10-tls-bootstrap
+  # One control plane: the drill that fits is the load balancer's.
+  phase "drill lb"        "$KHW" break lb --for 20s
+fi
 if [ "${E2E_KEEP:-}" != 1 ]; then
   phase "khw down"      "$KHW" down
 fi
@@ -165,3 +337,7 @@ fi
 echo
 echo "e2e-libvirt wall times ($(nproc) cores, TCG, $(date -u +%Y-%m-%dT%H:%MZ)):"
 printf '  %s\n' "${PHASES[@]}"
+ds=$(( (UP_T1 - UP_T0) / 100000000 ))
+printf '  %-22s %5d.%d s\n' "khw up start → $UNTIL" $((ds / 10)) $((ds % 10))
+echo
+step_table

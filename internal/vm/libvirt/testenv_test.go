@@ -25,9 +25,8 @@ import (
 // deleted.
 
 const (
-	envIntegration = "KHW_LIBVIRT_TEST"        // =1 runs the integration tests
-	envImage       = "KHW_LIBVIRT_IMAGE"       // directory from hack/libvirt-test-image.sh
-	envCloudImage  = "KHW_LIBVIRT_CLOUD_IMAGE" // directory from hack/libvirt-cloud-image.sh
+	envIntegration = "KHW_LIBVIRT_TEST"  // =1 runs the integration tests
+	envImage       = "KHW_LIBVIRT_IMAGE" // directory from hack/libvirt-test-image.sh
 	testLockFile   = "/run/khw-libvirt-test.lock"
 	libvirtSocket  = "/var/run/libvirt/libvirt-sock"
 )
@@ -42,7 +41,7 @@ type lvEnv struct {
 func requireIntegration(t *testing.T) {
 	t.Helper()
 	if os.Getenv(envIntegration) != "1" {
-		t.Skipf("SKIPPED: libvirt integration test (real libvirtd + TCG VMs, ~9 min); run `make test-libvirt` (or %s=1 %s=<hack/libvirt-test-image.sh output> %s=<hack/libvirt-cloud-image.sh output> go test ./internal/vm/libvirt/)", envIntegration, envImage, envCloudImage)
+		t.Skipf("SKIPPED: libvirt integration test (real libvirtd + TCG VMs, ~5 min); run `make test-libvirt` (or %s=1 %s=<hack/libvirt-test-image.sh output> go test ./internal/vm/libvirt/)", envIntegration, envImage)
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("SKIPPED: the libvirt integration test needs root (network namespace, system libvirtd)")
