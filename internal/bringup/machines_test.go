@@ -348,7 +348,9 @@ func TestMachinesApplyGivesTheProvidersBootHint(t *testing.T) {
 // imageProvider is a fakeProvider that says which base image Create used.
 type imageProvider struct{ *fakeProvider }
 
-func (imageProvider) BaseImage() string { return "https://example.test/x.img (the current noble release)" }
+func (imageProvider) BaseImage() string {
+	return "https://example.test/x.img (the current noble release)"
+}
 
 // TestMachinesApplySaysWhichBaseImage: after Create, the step prints the
 // provider's account of the base image (the catalog may have fallen back).
