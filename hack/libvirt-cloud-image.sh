@@ -239,7 +239,7 @@ unshare -m bash -euc '
 
 	# What an Ubuntu cloud image has: the root and the ESP by label. The ESP
 	# gets nofail: with four TCG VMs on two cores, udev took more than
-	# systemd's 90 s device timeout to announce LABEL=UEFI, and the node
+	# the 90 s device timeout of systemd to announce LABEL=UEFI, and the node
 	# stopped in emergency mode (nothing at boot needs /boot/efi).
 	printf "LABEL=cloudimg-rootfs\t/\text4\tdiscard,errors=remount-ro\t0\t1\nLABEL=UEFI\t/boot/efi\tvfat\tumask=0077,nofail\t0\t1\n" >"$MNT/etc/fstab"
 	# grub-mkconfig reads this after probing the devices, so GRUB_DEVICE
