@@ -45,8 +45,9 @@ as admin through the load balancer, and show what proves each one:
 
 Everything is created in the namespace khw-smoke, which is deleted at the
 end (and before, if an earlier run left it); --keep leaves it to look at.
-Each wait is bounded (--wait for each pod, a minute for the NodePorts and
-DNS to answer), so a broken cluster fails with what was seen instead of
+Each wait is bounded (--wait for each pod, a minute for the logs, the
+NodePorts and DNS to answer; both longer on slow VMs such as TCG, up to 15
+and 5 minutes), so a broken cluster fails with what was seen instead of
 hanging.
 
 Exit status: 0 when every check passed, 1 when one failed (or the cluster
@@ -84,9 +85,12 @@ func newSmokeCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			r, err := smoke.New(c, d, cfg, p.Dialer())
+			r, scaled, err := bringup.SmokeRunner(c, d, cfg, p, wait)
 			if err != nil {
 				return err
+			}
+			if !cmd.Flags().Changed("wait") {
+				wait = scaled
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -117,7 +121,7 @@ func newSmokeCmd(a *app) *cobra.Command {
 	f := cmd.Flags()
 	f.BoolVar(&keep, "keep", false, "leave the namespace "+smoke.Namespace+" and everything in it")
 	f.StringVarP(&output, "output", "o", "text", "output format: text or json")
-	f.DurationVar(&wait, "wait", smoke.DefaultWait, "how long each smoke pod may take to become Ready")
+	f.DurationVar(&wait, "wait", smoke.DefaultWait, "how long each smoke pod may take to become Ready (unset: this, scaled for slow VMs such as TCG, up to 15m)")
 	return cmd
 }
 

@@ -260,7 +260,7 @@ func (m *Machines) restConfig(env *steps.Env, server string) (*rest.Config, erro
 	// One request's bound: 10 s at nspawn speed, scaled for slower machines
 	// (a TCG control plane under load answers a server-side apply in tens
 	// of seconds), at most a minute.
-	cfg.Timeout = min(10*time.Second*vm.Slowdown(m.Provider), time.Minute)
+	cfg.Timeout = vm.Scaled(m.Provider, 10*time.Second, time.Minute)
 	return cfg, nil
 }
 

@@ -11,18 +11,38 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/kube"
 	"github.com/khw-dev/khw/internal/smoke"
+	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
+	"github.com/khw-dev/khw/internal/vm"
 )
 
 // Waits of 11-smoke: each smoke pod gets SmokeWait to become Ready in
 // Check, SmokeApplyWait in Apply (images just imported, a node that joined
-// a moment ago).
+// a moment ago). On a slow provider both are scaled (vm.Scaled) up to
+// SmokeWaitLimit: every Check makes new pods, and under TCG a pod takes
+// minutes to start even on a healthy node.
 const (
 	SmokeWait      = 2 * time.Minute
 	SmokeApplyWait = 5 * time.Minute
+	SmokeWaitLimit = 15 * time.Minute
+	// smokeRetryLimit caps the scaled retry window of the logs, NodePort
+	// and DNS checks (one minute at nspawn speed).
+	smokeRetryLimit = 5 * time.Minute
 )
+
+// SmokeRunner returns the smoke runner for provider p with its retry window
+// scaled to p's speed, and the pod wait to use instead of wait.
+func SmokeRunner(c *config.Cluster, d state.Dir, cfg *rest.Config, p vm.Provider, wait time.Duration) (*smoke.Runner, time.Duration, error) {
+	r, err := smoke.New(c, d, cfg, p.Dialer())
+	if err != nil {
+		return nil, 0, err
+	}
+	r.RetryWindow = vm.Scaled(p, time.Minute, smokeRetryLimit)
+	return r, vm.Scaled(p, wait, max(wait, SmokeWaitLimit)), nil
+}
 
 // NewSmokeStep returns lab 11-smoke: the smoke tests of package smoke
 // (encryption at rest, a Deployment, logs, exec, port-forward, a NodePort on
@@ -48,7 +68,7 @@ func (s *smokeStep) run(ctx context.Context, env *steps.Env, wait time.Duration)
 	if err != nil {
 		return nil, err
 	}
-	r, err := smoke.New(env.Cluster, env.State, cfg, s.m.Provider.Dialer())
+	r, wait, err := SmokeRunner(env.Cluster, env.State, cfg, s.m.Provider, wait)
 	if err != nil {
 		return nil, err
 	}

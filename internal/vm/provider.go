@@ -120,3 +120,11 @@ func Slowdown(p Provider) time.Duration {
 	}
 	return 1
 }
+
+// Scaled returns d multiplied by p's Slowdown, at most limit (and never
+// less than d). Waits that a failing check spends in full use it, so that
+// on a slow provider they stay long enough for a healthy node and a real
+// failure is still reported within limit.
+func Scaled(p Provider, d, limit time.Duration) time.Duration {
+	return max(d, min(d*Slowdown(p), limit))
+}
