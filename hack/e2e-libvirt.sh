@@ -21,16 +21,29 @@
 # cluster (khw down), the daemons, every process left in the namespace, the
 # namespace.
 #
-# Env: MIRROR_DIR (default ~/.cache/khw/mirror), E2E_UNTIL (last step,
-# default 11-smoke; the witnesses, lab checks and drill need 11-smoke; before
-# 10-tls-bootstrap w3 is left out, and from 06-lb on lb's haproxy must have
-# come from the mirror), E2E_KEEP=1 keeps cluster and libvirtd (prints how
-# to stop).
+# Env: MIRROR_DIR (default ~/.cache/khw/mirror), E2E_ARCH (the nodes' arch:
+# this host's by default; arm64 on an amd64 host builds the images through
+# qemu-user (hack/binfmt-arm64.sh) and emulates aarch64 virt machines with
+# UEFI: make e2e-libvirt-arm64), E2E_UNTIL (last step, default 11-smoke, or
+# 07-workers for arm64 emulated on another arch; the witnesses, lab check 10
+# and drill need 11-smoke; before 10-tls-bootstrap w3 is left out, from
+# 06-lb on lb's haproxy must have come from the mirror, from 07-workers on
+# w1's host preparation is checked and lab check 07 runs), E2E_KEEP=1 keeps
+# cluster and libvirtd (prints how to stop).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MIRROR_DIR=${MIRROR_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/khw/mirror}
-UNTIL=${E2E_UNTIL:-11-smoke}
+HOSTARCH=$(go env GOARCH)
+ARCH=${E2E_ARCH:-$HOSTARCH}
+case "$ARCH" in
+  amd64) UNAME_M=x86_64 ;;
+  arm64) UNAME_M=aarch64 ;;
+  *) echo "e2e-libvirt: E2E_ARCH=$ARCH: use amd64 or arm64" >&2; exit 2 ;;
+esac
+# An emulated aarch64 guest on an x86 host is slower again than TCG on its
+# own arch: the default run stops after the first worker.
+if [ "$ARCH" != "$HOSTARCH" ]; then UNTIL=${E2E_UNTIL:-07-workers}; else UNTIL=${E2E_UNTIL:-11-smoke}; fi
 # The nodes: lb, cp1 and w1 always (a valid cluster needs a load balancer,
 # a control plane and a worker); w3 too when the run reaches 10-tls-bootstrap.
 STEP=$((10#${UNTIL%%-*}))
@@ -57,8 +70,10 @@ done
 . hack/e2e-phase.sh
 
 KVM_RESTORE=
+BINFMT=
 cleanup() {
   local rc=$?
+  [ -z "$BINFMT" ] || hack/binfmt-arm64.sh --remove || true
   if [ "${E2E_KEEP:-}" = 1 ] && [ $rc = 0 ]; then
     echo "kept: KHW_STATE_DIR=$STATE KHW_CLUSTER=$NAME KHW_LIBVIRT_NETNS=$KHW_LIBVIRT_NETNS $KHW down; then kill the daemons in $NS, ip netns delete $NS${KVM_RESTORE:+, and restore /dev/kvm: $KVM_RESTORE}"
     return
@@ -217,6 +232,7 @@ fresh_nodes() {
     echo "e2e-libvirt: 01-machines does not say it used the current noble release" >&2; return 1; }
   # shellcheck disable=SC2016 # expanded on the node
   local probe='echo "host=$(hostname) ip=$(ip -4 -o addr show eth0 | awk "{print \$4}")"
+echo "arch=$(uname -m) kernel=$(uname -r)"
 echo "root>=$(( $(df -BG --output=size / | tail -1 | tr -dc 0-9) + 1 ))G"
 echo "resolved=$(systemctl is-active systemd-resolved) link=$(readlink /etc/resolv.conf) $(grep -m1 ^nameserver /etc/resolv.conf) upstream=$(grep -m1 ^nameserver /run/systemd/resolve/resolv.conf | cut -d" " -f2)"
 echo "cgroup=$(stat -fc %T /sys/fs/cgroup) apparmor=$(cat /sys/module/apparmor/parameters/enabled) parser=$(test -x /sbin/apparmor_parser && echo yes)"
@@ -230,6 +246,7 @@ echo "installed=$(for p in haproxy jq conntrack socat; do dpkg-query -W -f="\${d
     echo "$n: $(tr '\n' ' ' <<<"$got")"
     want="host=$n ip=$ip/24"
     grep -qxF "$want" <<<"$got" || { echo "e2e-libvirt: $n: want $want (cloud-init's hostname and address)" >&2; return 1; }
+    grep -q "^arch=$UNAME_M " <<<"$got" || { echo "e2e-libvirt: $n: want arch=$UNAME_M (uname -m)" >&2; return 1; }
     # df rounds down and the file system keeps some blocks: grown when it
     # is within a GiB of diskGiB (the image's root is 3.5 GiB).
     [ "$(sed -n 's/^root>=\([0-9]*\)G$/\1/p' <<<"$got")" -ge "$gib" ] || { echo "e2e-libvirt: $n: root not grown to ${gib} GiB" >&2; return 1; }
@@ -238,6 +255,35 @@ echo "installed=$(for p in haproxy jq conntrack socat; do dpkg-query -W -f="\${d
       grep -qxF "$want" <<<"$got" || { echo "e2e-libvirt: $n is not like a fresh Ubuntu cloud image: want $want" >&2; return 1; }
     done
   done
+}
+
+# worker_host NODE: what 07-workers prepared on NODE, seen over ssh and
+# through the API: the kernel prerequisites (overlay, br_netfilter, the
+# three sysctls 1, no swap), containerd, kubelet and kube-proxy active on
+# cgroup v2, the binaries from the mirror running on the nodes' arch, and
+# the Node Ready with that arch.
+worker_host() {
+  local n=$1 got want
+  # shellcheck disable=SC2016 # expanded on the node
+  got=$(on "$n" 'echo "arch=$(uname -m)"
+echo "overlay=$(grep -cw overlay /proc/filesystems) br_netfilter=$(test -e /proc/sys/net/bridge/bridge-nf-call-iptables && echo loaded)"
+echo "sysctl=$(sysctl -n net.bridge.bridge-nf-call-iptables net.bridge.bridge-nf-call-ip6tables net.ipv4.ip_forward | tr "\n" " ")"
+echo "swap=$(swapon --noheadings --show | wc -l)"
+echo "units=$(systemctl is-active containerd kubelet kube-proxy | tr "\n" " ")"
+echo "cgroup=$(stat -fc %T /sys/fs/cgroup) kubelet=$(cat /proc/$(pidof kubelet)/cgroup)"
+echo "kubelet: $(/usr/local/bin/kubelet --version)"
+echo "containerd: $(/usr/local/bin/containerd --version)"
+echo "runc: $(PATH=$PATH:/usr/local/sbin runc --version | head -1)"
+echo "iptables: $(iptables --version)"
+echo "images: $(sudo ctr -n k8s.io images ls -q | grep -v ^sha256: | sort | tr "\n" " ")"' 2>/dev/null)
+  printf '%s:\n%s\n' "$n" "$got"
+  for want in "arch=$UNAME_M" "overlay=1 br_netfilter=loaded" "sysctl=1 1 1 " "swap=0" "units=active active active " \
+              "cgroup=cgroup2fs kubelet=0::/system.slice/kubelet.service"; do
+    grep -qxF "$want" <<<"$got" || { echo "e2e-libvirt: $n after 07-workers: want $want" >&2; return 1; }
+  done
+  got=$(in_ns "$KHW" kubectl get node "$n" -o 'jsonpath={.status.nodeInfo.architecture} {.status.conditions[?(@.type=="Ready")].status} {.status.nodeInfo.kubeletVersion} {.status.nodeInfo.osImage}')
+  echo "Node $n: $got"
+  [[ "$got" == "$ARCH True "* ]] || { echo "e2e-libvirt: Node $n: want architecture $ARCH and Ready True" >&2; return 1; }
 }
 
 # offline_after NODE...: haproxy on lb and iptables on the workers are
@@ -272,29 +318,34 @@ noop_check() {
 
 # step_table prints each step of the first khw up and its time.
 step_table() {
-  echo "khw up per step (TCG, $(nproc) cores):"
+  echo "khw up per step ($ARCH nodes on $HOSTARCH, TCG, $(nproc) cores):"
   sed -n -E 's/^[✓✗] ([0-9]{2}-[a-z-]+) .*\((applied [0-9]+ changes?|failed in [a-z]+), ([0-9hms.]+)\).*/  \1 \3  (\2)/p' "$STATE/up.log"
 }
 
 phase "build khw"       make -s build
-phase "test image"      hack/libvirt-test-image.sh
-TESTIMG=$(hack/libvirt-test-image.sh | tail -1)
+if [ "$ARCH" = arm64 ] && [ "$HOSTARCH" != arm64 ]; then
+  # debootstrap and the chroots run arm64 programs through qemu-user.
+  [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || BINFMT=1
+  phase "binfmt arm64"  hack/binfmt-arm64.sh
+fi
+phase "test image"      env ARCH="$ARCH" hack/libvirt-test-image.sh
+TESTIMG=$(ARCH=$ARCH hack/libvirt-test-image.sh | tail -1)
 # The node image: the Ubuntu-like stand-in (no haproxy/jq, empty apt lists,
 # systemd-resolved, cgroup v2, user ubuntu), booted from its own disk.
-phase "cloud image"     hack/libvirt-cloud-image.sh "$TESTIMG"
-IMG=$(hack/libvirt-cloud-image.sh "$TESTIMG" | tail -1)
+phase "cloud image"     env ARCH="$ARCH" hack/libvirt-cloud-image.sh "$TESTIMG"
+IMG=$(ARCH=$ARCH hack/libvirt-cloud-image.sh "$TESTIMG" | tail -1)
 # The mirror holds every catalog download, the stand-in where Ubuntu's
 # current noble release lives (the dated release the catalog pins is not
 # there, so 01-machines falls back and says so), and the .debs the nodes
 # lack according to the image's manifest.
-phase "offline mirror"  hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$(go env GOARCH)"
-phase "mirror: image"   hack/build-mirror.sh --out "$MIRROR_DIR" --only ubuntu-cloud-image --vm-image "$IMG"
-phase "mirror: debs"    hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$(go env GOARCH)" --node-debs "$IMG/manifest" --debs-only
+phase "offline mirror"  hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$ARCH"
+phase "mirror: image"   hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$ARCH" --only ubuntu-cloud-image --vm-image "$IMG"
+phase "mirror: debs"    hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$ARCH" --node-debs "$IMG/manifest" --debs-only
 # This machine built the mirror, so it pins it.
 KHW_MIRROR_DIGEST=$(hack/mirror-pin.sh "$MIRROR_DIR")
 export KHW_MIRROR_DIGEST
 phase "libvirtd"        start_libvirtd
-phase "khw init"        "$KHW" init --name "$NAME" --arch "$(go env GOARCH)" --provider libvirt
+phase "khw init"        "$KHW" init --name "$NAME" --arch "$ARCH" --provider libvirt
 phase "cluster.yaml"    write_cluster
 UP_T0=$(date +%s%N)
 phase "khw up →01"      up_until 01-machines
@@ -312,16 +363,23 @@ node_files() {
   grep -q "<name>khw-$NAME-cp1</name>" "$STATE/$NAME/libvirt/cp1/domain.xml"
 }
 phase "node files"      node_files
+if [ "$STEP" -ge 7 ]; then
+  phase "w1 host"         worker_host w1
+fi
 if [ "$UNTIL" = 11-smoke ]; then
   phase "witnesses"       witness
   phase "node packages"   offline_after lb w1 w3
+elif [ "$STEP" -ge 7 ]; then
+  phase "node packages"   offline_after lb w1
 elif [ "$STEP" -ge 6 ]; then
   phase "node packages"   offline_after lb
 fi
 phase "khw up (no-op)"  noop_check
 phase "khw status"      "$KHW" status
-if [ "$UNTIL" = 11-smoke ]; then
+if [ "$STEP" -ge 7 ]; then
   phase "lab check 07"    "$KHW" lab check 07-workers
+fi
+if [ "$UNTIL" = 11-smoke ]; then
   phase "lab check 10"    "$KHW" lab check 10-tls-bootstrap
   # One control plane: the drill that fits is the load balancer's.
   phase "drill lb"        "$KHW" break lb --for 20s
@@ -331,7 +389,7 @@ if [ "${E2E_KEEP:-}" != 1 ]; then
 fi
 
 echo
-echo "e2e-libvirt wall times ($(nproc) cores, TCG, $(date -u +%Y-%m-%dT%H:%MZ)):"
+echo "e2e-libvirt wall times ($ARCH nodes on $HOSTARCH, $(nproc) cores, TCG, $(date -u +%Y-%m-%dT%H:%MZ)):"
 printf '  %s\n' "${PHASES[@]}"
 ds=$(( (UP_T1 - UP_T0) / 100000000 ))
 printf '  %-22s %5d.%d s\n' "khw up start → $UNTIL" $((ds / 10)) $((ds % 10))

@@ -6,12 +6,17 @@
 # daemon: libvirtd started in the root network namespace would create virbr0
 # (192.168.122.1) there, which khw's network rule forbids. Tests start
 # libvirtd themselves inside a network namespace of their own.
+#
+#   hack/libvirt-deps.sh          the above
+#   hack/libvirt-deps.sh --arm64  also qemu-user-static, so an amd64 host can
+#                                 build the arm64 images (hack/binfmt-arm64.sh)
 set -eu
 
 PKGS="qemu-system-x86 qemu-system-arm qemu-utils qemu-efi-aarch64 ovmf
 libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients
 dnsmasq-base libxml2-utils debootstrap e2fsprogs iproute2 util-linux
 gdisk dosfstools mtools"
+if [ "${1:-}" = --arm64 ]; then PKGS="$PKGS qemu-user-static"; fi
 
 missing=
 for p in $PKGS; do
