@@ -41,7 +41,7 @@ func SmokeRunner(c *config.Cluster, d state.Dir, cfg *rest.Config, p vm.Provider
 		return nil, 0, err
 	}
 	r.RetryWindow = vm.Scaled(p, time.Minute, smokeRetryLimit)
-	return r, vm.Scaled(p, wait, max(wait, SmokeWaitLimit)), nil
+	return r, vm.Scaled(p, wait, SmokeWaitLimit), nil
 }
 
 // NewSmokeStep returns lab 11-smoke: the smoke tests of package smoke
