@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -210,6 +211,52 @@ func TestControllerManagerAndScheduler(t *testing.T) {
 		if sched.has(f) {
 			t.Errorf("scheduler sets %s on the command line; with --config it belongs in the file", f)
 		}
+	}
+}
+
+// TestLeaderElectionTiming: the upstream defaults (no flags, no fields) on
+// a cluster that may use KVM; on libvirt.domainType: qemu the same timing in
+// both components, with renewDeadline < leaseDuration and retryPeriod <
+// renewDeadline, which both components require at start-up.
+func TestLeaderElectionTiming(t *testing.T) {
+	leFlags := []string{"--leader-elect-lease-duration", "--leader-elect-renew-deadline", "--leader-elect-retry-period"}
+	leKeys := []string{"leaseDuration", "renewDeadline", "retryPeriod"}
+	read := func(c *config.Cluster) (flags, fields []string) {
+		files := nodeFiles(t, c, "cp1", libvirtFacts())
+		cm := parseUnit(t, mustFile(t, files, "/etc/systemd/system/kube-controller-manager.service"))
+		for _, f := range leFlags {
+			if cm.has(f) {
+				flags = append(flags, cm.flag(t, f))
+			}
+		}
+		cfg := yamlMap(t, mustFile(t, files, "/etc/kubernetes/config/kube-scheduler.yaml"))
+		for _, k := range leKeys {
+			if v, ok := dig(cfg, "leaderElection", k); ok {
+				fields = append(fields, fmt.Sprint(v))
+			}
+		}
+		return flags, fields
+	}
+	for _, typ := range []string{"", config.DomainTypeKVM} {
+		c := defaultCluster(t, config.ProviderLibvirt, func(c *config.Cluster) { c.Libvirt = &config.Libvirt{DomainType: typ} })
+		if flags, fields := read(c); len(flags)+len(fields) != 0 {
+			t.Errorf("domainType %q: leader-election timing %v / %v set, want upstream defaults", typ, flags, fields)
+		}
+	}
+	c := defaultCluster(t, config.ProviderLibvirt, func(c *config.Cluster) { c.Libvirt = &config.Libvirt{DomainType: config.DomainTypeQEMU} })
+	flags, fields := read(c)
+	if len(flags) != 3 || !slices.Equal(flags, fields) {
+		t.Fatalf("domainType qemu: controller-manager %v, scheduler %v, want the same three durations", flags, fields)
+	}
+	var d [3]time.Duration
+	for i, s := range flags {
+		var err error
+		if d[i], err = time.ParseDuration(s); err != nil {
+			t.Fatalf("%s=%q: %v", leFlags[i], s, err)
+		}
+	}
+	if !(d[2] < d[1] && d[1] < d[0]) || d[0] <= 15*time.Second {
+		t.Errorf("domainType qemu: lease %s, renew %s, retry %s: want retry < renew < lease and lease > upstream's 15s", d[0], d[1], d[2])
 	}
 }
 

@@ -174,6 +174,7 @@ func TestGoldenVariants(t *testing.T) {
 	}{
 		{"nspawn", nil, config.ProviderNspawn},
 		{"mybridge", func(c *config.Cluster) { c.Kubernetes.CNI = config.CNIMyBridge }, config.ProviderLibvirt},
+		{"tcg", func(c *config.Cluster) { c.Libvirt = &config.Libvirt{DomainType: config.DomainTypeQEMU} }, config.ProviderLibvirt},
 	}
 	skipped := func(p string) bool { return strings.HasPrefix(p, "w2/") }
 	for _, v := range variants {

@@ -251,6 +251,36 @@ type nodeData struct {
 	// PodRoutes are the other workers' podCIDRs, each via that worker's IP
 	// (workers only): the routes of the pod network without an overlay.
 	PodRoutes []PodRoute
+	// LeaderElection is the leader-election timing of kube-controller-manager
+	// and kube-scheduler; nil means the upstream defaults (no flags).
+	LeaderElection *LeaderElection
+}
+
+// LeaderElection is the leader-election timing of kube-controller-manager and
+// kube-scheduler, in Go duration syntax (--leader-elect-lease-duration,
+// --leader-elect-renew-deadline, --leader-elect-retry-period; the scheduler's
+// leaderElection.leaseDuration, renewDeadline, retryPeriod). Upstream's
+// defaults are 15s, 10s and 2s
+// (https://kubernetes.io/docs/reference/command-line-tools-reference/kube-controller-manager/).
+type LeaderElection struct{ LeaseDuration, RenewDeadline, RetryPeriod string }
+
+// EmulatedLeaderElection is the timing used on QEMU-emulated (TCG) control
+// planes: four times upstream's. Under TCG one request to the local
+// apiserver can take several seconds; with the 10 s renew deadline the
+// leader misses it, exits ("leaderelection lost") and restarts, and every
+// controller (the CSR approver of TLS bootstrap among them) starts over.
+var EmulatedLeaderElection = LeaderElection{LeaseDuration: "60s", RenewDeadline: "40s", RetryPeriod: "8s"}
+
+// LeaderElectionFor returns the leader-election timing c's control planes
+// get: &EmulatedLeaderElection when cluster.yaml says libvirt.domainType:
+// qemu, else nil (upstream defaults). It is read from cluster.yaml, not
+// measured, so every run renders the same files.
+func LeaderElectionFor(c *config.Cluster) *LeaderElection {
+	if c.Provider == config.ProviderLibvirt && c.Libvirt != nil && c.Libvirt.DomainType == config.DomainTypeQEMU {
+		le := EmulatedLeaderElection
+		return &le
+	}
+	return nil
 }
 
 // PodRoute is one route of the pod network: Dest (a worker's podCIDR) via
@@ -316,6 +346,7 @@ func newNodeData(c *config.Cluster, n config.Node, f NodeFacts) *nodeData {
 		LBFastInterval:       haproxyDuration(max(100*time.Millisecond, c.LoadBalancer.Interval/4)),
 		PauseImage:           PauseImage(c),
 		PodRoutes:            PodRoutes(c, n.Name),
+		LeaderElection:       LeaderElectionFor(c),
 	}
 	for _, h := range c.Nodes {
 		names := h.Name

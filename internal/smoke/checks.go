@@ -356,9 +356,14 @@ func probeNodePorts(ctx context.Context, dial remote.DialFunc, workers []config.
 			wctx, cancel := context.WithTimeout(ctx, window)
 			defer cancel()
 			url := "http://" + net.JoinHostPort(w.IP, strconv.Itoa(nodePort)) + "/hostname"
-			for {
+			for attempt := 0; ; attempt++ {
 				res := nodePortResult{Node: w.Name, IP: w.IP, HasPod: w.Name == podNode}
 				code, body, err := httpGet(wctx, dial, url)
+				if err != nil && attempt > 0 && wctx.Err() != nil {
+					// The window closed during this attempt: the previous
+					// attempt's answer says more than "deadline exceeded".
+					return
+				}
 				if err != nil {
 					res.Err = oneLine(err.Error())
 				}
