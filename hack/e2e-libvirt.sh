@@ -265,21 +265,27 @@ echo "installed=$(for p in haproxy jq conntrack socat; do dpkg-query -W -f="\${d
 worker_host() {
   local n=$1 got want
   # shellcheck disable=SC2016 # expanded on the node
-  got=$(on "$n" 'echo "arch=$(uname -m)"
+  # The sbin directories are not on a non-root ssh PATH on Debian's image
+  # (Ubuntu's /etc/environment has them); name them so both answer alike.
+  got=$(on "$n" 'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+echo "arch=$(uname -m)"
 echo "overlay=$(grep -cw overlay /proc/filesystems) br_netfilter=$(test -e /proc/sys/net/bridge/bridge-nf-call-iptables && echo loaded)"
 echo "sysctl=$(sysctl -n net.bridge.bridge-nf-call-iptables net.bridge.bridge-nf-call-ip6tables net.ipv4.ip_forward | tr "\n" " ")"
-echo "swap=$(swapon --noheadings --show | wc -l)"
+echo "swap=$(swapon --noheadings --show 2>&1 | wc -l)"
 echo "units=$(systemctl is-active containerd kubelet kube-proxy | tr "\n" " ")"
 echo "cgroup=$(stat -fc %T /sys/fs/cgroup) kubelet=$(cat /proc/$(pidof kubelet)/cgroup)"
 echo "kubelet: $(/usr/local/bin/kubelet --version)"
 echo "containerd: $(/usr/local/bin/containerd --version)"
-echo "runc: $(PATH=$PATH:/usr/local/sbin runc --version | head -1)"
+echo "runc: $(runc --version | head -1)"
 echo "iptables: $(iptables --version)"
 echo "images: $(sudo ctr -n k8s.io images ls -q | grep -v ^sha256: | sort | tr "\n" " ")"' 2>/dev/null)
   printf '%s:\n%s\n' "$n" "$got"
   for want in "arch=$UNAME_M" "overlay=1 br_netfilter=loaded" "sysctl=1 1 1 " "swap=0" "units=active active active " \
               "cgroup=cgroup2fs kubelet=0::/system.slice/kubelet.service"; do
     grep -qxF "$want" <<<"$got" || { echo "e2e-libvirt: $n after 07-workers: want $want" >&2; return 1; }
+  done
+  for want in "kubelet: Kubernetes v" "containerd: containerd " "runc: runc version " "iptables: iptables v"; do
+    grep -q "^$want" <<<"$got" || { echo "e2e-libvirt: $n after 07-workers: want a line starting $want" >&2; return 1; }
   done
   got=$(in_ns "$KHW" kubectl get node "$n" -o 'jsonpath={.status.nodeInfo.architecture} {.status.conditions[?(@.type=="Ready")].status} {.status.nodeInfo.kubeletVersion} {.status.nodeInfo.osImage}')
   echo "Node $n: $got"
