@@ -139,6 +139,6 @@ e2e-libvirt: deps mirror-deps libvirt-deps build
 ## e2e-libvirt-arm64: the same on arm64 nodes (aarch64 virt machines with
 ## UEFI, emulated by TCG on an amd64 host; the images built through
 ## qemu-user): lb, cp1, w1 through 07-workers, with each node's uname -m and
-## w1's host preparation checked (too slow for CI: ~1 h on 2 cores)
+## w1's host preparation checked (too slow for CI: over 70 min on 2 cores)
 e2e-libvirt-arm64: deps mirror-deps mirror-deps-arm64 libvirt-deps-arm64 build
 	E2E_ARCH=arm64 hack/e2e-libvirt.sh
