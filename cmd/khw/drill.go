@@ -47,8 +47,8 @@ What can be broken:
   kubelet WORKER                     stop the kubelet on one worker: its pods
                                      keep running, the Node turns NotReady.
 
-While it runs, khw samples, at least twice a second and each on a new
-connection: an API read and an API write through the load balancer, every
+While it runs, khw samples, twice a second (every 2 s on TCG VMs, whose
+emulated control plane would be swamped) and each on a new connection: an API read and an API write through the load balancer, every
 etcd member's status (leader, raft term), /readyz of each apiserver directly,
 the kube-controller-manager and kube-scheduler Leases (holder,
 leaseTransitions), HAProxy's view of its backends (its stats page, read on
@@ -232,7 +232,7 @@ func openDrill(a *app, d state.Dir, c *config.Cluster) (*drillEnv, error) {
 	if err != nil {
 		return nil, err
 	}
-	target := health.Target{Cluster: c, PKIDir: d.PKIDir(), Dial: m.Provider.Dialer()}
+	target := health.Target{Cluster: c, PKIDir: d.PKIDir(), Dial: m.Provider.Dialer(), Slowdown: int(vm.Slowdown(m.Provider))}
 	e := &drillEnv{c: c, m: m, target: target, admin: filepath.Join(d.KubeconfigDir(), kubeconfig.AdminFile)}
 	e.prober = &drill.Prober{Cluster: c, Target: target, AdminKubeconfig: e.admin, Workers: c.Workers()}
 	if lb, ok := c.LB(); ok {
@@ -341,7 +341,7 @@ func runBreak(parent context.Context, a *app, spec drill.Spec) error {
 		heal = "for " + spec.For.String() + " (Ctrl-C heals early)"
 	}
 	fmt.Fprintf(a.out, "Drill %s: %s, %s\n", rec.ID, describeActions(actions, live), heal)
-	fmt.Fprintf(a.out, "Sampling %s (each every %s)\n", signalList(env.prober), drill.Interval)
+	fmt.Fprintf(a.out, "Sampling %s (each every %s)\n", signalList(env.prober), env.prober.Every())
 	r := &drill.Runner{Store: store, Prober: env.prober, Act: env.act, Out: a.out}
 	rep, err := r.Run(ctx, rec)
 	if err != nil && rep.ID == "" {

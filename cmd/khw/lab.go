@@ -612,7 +612,7 @@ func labCheckIn(ctx context.Context, a *app, l labs.Lab, e *labEnv) error {
 }
 
 func labClientset(e *labEnv) (kubernetes.Interface, error) {
-	cfg, err := adminRESTConfig(e.d, health.Target{Cluster: e.c, PKIDir: e.d.PKIDir(), Dial: e.m.Provider.Dialer()})
+	cfg, err := adminRESTConfig(e.d, health.Target{Cluster: e.c, PKIDir: e.d.PKIDir(), Dial: e.m.Provider.Dialer(), Slowdown: int(vm.Slowdown(e.m.Provider))})
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/khw-dev/khw/internal/kubeconfig"
 	"github.com/khw-dev/khw/internal/smoke"
 	"github.com/khw-dev/khw/internal/state"
+	"github.com/khw-dev/khw/internal/vm"
 )
 
 const smokeLong = `Run the smoke tests of Kubernetes the Hard Way against the running cluster,
@@ -81,7 +82,7 @@ func newSmokeCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg, err := adminRESTConfig(d, health.Target{Cluster: c, PKIDir: d.PKIDir(), Dial: p.Dialer()})
+			cfg, err := adminRESTConfig(d, health.Target{Cluster: c, PKIDir: d.PKIDir(), Dial: p.Dialer(), Slowdown: int(vm.Slowdown(p))})
 			if err != nil {
 				return err
 			}

@@ -25,7 +25,8 @@ import (
 )
 
 // statusTimeout bounds the whole `khw status`; the SSH section gets
-// statusUnitsTimeout of it so that it reports before the end.
+// statusUnitsTimeout of it so that it reports before the end. On slow nodes
+// (TCG VMs, vm.Slowdown) both grow, up to 3×.
 const (
 	statusTimeout      = 10 * time.Second
 	statusUnitsTimeout = 8 * time.Second
@@ -140,7 +141,7 @@ func newStatusCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), statusTimeout)
+			ctx, cancel := context.WithTimeout(cmd.Context(), vm.Scaled(p, statusTimeout, 3*statusTimeout))
 			defer cancel()
 			rep, read := collectStatus(ctx, c, p, func() (*remote.Pool, func(), error) {
 				m, err := bringup.OpenReadOnly(c, d, io.Discard)
@@ -148,7 +149,7 @@ func newStatusCmd(a *app) *cobra.Command {
 					return nil, nil, err
 				}
 				return m.Pool, func() { m.Close() }, nil
-			}, health.Target{Cluster: c, PKIDir: d.PKIDir()}, filepath.Join(d.KubeconfigDir(), kubeconfig.AdminFile))
+			}, health.Target{Cluster: c, PKIDir: d.PKIDir(), Slowdown: int(vm.Slowdown(p))}, filepath.Join(d.KubeconfigDir(), kubeconfig.AdminFile))
 			if output == "json" {
 				enc := json.NewEncoder(a.out)
 				enc.SetIndent("", "  ")
@@ -235,7 +236,7 @@ func collectStatus(ctx context.Context, c *config.Cluster, p vm.Provider, openPo
 			return
 		}
 		defer closePool()
-		uctx, cancel := context.WithTimeout(ctx, statusUnitsTimeout)
+		uctx, cancel := context.WithTimeout(ctx, vm.Scaled(p, statusUnitsTimeout, 3*statusUnitsTimeout))
 		defer cancel()
 		units, err := health.Units(uctx, pool, c, running)
 		if err != nil {

@@ -27,7 +27,7 @@ const (
 
 // target is how the health checks reach this cluster.
 func (m *Machines) target(env *steps.Env) health.Target {
-	return health.Target{Cluster: env.Cluster, PKIDir: env.State.PKIDir(), Dial: m.Provider.Dialer()}
+	return health.Target{Cluster: env.Cluster, PKIDir: env.State.PKIDir(), Dial: m.Provider.Dialer(), Slowdown: int(vm.Slowdown(m.Provider))}
 }
 
 func adminKubeconfig(env *steps.Env) string {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/health"
 )
 
 func cluster(t *testing.T) *config.Cluster {
@@ -382,5 +383,32 @@ func TestSamplesFileAndStore(t *testing.T) {
 	}
 	if _, err := st.Active(); err != ErrNoActive {
 		t.Errorf("after ClearActive: %v", err)
+	}
+}
+
+// On slow nodes (TCG VMs: Slowdown 15) the prober samples every 2 s
+// instead of twice a second, waits twice as long for an API answer, and the
+// runner waits twice as long for the recovery; on nspawn nodes nothing
+// changes.
+func TestPaceFollowsSlowdown(t *testing.T) {
+	for _, tc := range []struct {
+		slowdown                  int
+		every, timeout, slow, rec time.Duration
+	}{
+		{0, Interval, APITimeout, APISlow, DefaultMaxRecovery},
+		{15, 4 * Interval, 2 * APITimeout, 2 * APISlow, 2 * DefaultMaxRecovery},
+	} {
+		p := &Prober{Target: health.Target{Slowdown: tc.slowdown}}
+		r := &Runner{Prober: p}
+		r.defaults()
+		if p.Every() != tc.every || p.apiTimeout() != tc.timeout || p.apiSlow() != tc.slow || r.MaxRecovery != tc.rec {
+			t.Errorf("slowdown %d: every %v, API timeout %v, slow %v, max recovery %v; want %v, %v, %v, %v",
+				tc.slowdown, p.Every(), p.apiTimeout(), p.apiSlow(), r.MaxRecovery, tc.every, tc.timeout, tc.slow, tc.rec)
+		}
+		for _, sc := range p.schedules() {
+			if sc.every != tc.every {
+				t.Errorf("slowdown %d: %s sampled every %v, want %v", tc.slowdown, sc.sig, sc.every, tc.every)
+			}
+		}
 	}
 }

@@ -25,6 +25,13 @@ import (
 // (an apiserver waiting 7 s on an etcd without quorum) does not lower the
 // sampling rate: up to maxInFlight probes of one signal run at once, and a
 // tick that finds them all busy is counted as skipped rather than queued.
+//
+// These are the values for nspawn nodes. On slower nodes
+// (Target.Slowdown > 1: VMs, TCG) the prober samples less often and waits
+// longer (Prober.Every and the methods below): a TCG control plane answers
+// /readyz in ~0.2 s when idle, but two requests per signal per second, each
+// on a new TLS connection, keep its emulated CPUs busy until every answer
+// is late and the drill measures its own load instead of the cluster.
 const (
 	// Interval is the period of every probe: at least two samples per
 	// second of each signal.
@@ -37,7 +44,8 @@ const (
 	// counts as failed ("unavailable"): an apiserver waiting for an etcd
 	// without quorum holds requests and answers them only after the heal.
 	APISlow = 5 * time.Second
-	// WorkloadTimeout bounds one HTTP request to the web pod.
+	// WorkloadTimeout bounds one HTTP request to the web pod, and one to
+	// HAProxy's stats page.
 	WorkloadTimeout = 2 * time.Second
 )
 
@@ -102,20 +110,34 @@ type schedule struct {
 	probe    func(ctx context.Context) Sample
 }
 
+// Every is the period of every probe: Interval, up to 4× (2 s) on slow
+// nodes (Target.Slowdown).
+func (p *Prober) Every() time.Duration { return p.Target.Scaled(Interval, 4*Interval) }
+
+// apiTimeout and apiSlow are APITimeout and APISlow, up to 2× on slow
+// nodes; stepTimeout bounds one workload or HAProxy stats request (2 s, up
+// to 4 s).
+func (p *Prober) apiTimeout() time.Duration { return p.Target.Scaled(APITimeout, 2*APITimeout) }
+func (p *Prober) apiSlow() time.Duration    { return p.Target.Scaled(APISlow, 2*APISlow) }
+func (p *Prober) stepTimeout() time.Duration {
+	return p.Target.Scaled(WorkloadTimeout, 2*WorkloadTimeout)
+}
+
 func (p *Prober) schedules() []schedule {
+	every := p.Every()
 	s := []schedule{
-		{SigAPIRead, Interval, 40, p.apiRead},
-		{SigAPIWrite, Interval, 40, p.apiWrite},
-		{SigEtcd, Interval, 3, p.etcd},
-		{SigAPIServers, Interval, 3, p.apiServers},
-		{SigLeases, Interval, 3, p.leases},
-		{SigNodes, Interval, 3, p.nodes},
+		{SigAPIRead, every, 40, p.apiRead},
+		{SigAPIWrite, every, 40, p.apiWrite},
+		{SigEtcd, every, 3, p.etcd},
+		{SigAPIServers, every, 3, p.apiServers},
+		{SigLeases, every, 3, p.leases},
+		{SigNodes, every, 3, p.nodes},
 	}
 	if p.LBDial != nil {
-		s = append(s, schedule{SigHAProxy, Interval, 3, p.haproxy})
+		s = append(s, schedule{SigHAProxy, every, 3, p.haproxy})
 	}
 	if p.NodePort > 0 && len(p.Workers) > 0 {
-		s = append(s, schedule{SigWorkload, Interval, 4, p.workload})
+		s = append(s, schedule{SigWorkload, every, 4, p.workload})
 	}
 	return s
 }
@@ -180,7 +202,7 @@ func (p *Prober) lbURL(path string) string {
 // do sends one request through the load balancer and returns the sample.
 func (p *Prober) do(ctx context.Context, method, path, contentType string, body []byte) (Sample, []byte) {
 	s := Sample{At: time.Now()}
-	ctx, cancel := context.WithTimeout(ctx, APITimeout)
+	ctx, cancel := context.WithTimeout(ctx, p.apiTimeout())
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, p.lbURL(path), bytes.NewReader(body))
 	if err != nil {
@@ -204,8 +226,8 @@ func (p *Prober) do(ctx context.Context, method, path, contentType string, body 
 		s.Err = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, statusMessage(data))
 		return s, nil
 	}
-	if s.Latency > APISlow {
-		s.Err = fmt.Sprintf("answered only after %s (slower than %s counts as unavailable)", fmtDur(s.Latency), APISlow)
+	if slow := p.apiSlow(); s.Latency > slow {
+		s.Err = fmt.Sprintf("answered only after %s (slower than %s counts as unavailable)", fmtDur(s.Latency), slow)
 		return s, data
 	}
 	s.OK = true
@@ -368,7 +390,7 @@ func (p *Prober) nodes(ctx context.Context) Sample {
 
 func (p *Prober) haproxy(ctx context.Context) Sample {
 	s := Sample{At: time.Now()}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, p.stepTimeout())
 	defer cancel()
 	client := &http.Client{Transport: &http.Transport{DialContext: p.LBDial, DisableKeepAlives: true}}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+HAProxyStats+"/stats;csv", nil)
@@ -481,7 +503,7 @@ func (p *Prober) workload(ctx context.Context) Sample {
 
 // web asks worker w's node port for /hostname; "" when a pod answered.
 func (p *Prober) web(ctx context.Context, w config.Node) string {
-	ctx, cancel := context.WithTimeout(ctx, WorkloadTimeout)
+	ctx, cancel := context.WithTimeout(ctx, p.stepTimeout())
 	defer cancel()
 	client := &http.Client{Transport: &http.Transport{DialContext: p.Target.Dialer(), DisableKeepAlives: true}}
 	url := "http://" + net.JoinHostPort(w.Addr().String(), strconv.Itoa(p.NodePort)) + "/hostname"

@@ -21,6 +21,10 @@ type Actuator interface {
 	Heal(ctx context.Context, a Action) error
 }
 
+// DefaultMaxRecovery bounds the wait for every signal to be healthy again
+// after the heal, on nspawn nodes.
+const DefaultMaxRecovery = 120 * time.Second
+
 // Runner drives one drill: sampling, break, wait, heal, recovery, report.
 type Runner struct {
 	Store  Store
@@ -32,7 +36,7 @@ type Runner struct {
 	Baseline time.Duration
 	// Settle is how long every signal must stay healthy after the heal to
 	// call the cluster recovered (5 s by default); MaxRecovery bounds the
-	// wait (120 s by default).
+	// wait (DefaultMaxRecovery, up to 2× on slow nodes: Target.Slowdown).
 	Settle      time.Duration
 	MaxRecovery time.Duration
 
@@ -53,7 +57,10 @@ func (r *Runner) defaults() {
 		r.Settle = 5 * time.Second
 	}
 	if r.MaxRecovery == 0 {
-		r.MaxRecovery = 120 * time.Second
+		r.MaxRecovery = DefaultMaxRecovery
+		if r.Prober != nil {
+			r.MaxRecovery = r.Prober.Target.Scaled(DefaultMaxRecovery, 2*DefaultMaxRecovery)
+		}
 	}
 	r.tracker = NewTracker()
 	r.lastBad = map[Signal]time.Time{}

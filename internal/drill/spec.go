@@ -11,7 +11,8 @@
 //     etcd leader, to show an election);
 //   - an Actuator that performs and reverses the Actions (systemctl over SSH,
 //     the provider's power off / on);
-//   - a Prober that samples several signals at least twice a second: an API
+//   - a Prober that samples several signals twice a second (every 2 s on
+//     slow nodes, Prober.Every): an API
 //     read and an API write through the load balancer, etcd member status,
 //     the controller-manager and scheduler Leases, HAProxy's backend states,
 //     a workload answering on every worker, and node readiness;

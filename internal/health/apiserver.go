@@ -47,7 +47,7 @@ type Readyz struct {
 // APIServers GETs /readyz?verbose from every control plane directly
 // (https://<cp name>:<port>, the name resolved by Target.Dialer and verified
 // by TLS) and through the load balancer (https://<lb name>:<port>), all in
-// parallel, each bounded by HTTPTimeout. It authenticates with the user of
+// parallel, each bounded by HTTPTimeout (longer on slow nodes, Target.Slowdown). It authenticates with the user of
 // kubeconfigPath (<state>/kubeconfigs/admin.kubeconfig), whose server URL is
 // replaced per target.
 //
@@ -91,7 +91,7 @@ func APIServers(ctx context.Context, t Target, kubeconfigPath string) []Readyz {
 }
 
 // restConfig loads kubeconfigPath and routes it through t.Dialer, without
-// proxies (the cluster is reachable only directly), with HTTPTimeout.
+// proxies (the cluster is reachable only directly), with HTTPTimeout (longer on slow nodes, Target.Slowdown).
 func (t Target) restConfig(kubeconfigPath string) (*rest.Config, error) {
 	if err := t.requireCluster(); err != nil {
 		return nil, err
@@ -102,7 +102,7 @@ func (t Target) restConfig(kubeconfigPath string) (*rest.Config, error) {
 	}
 	cfg.Dial = t.Dialer()
 	cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
-	cfg.Timeout = HTTPTimeout
+	cfg.Timeout = t.httpTimeout()
 	cfg.QPS, cfg.Burst = -1, 0 // a handful of requests: no client-side rate limit
 	return cfg, nil
 }
@@ -132,7 +132,7 @@ func readyz(ctx context.Context, base *rest.Config, r *Readyz) {
 		return
 	}
 	defer hc.CloseIdleConnections()
-	ctx, cancel := context.WithTimeout(ctx, HTTPTimeout)
+	ctx, cancel := context.WithTimeout(ctx, base.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(r.URL, "/")+"/readyz?verbose", nil)
 	if err != nil {
@@ -227,7 +227,7 @@ type Lease struct {
 // Leases reads the Leases named in LeaseNames from kube-system through the
 // load balancer (https://<lb name>:<port>; the kubeconfig's own server when
 // the cluster has no load balancer), authenticating as kubeconfigPath's user.
-// Both are read in parallel, each bounded by HTTPTimeout, and returned in
+// Both are read in parallel, each bounded by HTTPTimeout (longer on slow nodes, Target.Slowdown), and returned in
 // LeaseNames order. A Lease that does not exist is returned with Found false.
 // err is non-nil when the kubeconfig cannot be loaded or a GET failed for
 // another reason than NotFound; the Leases that could be read are still
@@ -268,7 +268,7 @@ func LeasesFrom(ctx context.Context, t Target, kubeconfigPath, server string) ([
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			gctx, cancel := context.WithTimeout(ctx, HTTPTimeout)
+			gctx, cancel := context.WithTimeout(ctx, t.httpTimeout())
 			defer cancel()
 			l, err := cs.CoordinationV1().Leases(metav1.NamespaceSystem).Get(gctx, name, metav1.GetOptions{})
 			switch {

@@ -97,7 +97,7 @@ type EtcdEndpoint struct {
 
 // Etcd asks every control-plane member of t.Cluster for its Status at
 // https://<cp IP>:2379, all in parallel, each bounded by
-// EtcdEndpointTimeout, and the member list once (from any member that
+// EtcdEndpointTimeout (longer on slow nodes, Target.Slowdown), and the member list once (from any member that
 // answers). It authenticates with t.PKIDir's kubernetes.pem, the only
 // client cert etcd accepts (EtcdClientTLS), and verifies the server
 // certificate (the same cert, whose SANs hold every control-plane IP).
@@ -134,7 +134,7 @@ func Etcd(ctx context.Context, t Target) (*EtcdReport, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rep.Endpoints[i] = etcdStatus(ctx, cli, dial, n.Name, endpoints[i])
+			rep.Endpoints[i] = etcdStatus(ctx, cli, dial, n.Name, endpoints[i], t.etcdTimeout())
 		}()
 	}
 	wg.Wait()
@@ -146,7 +146,7 @@ func Etcd(ctx context.Context, t Target) (*EtcdReport, error) {
 		}
 	}
 	if answered > 0 {
-		mctx, cancel := context.WithTimeout(ctx, EtcdEndpointTimeout)
+		mctx, cancel := context.WithTimeout(ctx, t.etcdTimeout())
 		ml, err := cli.MemberList(mctx, clientv3.WithSerializable())
 		cancel()
 		if err != nil {
@@ -214,9 +214,9 @@ func (t Target) EtcdClient() (*clientv3.Client, error) {
 // etcdStatus probes one endpoint: a plain TCP connect first (so a stopped
 // member reads "connection refused" rather than a bare deadline), then the
 // Status RPC over TLS.
-func etcdStatus(ctx context.Context, cli *clientv3.Client, dial func(context.Context, string, string) (net.Conn, error), node, endpoint string) EtcdEndpoint {
+func etcdStatus(ctx context.Context, cli *clientv3.Client, dial func(context.Context, string, string) (net.Conn, error), node, endpoint string, timeout time.Duration) EtcdEndpoint {
 	e := EtcdEndpoint{Node: node, Endpoint: endpoint}
-	ctx, cancel := context.WithTimeout(ctx, EtcdEndpointTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	hostPort := endpoint[len("https://"):]
 	conn, err := dial(ctx, "tcp", hostPort)

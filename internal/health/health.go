@@ -44,10 +44,12 @@ const (
 	// DefaultAPIServerPort is used when the cluster's apiServerPort is 0.
 	DefaultAPIServerPort = 6443
 	// EtcdEndpointTimeout bounds the connect + Status call of one etcd
-	// endpoint, and separately the one MemberList call.
+	// endpoint, and separately the one MemberList call (on nspawn nodes;
+	// Target.Slowdown lengthens it).
 	EtcdEndpointTimeout = 2 * time.Second
 	// HTTPTimeout bounds one HTTPS request to an apiserver (/readyz, a
-	// Lease GET), connection and TLS handshake included.
+	// Lease GET), connection and TLS handshake included (on nspawn nodes;
+	// Target.Slowdown lengthens it).
 	HTTPTimeout = 3 * time.Second
 )
 
@@ -80,6 +82,30 @@ type Target struct {
 	// Dial opens a TCP connection to "ip:port" inside the cluster network
 	// (vm.Provider.Dialer()). Nil means a plain net.Dialer.
 	Dial remote.DialFunc
+	// Slowdown is how many times slower than nspawn nodes the nodes answer
+	// (vm.Slowdown of the provider: 15 for TCG VMs); 0 and 1 mean nspawn
+	// speed. Each network call's timeout grows with it, up to a limit (see
+	// Scaled), so a healthy but emulated apiserver is not reported as down.
+	Slowdown int
+}
+
+// Scaled returns d multiplied by t.Slowdown, at most limit and never less
+// than d: the timeout of one call on t's nodes.
+func (t Target) Scaled(d, limit time.Duration) time.Duration {
+	if t.Slowdown <= 1 {
+		return d
+	}
+	return max(d, min(d*time.Duration(t.Slowdown), limit))
+}
+
+// httpTimeout bounds one HTTPS request to an apiserver: HTTPTimeout, up to
+// 4× on slow nodes.
+func (t Target) httpTimeout() time.Duration { return t.Scaled(HTTPTimeout, 4*HTTPTimeout) }
+
+// etcdTimeout bounds one etcd endpoint probe: EtcdEndpointTimeout, up to
+// 4× on slow nodes.
+func (t Target) etcdTimeout() time.Duration {
+	return t.Scaled(EtcdEndpointTimeout, 4*EtcdEndpointTimeout)
 }
 
 // Resolve maps a host name used in the cluster (a node name such as "lb" or

@@ -85,7 +85,7 @@ func KubeNodeFrom(n *corev1.Node) KubeNode {
 
 // KubeNodes lists the Node objects through the load balancer (the
 // kubeconfig's own server when the cluster has no load balancer) as
-// kubeconfigPath's user, bounded by HTTPTimeout, sorted by name. It
+// kubeconfigPath's user, bounded by HTTPTimeout (longer on slow nodes, Target.Slowdown), sorted by name. It
 // returns an error when the kubeconfig cannot be loaded or the list
 // failed; a node of cluster.yaml without a Node object is simply absent
 // (its kubelet has not registered).
@@ -103,7 +103,7 @@ func KubeNodes(ctx context.Context, t Target, kubeconfigPath string) ([]KubeNode
 	if err != nil {
 		return nil, fmt.Errorf("client for %s: %w", cfg.Host, err)
 	}
-	lctx, cancel := context.WithTimeout(ctx, HTTPTimeout)
+	lctx, cancel := context.WithTimeout(ctx, t.httpTimeout())
 	defer cancel()
 	list, err := cs.CoreV1().Nodes().List(lctx, metav1.ListOptions{})
 	if err != nil {

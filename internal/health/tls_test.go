@@ -298,3 +298,38 @@ func TestKubeNodesThroughLB(t *testing.T) {
 		t.Fatalf("lb down: %v", err)
 	}
 }
+
+// A ready apiserver that answers a little later than HTTPTimeout is down
+// for a Target of nspawn speed and up for one of slow nodes (Slowdown 15:
+// TCG VMs), whose timeout grows to 4×.
+func TestAPIServersSlowNodes(t *testing.T) {
+	f := newFakeCluster(t)
+	f.serve(t, "cp1", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(HTTPTimeout + 500*time.Millisecond):
+		case <-r.Context().Done():
+			return
+		}
+		ready(w, r)
+	})
+	for _, tc := range []struct {
+		slowdown int
+		ok       bool
+	}{{0, false}, {15, true}} {
+		t.Run(fmt.Sprintf("slowdown-%d", tc.slowdown), func(t *testing.T) {
+			t.Parallel()
+			tg := f.target()
+			tg.Slowdown = tc.slowdown
+			got := APIServers(context.Background(), tg, f.kubeconfig())
+			if r := got[0]; r.Target != "cp1" || r.OK != tc.ok {
+				t.Errorf("slowdown %d: cp1 %+v, want OK=%v", tc.slowdown, r, tc.ok)
+			}
+		})
+	}
+	if got, want := (Target{Slowdown: 15}).Scaled(HTTPTimeout, 4*HTTPTimeout), 4*HTTPTimeout; got != want {
+		t.Errorf("Scaled: %v, want the limit %v", got, want)
+	}
+	if got := (Target{Slowdown: 2}).Scaled(HTTPTimeout, 4*HTTPTimeout); got != 2*HTTPTimeout {
+		t.Errorf("Scaled with slowdown 2: %v, want %v", got, 2*HTTPTimeout)
+	}
+}
