@@ -194,11 +194,12 @@ up_until() {
 }
 
 # Independent witnesses (kubectl from the mirror, ssh): w1 and w3 Ready, a
-# client CSR of w3 made with a bootstrap token and issued, the kubelet of w3
-# in a cgroup of the unified (v2) hierarchy.
+# client CSR of w3 made with a bootstrap token and issued, and w3 prepared
+# like w1 (worker_host: its kubelet on the unified cgroup v2 hierarchy among
+# the rest).
 witness() {
   in_ns "$KHW" kubectl get nodes -o wide
-  local ready csrs fs cg
+  local ready csrs
   ready=$(in_ns "$KHW" kubectl get nodes --no-headers | awk '$2 == "Ready" { print $1 }' | sort | tr '\n' ' ')
   if [ "$ready" != "w1 w3 " ]; then
     echo "e2e-libvirt: Ready nodes: '$ready', want w1 and w3" >&2; return 1
@@ -207,13 +208,7 @@ witness() {
   echo "$csrs"
   grep -q 'kube-apiserver-client-kubelet.*system:bootstrap:.*Approved,Issued' <<<"$csrs" || {
     echo "e2e-libvirt: no client CSR of w3 requested with a bootstrap token and issued" >&2; return 1; }
-  fs=$(on w3 'stat -fc %T /sys/fs/cgroup')
-  # shellcheck disable=SC2016 # expanded on w3
-  cg=$(on w3 'cat /proc/$(pidof kubelet)/cgroup')
-  echo "w3: /sys/fs/cgroup is $fs; kubelet cgroup: $cg"
-  if [ "$fs" != cgroup2fs ] || [ "$cg" != "0::/system.slice/kubelet.service" ]; then
-    echo "e2e-libvirt: w3's kubelet does not run on the unified cgroup v2 hierarchy" >&2; return 1
-  fi
+  worker_host w3
 }
 
 # fresh_nodes: right after 01-machines every node is what cloud-init made
@@ -257,7 +252,7 @@ echo "installed=$(for p in haproxy jq conntrack socat; do dpkg-query -W -f="\${d
   done
 }
 
-# worker_host NODE: what 07-workers prepared on NODE, seen over ssh and
+# worker_host NODE: what 07-workers (or 10 for w3) prepared on NODE, seen over ssh and
 # through the API: the kernel prerequisites (overlay, br_netfilter, the
 # three sysctls 1, no swap), containerd, kubelet and kube-proxy active on
 # cgroup v2, the binaries from the mirror running on the nodes' arch, and
@@ -282,10 +277,10 @@ echo "images: $(sudo ctr -n k8s.io images ls -q | grep -v ^sha256: | sort | tr "
   printf '%s:\n%s\n' "$n" "$got"
   for want in "arch=$UNAME_M" "overlay=1 br_netfilter=loaded" "sysctl=1 1 1 " "swap=0" "units=active active active " \
               "cgroup=cgroup2fs kubelet=0::/system.slice/kubelet.service"; do
-    grep -qxF "$want" <<<"$got" || { echo "e2e-libvirt: $n after 07-workers: want $want" >&2; return 1; }
+    grep -qxF "$want" <<<"$got" || { echo "e2e-libvirt: $n as a worker: want $want" >&2; return 1; }
   done
   for want in "kubelet: Kubernetes v" "containerd: containerd " "runc: runc version " "iptables: iptables v"; do
-    grep -q "^$want" <<<"$got" || { echo "e2e-libvirt: $n after 07-workers: want a line starting $want" >&2; return 1; }
+    grep -q "^$want" <<<"$got" || { echo "e2e-libvirt: $n as a worker: want a line starting $want" >&2; return 1; }
   done
   got=$(in_ns "$KHW" kubectl get node "$n" -o 'jsonpath={.status.nodeInfo.architecture} {.status.conditions[?(@.type=="Ready")].status} {.status.nodeInfo.kubeletVersion} {.status.nodeInfo.osImage}')
   echo "Node $n: $got"
@@ -322,10 +317,11 @@ noop_check() {
   fi
 }
 
-# step_table prints each step of the first khw up and its time.
+# step_table prints each step of the first khw up and its time (the first
+# line of each: the run to $UNTIL finds 01-machines clean again).
 step_table() {
   echo "khw up per step ($ARCH nodes on $HOSTARCH, TCG, $(nproc) cores):"
-  sed -n -E 's/^[✓✗] ([0-9]{2}-[a-z-]+) .*\((applied [0-9]+ changes?|failed in [a-z]+), ([0-9hms.]+)\).*/  \1 \3  (\2)/p' "$STATE/up.log"
+  sed -n -E 's/^[✓✗] ([0-9]{2}-[a-z-]+) .*\((applied [0-9]+ changes?|failed in [a-z]+|clean), ([0-9hms.]+)\).*/  \1 \3  (\2)/p' "$STATE/up.log" | awk '!seen[$1]++'
 }
 
 phase "build khw"       make -s build
