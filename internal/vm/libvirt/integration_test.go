@@ -138,6 +138,16 @@ func testVMLifecycle(t *testing.T, env *lvEnv, img Image) {
 		t.Fatalf("second Create: %v", err)
 	}
 	t.Logf("second Create took %s", since(t1))
+	// A later command (khw status, break, lab) opens a provider without a
+	// domain type and without probing: it learns qemu from the domain.
+	later, err := New(c, Options{StateDir: dir, Pool: testPool, PoolPath: testPoolPath, NetnsPath: env.nsPath, Log: logWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := later.Slowdown(); got != 15 || later.domType != DomainQEMU {
+		t.Errorf("a new provider for the existing qemu domain: Slowdown %d, domain type %q; want 15 and %q", got, later.domType, DomainQEMU)
+	}
+	later.Close()
 
 	// Witnesses: libvirt's own view.
 	if out := virsh(t, "net-list", "--all", "--name"); !strings.Contains(out, "khw-lvt") {

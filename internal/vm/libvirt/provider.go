@@ -268,6 +268,15 @@ func (p *Provider) lookupDomain(l *golibvirt.Libvirt, node string) (golibvirt.Do
 	if o.StateDir != p.opts.StateDir {
 		return d, false, &vm.ForeignOwnerError{Cluster: p.c.Name, Namespace: "libvirt domain " + name, Owner: o.StateDir, StateDir: p.opts.StateDir}
 	}
+	// The nodes khw made say how they run: a later command (status, break,
+	// lab) that did not probe or create learns kvm or qemu from them.
+	if dx.Type == DomainKVM || dx.Type == DomainQEMU {
+		p.mu.Lock()
+		if p.domType == "" {
+			p.domType = dx.Type
+		}
+		p.mu.Unlock()
+	}
 	return d, true, nil
 }
 
@@ -1163,12 +1172,27 @@ func ConsoleLogPath(domain string) string {
 
 // Slowdown implements vm.Timing: VMs boot and start services slower than
 // nspawn nodes (factor 3 under KVM), and QEMU's TCG emulation is about 15×
-// slower again (factor 15; also used while the domain type is not decided
-// yet: it is decided on Create, or set by libvirt.domainType).
+// slower again (factor 15). The domain type is libvirt.domainType, else
+// what the KVM probe decided (on Create), else that of this cluster's
+// existing domains (read here when libvirtd answers); 15 while none of
+// these is known, so that no wait is cut short.
 func (p *Provider) Slowdown() int {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.domType == DomainKVM {
+	typ := p.domType
+	p.mu.Unlock()
+	if typ == "" {
+		if l, err := p.connect(); err == nil {
+			for _, n := range p.c.Nodes {
+				if _, found, err := p.lookupDomain(l, n.Name); err == nil && found {
+					break
+				}
+			}
+		}
+		p.mu.Lock()
+		typ = p.domType
+		p.mu.Unlock()
+	}
+	if typ == DomainKVM {
 		return 3
 	}
 	return 15
