@@ -23,6 +23,7 @@ import (
 	"github.com/khw-dev/khw/internal/kubeconfig"
 	"github.com/khw-dev/khw/internal/labrun"
 	"github.com/khw-dev/khw/internal/remote"
+	"github.com/khw-dev/khw/internal/render"
 	"github.com/khw-dev/khw/internal/smoke"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/vm"
@@ -48,8 +49,9 @@ What can be broken:
                                      keep running, the Node turns NotReady.
 
 While it runs, khw samples, twice a second (every 2 s on TCG VMs, whose
-emulated control plane would be swamped) and each on a new connection: an API read and an API write through the load balancer, every
-etcd member's status (leader, raft term), /readyz of each apiserver directly,
+emulated control plane would be swamped) and each on a new connection: an
+API read and an API write through the load balancer, every etcd member's
+status (leader, raft term), /readyz of each apiserver directly,
 the kube-controller-manager and kube-scheduler Leases (holder,
 leaseTransitions), HAProxy's view of its backends (its stats page, read on
 lb through SSH), a web pod on every worker through its node port (the data
@@ -312,7 +314,7 @@ func runBreak(parent context.Context, a *app, spec drill.Spec) error {
 		return err
 	}
 	fmt.Fprintf(a.out, "Preparing the probe workload (namespace %s)…\n", drill.Namespace)
-	port, err := drill.EnsureWorkload(ctx, cs, image, 2*time.Minute)
+	port, err := drill.EnsureWorkload(ctx, cs, image, env.target.Scaled(2*time.Minute, 6*time.Minute))
 	if err != nil {
 		return fmt.Errorf("probe workload: %w", err)
 	}
@@ -324,7 +326,8 @@ func runBreak(parent context.Context, a *app, spec drill.Spec) error {
 		LB: lbName(c), NodePort: port,
 		Facts: drill.Facts{
 			ControlPlanes: len(c.ControlPlanes()), LBInter: c.LoadBalancer.Interval, LBFall: c.LoadBalancer.Fall,
-			LeaseDuration: 15 * time.Second, NodeMonitorGracePeriod: 50 * time.Second,
+			LeaseDuration: leaseDuration(c), NodeMonitorGracePeriod: 50 * time.Second,
+			Every: env.prober.Every(),
 		},
 	}
 	for _, n := range c.ControlPlanes() {
@@ -506,4 +509,16 @@ func printDrillReport(w io.Writer, store drill.Store, rep drill.Report) error {
 		return fmt.Errorf("drill %s: %d expectation(s) did not hold (see the report)", rep.ID, failed)
 	}
 	return nil
+}
+
+// leaseDuration is the leader-election lease duration the control planes
+// were rendered with: upstream's 15 s, or render.LeaderElectionFor's on
+// emulated control planes.
+func leaseDuration(c *config.Cluster) time.Duration {
+	if le := render.LeaderElectionFor(c); le != nil {
+		if d, err := time.ParseDuration(le.LeaseDuration); err == nil {
+			return d
+		}
+	}
+	return 15 * time.Second
 }

@@ -386,16 +386,17 @@ func TestSamplesFileAndStore(t *testing.T) {
 	}
 }
 
-// On slow nodes (TCG VMs: Slowdown 15) the prober samples every 2 s
+// On emulated nodes (TCG VMs: Slowdown 15) the prober samples every 2 s
 // instead of twice a second, waits twice as long for an API answer, and the
-// runner waits twice as long for the recovery; on nspawn nodes nothing
-// changes.
+// runner waits twice as long for the recovery; on nspawn nodes and KVM VMs
+// (Slowdown 3) nothing changes.
 func TestPaceFollowsSlowdown(t *testing.T) {
 	for _, tc := range []struct {
 		slowdown                  int
 		every, timeout, slow, rec time.Duration
 	}{
 		{0, Interval, APITimeout, APISlow, DefaultMaxRecovery},
+		{3, Interval, APITimeout, APISlow, DefaultMaxRecovery}, // KVM VMs
 		{15, 4 * Interval, 2 * APITimeout, 2 * APISlow, 2 * DefaultMaxRecovery},
 	} {
 		p := &Prober{Target: health.Target{Slowdown: tc.slowdown}}

@@ -26,9 +26,9 @@ import (
 // sampling rate: up to maxInFlight probes of one signal run at once, and a
 // tick that finds them all busy is counted as skipped rather than queued.
 //
-// These are the values for nspawn nodes. On slower nodes
-// (Target.Slowdown > 1: VMs, TCG) the prober samples less often and waits
-// longer (Prober.Every and the methods below): a TCG control plane answers
+// These are the values for nspawn and KVM nodes. On emulated nodes (TCG
+// VMs, Prober.Emulated) the prober samples less often and waits longer
+// (Prober.Every and the methods below): a TCG control plane answers
 // /readyz in ~0.2 s when idle, but two requests per signal per second, each
 // on a new TLS connection, keep its emulated CPUs busy until every answer
 // is late and the drill measures its own load instead of the cluster.
@@ -110,18 +110,30 @@ type schedule struct {
 	probe    func(ctx context.Context) Sample
 }
 
-// Every is the period of every probe: Interval, up to 4× (2 s) on slow
-// nodes (Target.Slowdown).
-func (p *Prober) Every() time.Duration { return p.Target.Scaled(Interval, 4*Interval) }
+// Emulated reports whether the prober samples emulated nodes: a
+// Target.Slowdown above 3, the factor of KVM VMs (their CPUs run at native
+// speed; their factor is for boots and service starts), so TCG VMs. Those
+// get the slower pace of the methods below; nspawn and KVM nodes the
+// constants above.
+func (p *Prober) Emulated() bool { return p.Target.Slowdown > 3 }
 
-// apiTimeout and apiSlow are APITimeout and APISlow, up to 2× on slow
-// nodes; stepTimeout bounds one workload or HAProxy stats request (2 s, up
-// to 4 s).
-func (p *Prober) apiTimeout() time.Duration { return p.Target.Scaled(APITimeout, 2*APITimeout) }
-func (p *Prober) apiSlow() time.Duration    { return p.Target.Scaled(APISlow, 2*APISlow) }
-func (p *Prober) stepTimeout() time.Duration {
-	return p.Target.Scaled(WorkloadTimeout, 2*WorkloadTimeout)
+// pace returns d on native nodes and d×k on emulated ones.
+func (p *Prober) pace(d time.Duration, k int) time.Duration {
+	if p.Emulated() {
+		return d * time.Duration(k)
+	}
+	return d
 }
+
+// Every is the period of every probe: Interval, 4× (2 s) on emulated nodes.
+func (p *Prober) Every() time.Duration { return p.pace(Interval, 4) }
+
+// apiTimeout and apiSlow are APITimeout and APISlow, 2× on emulated nodes;
+// stepTimeout bounds one workload or HAProxy stats request (2 s, 4 s on
+// emulated nodes).
+func (p *Prober) apiTimeout() time.Duration  { return p.pace(APITimeout, 2) }
+func (p *Prober) apiSlow() time.Duration     { return p.pace(APISlow, 2) }
+func (p *Prober) stepTimeout() time.Duration { return p.pace(WorkloadTimeout, 2) }
 
 func (p *Prober) schedules() []schedule {
 	every := p.Every()

@@ -150,6 +150,19 @@ type Facts struct {
 	// NodeMonitorGracePeriod is kube-controller-manager's
 	// --node-monitor-grace-period (50 s upstream default since v1.32).
 	NodeMonitorGracePeriod time.Duration
+	// Every is the prober's sampling period (Prober.Every; 0 means
+	// Interval). A failing stretch is measured from sample to sample and a
+	// change is seen up to one period late: the verdict's time bounds,
+	// set for sampling at Interval, grow by Every − Interval.
+	Every time.Duration
+}
+
+// every is f.Every, or Interval when unset.
+func (f Facts) every() time.Duration {
+	if f.Every > 0 {
+		return f.Every
+	}
+	return Interval
 }
 
 // Analyze builds the report of drill rec from its samples (any order).
@@ -452,7 +465,12 @@ func expectations(rec Record, r Report, f Facts) []Expectation {
 	}
 	skip := func(text, why string) { out = append(out, Expectation{Text: text, Result: Skip, Evidence: why}) }
 	broken := rec.brokenNodes()
-	lbBound := time.Duration(f.LBFall)*f.LBInter + f.LBInter + time.Second
+	// The bounds below hold for sampling at Interval; a slower prober sees
+	// each change up to `late` later.
+	late := f.every() - Interval
+	// HAProxy's detection time plus a second of slack.
+	slack := time.Second + late
+	lbBound := time.Duration(f.LBFall)*f.LBInter + f.LBInter + slack
 	watched := time.Duration(float64(r.BrokenFor) * float64(time.Second))
 
 	apiAvailable := func(limit time.Duration, why string) {
@@ -463,6 +481,7 @@ func expectations(rec Record, r Report, f Facts) []Expectation {
 			return
 		}
 		longest := max(rd.Longest, wr.Longest)
+		limit += late
 		add(fmt.Sprintf("the API stays available through the load balancer (no failing stretch longer than %s: %s)", fmtDur(limit), why),
 			longest <= secs(limit),
 			fmt.Sprintf("reads: %d of %d failed, longest %s, slowest request %s; writes: %d of %d failed, longest %s, slowest request %s", rd.Failed, rd.Samples, rd.Longest, rd.Slowest, wr.Failed, wr.Samples, wr.Longest, wr.Slowest))
@@ -498,7 +517,7 @@ func expectations(rec Record, r Report, f Facts) []Expectation {
 		}
 		for _, n := range nodes {
 			p, ok := r.part(SigHAProxy, n)
-			text := fmt.Sprintf("HAProxy takes %s out of rotation (DOWN) within fall×inter + inter + 1 s (%d×%s + %s + 1 s = %s)", n, f.LBFall, fmtDur(f.LBInter), fmtDur(f.LBInter), fmtDur(lbBound))
+			text := fmt.Sprintf("HAProxy takes %s out of rotation (DOWN) within fall×inter + inter + %s (%d×%s + %s + %s = %s)", n, fmtDur(slack), f.LBFall, fmtDur(f.LBInter), fmtDur(f.LBInter), fmtDur(slack), fmtDur(lbBound))
 			switch {
 			case !ok || p.DownAfter == nil:
 				add(text, false, "HAProxy never reported "+n+" DOWN")

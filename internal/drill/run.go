@@ -36,7 +36,7 @@ type Runner struct {
 	Baseline time.Duration
 	// Settle is how long every signal must stay healthy after the heal to
 	// call the cluster recovered (5 s by default); MaxRecovery bounds the
-	// wait (DefaultMaxRecovery, up to 2× on slow nodes: Target.Slowdown).
+	// wait (DefaultMaxRecovery, 2× on emulated nodes: Prober.Emulated).
 	Settle      time.Duration
 	MaxRecovery time.Duration
 
@@ -59,7 +59,7 @@ func (r *Runner) defaults() {
 	if r.MaxRecovery == 0 {
 		r.MaxRecovery = DefaultMaxRecovery
 		if r.Prober != nil {
-			r.MaxRecovery = r.Prober.Target.Scaled(DefaultMaxRecovery, 2*DefaultMaxRecovery)
+			r.MaxRecovery = r.Prober.pace(DefaultMaxRecovery, 2)
 		}
 	}
 	r.tracker = NewTracker()
