@@ -14,8 +14,8 @@
 # also carries the node .debs: no node reaches a package archive.
 #
 # After khw up: witnesses from outside khw (kubectl: w1 and w3 Ready, w3's
-# client CSR issued through a bootstrap token; ssh: w3's kubelet on cgroup
-# v2), a second khw up that must find every step clean, khw status, khw lab
+# client CSR issued through a bootstrap token; ssh: w1 and w3 prepared as
+# workers, their kubelets on cgroup v2), a second khw up that must find every step clean, khw status, khw lab
 # check 07 and 10, the load-balancer drill (it must pass its verdict), khw
 # down. Everything is removed at the end, on failure and on Ctrl-C too: the
 # cluster (khw down), the daemons, every process left in the namespace, the

@@ -26,8 +26,8 @@ pod CIDR 10.200.0.0/16 with a /24 per worker, and w3 joining by TLS bootstrap.
 Every field is commented; edit it before ` + "`khw up`" + ` to change the topology.
 
 Providers:
-  libvirt  VMs from Ubuntu 24.04 cloud images (needs KVM; the main path on an
-           ARM or x86 Linux host)
+  libvirt  VMs from Ubuntu 24.04 cloud images (the main path on an ARM or x86
+           Linux host with KVM; without KVM, QEMU's TCG emulation, ~15× slower)
   nspawn   the same nodes as systemd-nspawn system containers inside the
            network namespace khw-<name>: no KVM needed, boots in seconds
 

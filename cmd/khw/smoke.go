@@ -174,13 +174,13 @@ func smokeResult(cluster string, rep *smoke.Report) error {
 // adminRESTConfig is the client config of <state>/kubeconfigs/admin.kubeconfig
 // (admin through the load balancer) that dials through target (node names
 // resolved from cluster.yaml, the provider's dialer) with a 10 s timeout
-// per request. A missing or bad kubeconfig names the fix (khw kubeconfig).
+// per request (up to 30 s on slow nodes, target.Slowdown). A missing or bad kubeconfig names the fix (khw kubeconfig).
 func adminRESTConfig(d state.Dir, target health.Target) (*rest.Config, error) {
 	cfg, err := kube.RESTConfig(filepath.Join(d.KubeconfigDir(), kubeconfig.AdminFile), "")
 	if err != nil {
 		return nil, fmt.Errorf("%w (fix: khw kubeconfig)", err)
 	}
 	cfg.Dial = target.Dialer()
-	cfg.Timeout = 10 * time.Second
+	cfg.Timeout = target.Scaled(10*time.Second, 30*time.Second)
 	return cfg, nil
 }

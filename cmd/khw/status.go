@@ -79,13 +79,16 @@ LEASES     The leader-election Leases of kube-controller-manager and
            Lease every 2 s; if it stops for the lease duration (15 s) another
            instance takes over and TRANSITIONS goes up by one. A renewal older
            than the lease duration (FRESH no) means the leader is gone and no
-           one has taken over yet.
+           one has taken over yet. With libvirt.domainType qemu (TCG) both are
+           4× (8 s and 60 s): their templates say why.
 
 Every section stands alone: one that cannot be read prints its error and
 the others still run. The sections that contact the nodes are skipped when
 no node is running. The whole command is bounded to 10 s; each etcd member
 gets 2 s and each HTTPS request 3 s, so a dead node shows up as an error
-row rather than a hang.
+row rather than a hang. On VMs these bounds grow with the provider's
+slowdown (TCG: 30 s, 8 s and 12 s), so an emulated node that is merely slow
+is not shown as down.
 
 Exit status: 0 when the nodes could be listed, even if the cluster is
 unhealthy (read the sections); 1 when nothing at all could be read.

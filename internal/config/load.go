@@ -130,7 +130,7 @@ func explainYAML(source string, err error) error {
 			if where == "" {
 				where = m[3]
 			}
-			lines = append(lines, fmt.Sprintf("line %s: unknown field %s in %s (fix: remove it or correct its spelling; `khw init` writes every known field)", m[1], quote(m[2]), where))
+			lines = append(lines, fmt.Sprintf("line %s: unknown field %s in %s (fix: remove it or correct its spelling; `khw init` writes the known fields, README.md lists the optional sections)", m[1], quote(m[2]), where))
 		case notMapping.MatchString(msg):
 			lines = append(lines, "the document must be a mapping of fields (apiVersion, kind, name, nodes …), not "+clip(notMapping.FindStringSubmatch(msg)[1])+" (fix: start from `khw init`)")
 		case cannotUnmarshal.MatchString(msg):
@@ -179,7 +179,7 @@ func goTypeWord(t string) string {
 var fieldComments = map[string]string{
 	"name":                     "Cluster name: state dir, network namespace khw-<name>, nspawn machines <name>-<node>, VM names khw-<name>-<node>.",
 	"arch":                     "CPU architecture of the nodes: arm64 or amd64.",
-	"provider":                 "What makes the machines: libvirt (VMs, needs KVM) or nspawn (systemd-nspawn containers).",
+	"provider":                 "What makes the machines: libvirt (VMs: KVM, or TCG emulation ~15× slower) or nspawn (systemd-nspawn containers).",
 	"network":                  "The node network. The host (jumpbox) is the gateway.",
 	"kubernetes.serviceCIDR":   "--service-cluster-ip-range; its first IP is the `kubernetes` Service and a SAN of the apiserver cert.",
 	"kubernetes.clusterCIDR":   "Pod address space; each worker's podCIDR is a /24 inside it.",

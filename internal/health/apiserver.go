@@ -132,7 +132,11 @@ func readyz(ctx context.Context, base *rest.Config, r *Readyz) {
 		return
 	}
 	defer hc.CloseIdleConnections()
-	ctx, cancel := context.WithTimeout(ctx, base.Timeout)
+	timeout := base.Timeout // restConfig's, scaled for slow nodes
+	if timeout <= 0 {
+		timeout = HTTPTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(r.URL, "/")+"/readyz?verbose", nil)
 	if err != nil {
