@@ -15,12 +15,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/khw-dev/khw/internal/bringup"
+	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/health"
-	"github.com/khw-dev/khw/internal/kube"
-	"github.com/khw-dev/khw/internal/kubeconfig"
 	"github.com/khw-dev/khw/internal/labrun"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/render"
@@ -220,27 +218,27 @@ func drillsDir(d state.Dir) string { return filepath.Join(d.Root, "drills") }
 // prober and the actuator.
 type drillEnv struct {
 	c      *config.Cluster
-	m      *bringup.Machines
+	s      *cluster.Session
 	target health.Target
 	admin  string
 	prober *drill.Prober
 	act    drill.NodeActuator
 }
 
-func (e *drillEnv) close() { e.m.Close() }
+func (e *drillEnv) close() { e.s.Close() }
 
 func openDrill(a *app, d state.Dir, c *config.Cluster) (*drillEnv, error) {
-	m, err := bringup.Open(c, d, io.Discard)
+	s, err := cluster.Open(c, d, cluster.ReadWrite, nil)
 	if err != nil {
 		return nil, err
 	}
-	target := health.Target{Cluster: c, PKIDir: d.PKIDir(), Dial: m.Provider.Dialer(), Slowdown: int(vm.Slowdown(m.Provider))}
-	e := &drillEnv{c: c, m: m, target: target, admin: filepath.Join(d.KubeconfigDir(), kubeconfig.AdminFile)}
+	target := s.Target()
+	e := &drillEnv{c: c, s: s, target: target, admin: s.AdminKubeconfig()}
 	e.prober = &drill.Prober{Cluster: c, Target: target, AdminKubeconfig: e.admin, Workers: c.Workers()}
 	if lb, ok := c.LB(); ok {
 		node := remote.Node{Name: lb.Name, Addr: lb.IP}
 		e.prober.LBDial = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			cl, err := m.Pool.Get(ctx, node)
+			cl, err := s.Pool.Get(ctx, node)
 			if err != nil {
 				return nil, err
 			}
@@ -248,10 +246,10 @@ func openDrill(a *app, d state.Dir, c *config.Cluster) (*drillEnv, error) {
 		}
 	}
 	if err := e.prober.Init(); err != nil {
-		m.Close()
+		s.Close()
 		return nil, err
 	}
-	e.act = drill.NodeActuator{Cluster: c, Pool: m.Pool, Provider: m.Provider}
+	e.act = drill.NodeActuator{Cluster: c, Pool: s.Pool, Provider: s.Provider}
 	return e, nil
 }
 
@@ -301,11 +299,7 @@ func runBreak(parent context.Context, a *app, spec drill.Spec) error {
 		return usageError{err}
 	}
 
-	cfg, err := adminRESTConfig(d, env.target)
-	if err != nil {
-		return err
-	}
-	cs, err := kube.Clientset(cfg)
+	cs, err := env.s.Clientset()
 	if err != nil {
 		return err
 	}
@@ -369,7 +363,7 @@ func drillPreflight(ctx context.Context, e *drillEnv) (drill.Live, []string) {
 	var problems []string
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	st, err := e.m.Provider.Status(cctx)
+	st, err := e.s.Provider.Status(cctx)
 	if err != nil {
 		problems = append(problems, "provider: "+err.Error())
 	}

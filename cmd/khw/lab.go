@@ -25,10 +25,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/khw-dev/khw/internal/bringup"
+	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/drill"
-	"github.com/khw-dev/khw/internal/health"
-	"github.com/khw-dev/khw/internal/kube"
 	"github.com/khw-dev/khw/internal/labcheck"
 	"github.com/khw-dev/khw/internal/labrun"
 	"github.com/khw-dev/khw/internal/labs"
@@ -163,7 +162,7 @@ func detectorList() string {
 type labEnv struct {
 	d      state.Dir
 	c      *config.Cluster
-	m      *bringup.Machines
+	s      *cluster.Session
 	env    *steps.Env
 	all    []steps.Step
 	unlock func()
@@ -171,7 +170,7 @@ type labEnv struct {
 
 func (e *labEnv) close() {
 	e.env.Close()
-	e.m.Close()
+	e.s.Close()
 	e.unlock()
 }
 
@@ -179,7 +178,7 @@ func (e *labEnv) close() {
 // cluster lock first (released by close), for the lab commands that change
 // the cluster or its state: run, check (it records progress) and reset.
 // Without it (lab list) nothing in the state directory is created: an
-// SSH key that does not exist yet is not made (bringup.OpenReadOnly).
+// SSH key that does not exist yet is not made (cluster.ReadOnly).
 func openLab(a *app, write bool) (*labEnv, error) {
 	d, c, err := a.load()
 	if err != nil {
@@ -192,17 +191,17 @@ func openLab(a *app, write bool) (*labEnv, error) {
 		}
 	}
 	env := steps.NewEnv(c, d)
-	open := bringup.Open
+	access := cluster.ReadWrite
 	if !write {
-		open = bringup.OpenReadOnly
+		access = cluster.ReadOnly
 	}
-	m, err := open(c, d, env.NodeLog(""))
+	s, err := cluster.Open(c, d, access, env.NodeLog(""))
 	if err != nil {
 		env.Close()
 		unlock()
 		return nil, err
 	}
-	return &labEnv{d: d, c: c, m: m, env: env, all: bringup.Steps(m, c), unlock: unlock}, nil
+	return &labEnv{d: d, c: c, s: s, env: env, all: bringup.Steps(bringup.New(s), c), unlock: unlock}, nil
 }
 
 func lookupLab(id string) (labs.Lab, error) {
@@ -380,10 +379,10 @@ func labSnapshot(ctx context.Context, a *app, e *labEnv, id string) error {
 	t0 := time.Now()
 	nodes := id != "01-machines"
 	if nodes {
-		err := e.m.Provider.Snapshot(ctx, name)
+		err := e.s.Provider.Snapshot(ctx, name)
 		switch {
 		case errors.Is(err, vm.ErrNotSupported):
-			fmt.Fprintf(a.errOut, "Warning: provider %s cannot snapshot nodes; khw lab reset %s will not be possible\n", e.m.Provider.Name(), id)
+			fmt.Fprintf(a.errOut, "Warning: provider %s cannot snapshot nodes; khw lab reset %s will not be possible\n", e.s.Provider.Name(), id)
 			nodes = false
 		case err != nil:
 			return fmt.Errorf("snapshot before lab %s: %w", id, err)
@@ -395,7 +394,7 @@ func labSnapshot(ctx context.Context, a *app, e *labEnv, id string) error {
 	what := "the state directory"
 	if nodes {
 		what = "every node and the state directory"
-		if f, ok := e.m.Provider.(interface{ LastFreeze() time.Duration }); ok && f.LastFreeze() > 0 {
+		if f, ok := e.s.Provider.(interface{ LastFreeze() time.Duration }); ok && f.LastFreeze() > 0 {
 			what += fmt.Sprintf(" (nodes paused %s for the final pass)", f.LastFreeze().Round(100*time.Millisecond))
 		}
 	}
@@ -555,7 +554,7 @@ func labCheckIn(ctx context.Context, a *app, l labs.Lab, e *labEnv) error {
 	var mistakes []labcheck.Mistake
 	detectors := labcheck.Detectors(l.ID)
 	if len(detectors) > 0 {
-		src := labrun.Source{Pool: e.m.Pool, Nodes: map[string]remote.Node{}, State: e.d}
+		src := labrun.Source{Pool: e.s.Pool, Nodes: map[string]remote.Node{}, State: e.d}
 		for _, n := range e.c.Nodes {
 			src.Nodes[n.Name] = remote.Node{Name: n.Name, Addr: n.IP}
 		}
@@ -612,15 +611,7 @@ func labCheckIn(ctx context.Context, a *app, l labs.Lab, e *labEnv) error {
 }
 
 func labClientset(e *labEnv) (kubernetes.Interface, error) {
-	cfg, err := adminRESTConfig(e.d, health.Target{Cluster: e.c, PKIDir: e.d.PKIDir(), Dial: e.m.Provider.Dialer(), Slowdown: int(vm.Slowdown(e.m.Provider))})
-	if err != nil {
-		return nil, err
-	}
-	cs, err := kube.Clientset(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return cs, nil
+	return e.s.Clientset()
 }
 
 func labReset(parent context.Context, a *app, id string, yes bool) error {
@@ -645,18 +636,18 @@ func labResetIn(ctx context.Context, a *app, l labs.Lab, e *labEnv, yes bool) er
 	t0 := time.Now()
 	if l.ID == "01-machines" {
 		fmt.Fprintln(a.out, "Before lab 01 there were no machines: removing them.")
-		if err := e.m.Provider.Destroy(ctx); err != nil {
+		if err := e.s.Provider.Destroy(ctx); err != nil {
 			return err
 		}
 	} else if l.ID != labrun.FailoverLab {
 		fmt.Fprintf(a.out, "Reverting every node to snapshot %q…\n", name)
-		if err := e.m.Provider.Revert(ctx, name); err != nil {
+		if err := e.s.Provider.Revert(ctx, name); err != nil {
 			if errors.Is(err, vm.ErrNotSupported) {
-				return fmt.Errorf("provider %s cannot revert nodes: %w", e.m.Provider.Name(), err)
+				return fmt.Errorf("provider %s cannot revert nodes: %w", e.s.Provider.Name(), err)
 			}
 			return fmt.Errorf("%w (a lab's snapshot is taken when khw lab runs it)", err)
 		}
-		if e.m.Provider.Name() == config.ProviderLibvirt {
+		if e.s.Provider.Name() == config.ProviderLibvirt {
 			// A libvirt snapshot of a running VM holds its memory, so the
 			// reverted guest's clock reads the snapshot's time. Certificates
 			// issued from now on (backdated only 5 minutes) would be "not yet
@@ -676,7 +667,7 @@ func labResetIn(ctx context.Context, a *app, l labs.Lab, e *labEnv, yes bool) er
 		if later <= l.ID {
 			continue
 		}
-		_ = e.m.Provider.DeleteSnapshot(ctx, labrun.SnapshotName(later))
+		_ = e.s.Provider.DeleteSnapshot(ctx, labrun.SnapshotName(later))
 		_ = labrun.DeleteStateSnapshot(e.d, later)
 	}
 	prog, err := labrun.LoadProgress(e.d)
@@ -701,12 +692,12 @@ func labResetIn(ctx context.Context, a *app, l labs.Lab, e *labEnv, yes bool) er
 // only: nspawn nodes share the host's clock. Nodes that do not answer are
 // named in the error; the others are set.
 func syncClocks(ctx context.Context, e *labEnv, out io.Writer) error {
-	m, err := bringup.Open(e.c, e.d, io.Discard)
+	s, err := cluster.Open(e.c, e.d, cluster.ReadWrite, nil)
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	st, err := m.Provider.Status(ctx)
+	defer s.Close()
+	st, err := s.Provider.Status(ctx)
 	if err != nil {
 		return err
 	}
@@ -720,7 +711,7 @@ func syncClocks(ctx context.Context, e *labEnv, out io.Writer) error {
 	defer cancel()
 	var mu sync.Mutex
 	var behind []string
-	err = m.Pool.ForEach(cctx, nodes, 0, func(ctx context.Context, c *remote.Client) error {
+	err = s.Pool.ForEach(cctx, nodes, 0, func(ctx context.Context, c *remote.Client) error {
 		now := time.Now()
 		o, _, err := c.Run(ctx, fmt.Sprintf("date -u +%%s; date -u -s @%d >/dev/null", now.Unix()), remote.RunOptions{Sudo: true})
 		if err != nil {

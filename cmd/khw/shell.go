@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/khw-dev/khw/internal/bringup"
+	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/components"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/fsutil"
@@ -402,7 +402,7 @@ func checkNodes(c *config.Cluster, names []string) ([]string, error) {
 
 // powerProvider makes the provider khw power works through; tests replace
 // it with a fake.
-var powerProvider = bringup.NewProvider
+var powerProvider = cluster.NewProvider
 
 // powerNodes validates names against cluster.yaml, takes the cluster lock,
 // skips nodes already in the wanted state, runs act on the others in

@@ -6,21 +6,15 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/rest"
 
 	"github.com/khw-dev/khw/internal/bringup"
-	"github.com/khw-dev/khw/internal/health"
-	"github.com/khw-dev/khw/internal/kube"
-	"github.com/khw-dev/khw/internal/kubeconfig"
+	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/smoke"
-	"github.com/khw-dev/khw/internal/state"
-	"github.com/khw-dev/khw/internal/vm"
 )
 
 const smokeLong = `Run the smoke tests of Kubernetes the Hard Way against the running cluster,
@@ -78,15 +72,15 @@ func newSmokeCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer unlock()
-			p, err := bringup.NewProvider(c, d, "", nil)
+			s, err := cluster.Open(c, d, cluster.ProviderOnly, nil)
 			if err != nil {
 				return err
 			}
-			cfg, err := adminRESTConfig(d, health.Target{Cluster: c, PKIDir: d.PKIDir(), Dial: p.Dialer(), Slowdown: int(vm.Slowdown(p))})
+			cfg, err := s.AdminRESTConfig()
 			if err != nil {
 				return err
 			}
-			r, scaled, err := bringup.SmokeRunner(c, d, cfg, p, wait)
+			r, scaled, err := bringup.SmokeRunner(c, d, cfg, s.Provider, wait)
 			if err != nil {
 				return err
 			}
@@ -169,18 +163,4 @@ func smokeResult(cluster string, rep *smoke.Report) error {
 		names = append(names, c.Name)
 	}
 	return fmt.Errorf("cluster %s: %d of %d smoke checks failed: %s", cluster, len(failed), len(rep.Checks), strings.Join(names, ", "))
-}
-
-// adminRESTConfig is the client config of <state>/kubeconfigs/admin.kubeconfig
-// (admin through the load balancer) that dials through target (node names
-// resolved from cluster.yaml, the provider's dialer) with a 10 s timeout
-// per request (up to 30 s on slow nodes, target.Slowdown). A missing or bad kubeconfig names the fix (khw kubeconfig).
-func adminRESTConfig(d state.Dir, target health.Target) (*rest.Config, error) {
-	cfg, err := kube.RESTConfig(filepath.Join(d.KubeconfigDir(), kubeconfig.AdminFile), "")
-	if err != nil {
-		return nil, fmt.Errorf("%w (fix: khw kubeconfig)", err)
-	}
-	cfg.Dial = target.Dialer()
-	cfg.Timeout = target.Scaled(10*time.Second, 30*time.Second)
-	return cfg, nil
 }

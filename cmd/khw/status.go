@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,10 +15,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/khw-dev/khw/internal/bringup"
+	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/health"
-	"github.com/khw-dev/khw/internal/kubeconfig"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/vm"
 )
@@ -140,19 +138,20 @@ func newStatusCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p, err := bringup.NewProvider(c, d, "", nil)
+			s, err := cluster.Open(c, d, cluster.ProviderOnly, nil)
 			if err != nil {
 				return err
 			}
+			p := s.Provider
 			ctx, cancel := context.WithTimeout(cmd.Context(), vm.Scaled(p, statusTimeout, 3*statusTimeout))
 			defer cancel()
 			rep, read := collectStatus(ctx, c, p, func() (*remote.Pool, func(), error) {
-				m, err := bringup.OpenReadOnly(c, d, io.Discard)
+				rs, err := cluster.Open(c, d, cluster.ReadOnly, nil)
 				if err != nil {
 					return nil, nil, err
 				}
-				return m.Pool, func() { m.Close() }, nil
-			}, health.Target{Cluster: c, PKIDir: d.PKIDir(), Slowdown: int(vm.Slowdown(p))}, filepath.Join(d.KubeconfigDir(), kubeconfig.AdminFile))
+				return rs.Pool, func() { rs.Close() }, nil
+			}, s.Target(), s.AdminKubeconfig())
 			if output == "json" {
 				enc := json.NewEncoder(a.out)
 				enc.SetIndent("", "  ")

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/khw-dev/khw/internal/bringup"
+	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/labrun"
 	"github.com/khw-dev/khw/internal/steps"
 )
@@ -99,18 +100,18 @@ func newUpCmd(a *app) *cobra.Command {
 			env := steps.NewEnv(c, d)
 			env.Verbosity = a.verbosity
 			defer env.Close()
-			open := bringup.Open
+			access := cluster.ReadWrite
 			if opts.DryRun {
-				open = bringup.OpenReadOnly // no SSH key written
+				access = cluster.ReadOnly // no SSH key written
 			}
-			m, err := open(c, d, env.NodeLog(""))
+			s, err := cluster.Open(c, d, access, env.NodeLog(""))
 			if err != nil {
 				return err
 			}
-			defer m.Close()
+			defer s.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			rep, err := steps.NewRunner(env, a.out).Run(ctx, bringup.Steps(m, c), opts)
+			rep, err := steps.NewRunner(env, a.out).Run(ctx, bringup.Steps(bringup.New(s), c), opts)
 			if !opts.DryRun && rep != nil {
 				// khw lab list tells "drifted" from "not done" by this.
 				for _, s := range rep.Steps {
@@ -164,11 +165,11 @@ func newDownCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer unlock()
-			p, err := bringup.NewProvider(c, d, "", nil)
+			s, err := cluster.Open(c, d, cluster.ProviderOnly, nil)
 			if err != nil {
 				return err
 			}
-			removed, err := bringup.Down(cmd.Context(), p, d, c.Name)
+			removed, err := bringup.Down(cmd.Context(), s.Provider, d, c.Name)
 			for _, r := range removed {
 				fmt.Fprintf(a.out, "removed %s\n", r)
 			}

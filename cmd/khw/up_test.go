@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/khw-dev/khw/internal/bringup"
+	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/vm"
 )
@@ -123,7 +123,7 @@ func TestUpStatusDownNspawn(t *testing.T) {
 			// Last resort: destroy through the provider directly.
 			c, _, err := d.Load()
 			if err == nil {
-				if p, err := bringup.NewProvider(c, d, "", nil); err == nil {
+				if p, err := cluster.NewProvider(c, d, "", nil); err == nil {
 					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 					defer cancel()
 					_ = p.Destroy(ctx)
@@ -197,7 +197,7 @@ func TestUpStatusDownNspawn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := bringup.NewProvider(c, d, "", nil)
+	p, err := cluster.NewProvider(c, d, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,12 +9,13 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/rest"
+
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/health"
 	"github.com/khw-dev/khw/internal/kube"
 	"github.com/khw-dev/khw/internal/steps"
 	"github.com/khw-dev/khw/internal/vm"
-	"k8s.io/client-go/rest"
 )
 
 // Waits of the component steps' Apply: units active, then healthy. TCG VMs

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/vm"
@@ -53,13 +54,13 @@ func Down(ctx context.Context, p vm.Provider, d state.Dir, clusterName string) (
 			removed = append(removed, "node root directories "+nspawnDir)
 		}
 	}
-	kh := KnownHostsPath(d)
+	kh := cluster.KnownHostsPath(d)
 	if err := os.Remove(kh); err == nil {
 		removed = append(removed, kh+" (the destroyed nodes' SSH host keys)")
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return removed, fmt.Errorf("remove %s: %w", kh, err)
 	}
-	hk := HostKeysDir(d)
+	hk := cluster.HostKeysDir(d)
 	if _, err := os.Lstat(hk); err == nil {
 		if err := os.RemoveAll(hk); err != nil {
 			return removed, fmt.Errorf("remove %s: %w", hk, err)

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/steps"
@@ -167,7 +168,7 @@ func preflight(ctx context.Context, p vm.Provider, env *steps.Env) error {
 // nodes are named in the node's log.
 func (s *MachinesStep) pinHostKeys(env *steps.Env) error {
 	for _, n := range env.Cluster.Nodes {
-		hk, err := EnsureHostKey(env.State, n.Name)
+		hk, err := cluster.EnsureHostKey(env.State, n.Name)
 		if err != nil {
 			return steps.OnNode(n.Name, err)
 		}
@@ -177,7 +178,7 @@ func (s *MachinesStep) pinHostKeys(env *steps.Env) error {
 		}
 		if others != nil {
 			fmt.Fprintf(env.NodeLog(n.Name), "%s 01-machines: %s already pins %d other host key(s) for %s (a node made by an older khw, pinned on first contact); kept until khw down\n",
-				time.Now().Format(time.RFC3339), KnownHostsPath(env.State), len(others), n.IP)
+				time.Now().Format(time.RFC3339), cluster.KnownHostsPath(env.State), len(others), n.IP)
 		}
 	}
 	return nil
@@ -334,7 +335,7 @@ func (s *MachinesStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Comm
 	if c.Arch == "" {
 		image = vm.RootfsPath(cache, runtime.GOARCH)
 	}
-	key := KeyPath(env.State)
+	key := cluster.KeyPath(env.State)
 	for _, n := range c.Nodes {
 		if !nodes[n.Name] {
 			continue
@@ -342,7 +343,7 @@ func (s *MachinesStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Comm
 		root := filepath.Join(env.State.Root, "nspawn", n.Name, "root")
 		machine := c.Name + "-" + n.Name
 		if create[n.Name] {
-			hk := filepath.Join(HostKeyDir(env.State, n.Name), remote.HostKeyFile)
+			hk := filepath.Join(cluster.HostKeyDir(env.State, n.Name), remote.HostKeyFile)
 			cmds = append(cmds, hostKeyCommand(env, n), steps.Command{
 				Why: n.Name + ": its own root file system, copied from the Debian image without the image's SSH host keys, then the generated one as its only one (khw also seeds hostname, /etc/hosts, a static IP and user ubuntu with " + key + ".pub)",
 				Shell: fmt.Sprintf("cp -a --reflink=auto %s %s\nrm -f %s/etc/ssh/ssh_host_*\ninstall -m 0600 -o root -g root %s %s/etc/ssh/\ninstall -m 0644 -o root -g root %s.pub %s/etc/ssh/\necho 'HostKey /etc/ssh/%s' > %s/etc/ssh/sshd_config.d/khw-hostkey.conf",
@@ -393,7 +394,7 @@ func libvirtCommands(env *steps.Env, nodes, create, boot map[string]bool) []step
 				Shell: virsh + " vol-list " + libvirt.DefaultPool + " | grep khw-base-"},
 		)
 	}
-	key := KeyPath(env.State)
+	key := cluster.KeyPath(env.State)
 	for _, n := range c.Nodes {
 		if !nodes[n.Name] {
 			continue
@@ -435,17 +436,17 @@ func libvirtCommands(env *steps.Env, nodes, create, boot map[string]bool) []step
 // hostKeyCommand is the shell equivalent of pinHostKeys for node n: an
 // ed25519 host key made on the jumpbox, pinned before the node first boots.
 func hostKeyCommand(env *steps.Env, n config.Node) steps.Command {
-	hk := filepath.Join(HostKeyDir(env.State, n.Name), remote.HostKeyFile)
+	hk := filepath.Join(cluster.HostKeyDir(env.State, n.Name), remote.HostKeyFile)
 	return steps.Command{
 		Why: n.Name + ": its SSH host key, made on the jumpbox and pinned before the node ever runs (no trust on first use)",
 		Shell: fmt.Sprintf("mkdir -p -m 0700 %s\ntest -e %s || ssh-keygen -q -t ed25519 -N '' -C root@%s -f %s\necho \"%s $(cut -d' ' -f1,2 %s.pub)\" >> %s",
-			filepath.Dir(hk), hk, n.Name, hk, n.IP, hk, KnownHostsPath(env.State)),
+			filepath.Dir(hk), hk, n.Name, hk, n.IP, hk, cluster.KnownHostsPath(env.State)),
 	}
 }
 
 // pinnedSSHOptions are the OpenSSH options that accept only the pinned key.
 func pinnedSSHOptions(env *steps.Env) string {
-	return "-o UserKnownHostsFile=" + KnownHostsPath(env.State) + " -o StrictHostKeyChecking=yes -o HostKeyAlgorithms=ssh-ed25519"
+	return "-o UserKnownHostsFile=" + cluster.KnownHostsPath(env.State) + " -o StrictHostKeyChecking=yes -o HostKeyAlgorithms=ssh-ed25519"
 }
 
 func anyTrue(m map[string]bool) bool {

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/state"
@@ -79,13 +80,13 @@ func newFake(t *testing.T) (*MachinesStep, *fakeProvider, *steps.Env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, err := remote.NewPool(remote.Config{Signer: signer, KnownHostsFile: KnownHostsPath(d), Dial: f.Dialer(),
+	pool, err := remote.NewPool(remote.Config{Signer: signer, KnownHostsFile: cluster.KnownHostsPath(d), Dial: f.Dialer(),
 		InitialBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pool.Close() })
-	s := &MachinesStep{M: &Machines{Provider: f, Pool: pool}, ProbeTimeout: 200 * time.Millisecond, BootTimeout: 200 * time.Millisecond}
+	s := &MachinesStep{M: New(&cluster.Session{Dir: d, Config: c, Provider: f, Pool: pool}), ProbeTimeout: 200 * time.Millisecond, BootTimeout: 200 * time.Millisecond}
 	env := steps.NewEnv(c, d)
 	t.Cleanup(func() { env.Close() })
 	return s, f, env
@@ -169,7 +170,7 @@ func TestMachinesApplySaysWhatItWaitsFor(t *testing.T) {
 // nothing; an address an older khw pinned keeps its pin.
 func TestMachinesApplyPinsHostKeysBeforeCreate(t *testing.T) {
 	s, f, env := newFake(t)
-	kh := KnownHostsPath(env.State)
+	kh := cluster.KnownHostsPath(env.State)
 	// An older khw pinned lb on first contact.
 	legacy, err := remote.EnsureHostKey(filepath.Join(t.TempDir(), "old"), "lb")
 	if err != nil {
@@ -183,8 +184,8 @@ func TestMachinesApplyPinsHostKeysBeforeCreate(t *testing.T) {
 	if _, err := os.Stat(kh); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Check wrote %s: %v", kh, err)
 	}
-	if _, err := os.Stat(HostKeysDir(env.State)); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("Check made %s: %v", HostKeysDir(env.State), err)
+	if _, err := os.Stat(cluster.HostKeysDir(env.State)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Check made %s: %v", cluster.HostKeysDir(env.State), err)
 	}
 	if err := os.WriteFile(kh, []byte(legacyLine), 0o600); err != nil {
 		t.Fatal(err)
@@ -200,7 +201,7 @@ func TestMachinesApplyPinsHostKeysBeforeCreate(t *testing.T) {
 	}
 	want := legacyLine
 	for _, n := range env.Cluster.Nodes {
-		hk, err := EnsureHostKey(env.State, n.Name)
+		hk, err := cluster.EnsureHostKey(env.State, n.Name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,7 +234,7 @@ func TestDownRemovesPinsAndHostKeys(t *testing.T) {
 		t.Fatalf("Down = %v, %v (Destroy called %d times)", removed, err, f.destroyed)
 	}
 	all := strings.Join(removed, "\n")
-	for _, p := range []string{KnownHostsPath(env.State), HostKeysDir(env.State)} {
+	for _, p := range []string{cluster.KnownHostsPath(env.State), cluster.HostKeysDir(env.State)} {
 		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("%s left after down: %v", p, err)
 		}
@@ -241,7 +242,7 @@ func TestDownRemovesPinsAndHostKeys(t *testing.T) {
 			t.Errorf("Down's report lacks %s:\n%s", p, all)
 		}
 	}
-	if _, err := os.Stat(KeyPath(env.State)); err != nil {
+	if _, err := os.Stat(cluster.KeyPath(env.State)); err != nil {
 		t.Errorf("khw's own SSH key went: %v", err)
 	}
 }
@@ -250,9 +251,9 @@ func TestMachinesCommands(t *testing.T) {
 	s, _, env := newFake(t)
 	all := joinCmds(s.Commands(env, nil))
 	for _, want := range []string{"ip netns add khw-fk", "-M fk-w3", "ubuntu@192.168.122.23 true",
-		"ssh-keygen -q -t ed25519 -N '' -C root@w3 -f " + filepath.Join(HostKeysDir(env.State), "w3", "ssh_host_ed25519_key"),
+		"ssh-keygen -q -t ed25519 -N '' -C root@w3 -f " + filepath.Join(cluster.HostKeysDir(env.State), "w3", "ssh_host_ed25519_key"),
 		"192.168.122.23 $(cut", "StrictHostKeyChecking=yes -o HostKeyAlgorithms=ssh-ed25519 ubuntu@192.168.122.23 true",
-		"install -m 0600 -o root -g root " + filepath.Join(HostKeysDir(env.State), "w3", "ssh_host_ed25519_key")} {
+		"install -m 0600 -o root -g root " + filepath.Join(cluster.HostKeysDir(env.State), "w3", "ssh_host_ed25519_key")} {
 		if !strings.Contains(all, want) {
 			t.Errorf("full commands lack %q", want)
 		}
@@ -283,24 +284,6 @@ func TestMachinesCommands(t *testing.T) {
 	some = joinCmds(s.Commands(env, []steps.Diff{{Node: "w1", What: whatNotRunning + " (stopped)", Fix: fixBoot}}))
 	if strings.Contains(some, "define") || strings.Contains(some, "net-list") || !strings.Contains(some, "start khw-fk-w1") || strings.Contains(some, "khw-fk-lb") {
 		t.Errorf("libvirt commands for a stopped w1 should only start and probe w1:\n%s", some)
-	}
-}
-
-func TestNewProviderLibvirt(t *testing.T) {
-	c := config.Default("lv", config.ArchAMD64, config.ProviderLibvirt)
-	// Issue #6: the libvirt provider is built without contacting libvirtd.
-	p, err := NewProvider(c, state.New(t.TempDir(), "lv"), "", nil)
-	if err != nil || p.Name() != config.ProviderLibvirt {
-		t.Fatalf("libvirt: %v, %v", p, err)
-	}
-	// VMs get longer waits than nspawn nodes: 15x while the domain type is
-	// not known (it may turn out TCG), 3x with KVM configured.
-	if got := vm.Slowdown(p); got != 15 {
-		t.Errorf("libvirt slowdown before the domain type is known = %d, want 15", got)
-	}
-	c.Libvirt = &config.Libvirt{DomainType: config.DomainTypeKVM}
-	if p, err = NewProvider(c, state.New(t.TempDir(), "lv"), "", nil); err != nil || vm.Slowdown(p) != 3 {
-		t.Errorf("libvirt with domainType kvm: slowdown %v (%v), want 3", vm.Slowdown(p), err)
 	}
 }
 

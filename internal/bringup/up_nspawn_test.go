@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/components"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/fsutil"
@@ -56,7 +57,7 @@ func nspawnEnv(t *testing.T, c *config.Cluster, d state.Dir) *steps.Env {
 	env := steps.NewEnv(c, d)
 	t.Cleanup(func() { env.Close() })
 	t.Cleanup(func() {
-		p, err := NewProvider(c, d, "", nil)
+		p, err := cluster.NewProvider(c, d, "", nil)
 		if err != nil {
 			t.Error(err)
 			return
@@ -96,11 +97,11 @@ func fiveNodes(t *testing.T) (*config.Cluster, state.Dir) {
 
 func openMachines(t *testing.T, c *config.Cluster, d state.Dir, env *steps.Env) *Machines {
 	t.Helper()
-	m, err := Open(c, d, env.NodeLog(""))
+	s, err := cluster.Open(c, d, cluster.ReadWrite, env.NodeLog(""))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m
+	return New(s)
 }
 
 // unitStarts reads ExecMainStartTimestamp of every unit of steps 04-06.

@@ -32,7 +32,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/khw-dev/khw/internal/bringup"
+	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/fsutil"
 	"github.com/khw-dev/khw/internal/remote"
@@ -122,9 +122,9 @@ func HostsFile(c *config.Cluster, hostname string) []byte {
 // the host key type pinned for it (HostKeyAlgorithms: ssh-ed25519, the key
 // khw generated for the node and pinned before its first boot; for a node
 // an older khw made and pinned on first contact, the type of that pin, read
-// from bringup.KnownHostsPath), then one block for all of them with User
-// ubuntu, khw's key (bringup.KeyPath, IdentitiesOnly), the pins
-// (UserKnownHostsFile bringup.KnownHostsPath and no global file,
+// from cluster.KnownHostsPath), then one block for all of them with User
+// ubuntu, khw's key (cluster.KeyPath, IdentitiesOnly), the pins
+// (UserKnownHostsFile cluster.KnownHostsPath and no global file,
 // StrictHostKeyChecking yes: a node presenting another key is refused, and
 // no new key is accepted silently; UpdateHostKeys no: ssh never adds keys
 // a node offers) and ConnectTimeout 15 (a node that is down or unreachable
@@ -146,7 +146,7 @@ func SSHConfig(c *config.Cluster, d state.Dir) []byte {
 			names = append(names, f)
 		}
 		all = append(all, names...)
-		algos := remote.PinnedHostKeyAlgorithms(bringup.KnownHostsPath(d), n.IP)
+		algos := remote.PinnedHostKeyAlgorithms(cluster.KnownHostsPath(d), n.IP)
 		if len(algos) == 0 {
 			algos = []string{ssh.KeyAlgoED25519}
 		}
@@ -154,9 +154,9 @@ func SSHConfig(c *config.Cluster, d state.Dir) []byte {
 	}
 	fmt.Fprintf(&b, "\nHost %s\n", strings.Join(all, " "))
 	fmt.Fprintf(&b, "    User %s\n", SSHUser)
-	fmt.Fprintf(&b, "    IdentityFile %s\n", quoteSSH(bringup.KeyPath(d)))
+	fmt.Fprintf(&b, "    IdentityFile %s\n", quoteSSH(cluster.KeyPath(d)))
 	b.WriteString("    IdentitiesOnly yes\n")
-	fmt.Fprintf(&b, "    UserKnownHostsFile %s\n", quoteSSH(bringup.KnownHostsPath(d)))
+	fmt.Fprintf(&b, "    UserKnownHostsFile %s\n", quoteSSH(cluster.KnownHostsPath(d)))
 	b.WriteString("    GlobalKnownHostsFile /dev/null\n")
 	b.WriteString("    StrictHostKeyChecking yes\n")
 	b.WriteString("    UpdateHostKeys no\n")

@@ -19,7 +19,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
-	"github.com/khw-dev/khw/internal/bringup"
+	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/components"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/state"
@@ -89,10 +89,10 @@ func TestSSHConfigAsSSHReadsIt(t *testing.T) {
 	// cp2 was made by an older khw, which pinned the ECDSA key it met first.
 	ek, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	epub, _ := ssh.NewPublicKey(&ek.PublicKey)
-	if err := os.MkdirAll(filepath.Dir(bringup.KnownHostsPath(d)), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(cluster.KnownHostsPath(d)), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(bringup.KnownHostsPath(d), []byte(knownhosts.Line([]string{"192.168.122.12"}, epub)+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(cluster.KnownHostsPath(d), []byte(knownhosts.Line([]string{"192.168.122.12"}, epub)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(p, SSHConfig(c, d), 0o600); err != nil {
@@ -112,8 +112,8 @@ func TestSSHConfigAsSSHReadsIt(t *testing.T) {
 			}
 		}
 		want := map[string]string{
-			"hostname": tc.ip, "user": "ubuntu", "identityfile": bringup.KeyPath(d), "identitiesonly": "yes",
-			"userknownhostsfile": bringup.KnownHostsPath(d), "stricthostkeychecking": "true", "connecttimeout": "15",
+			"hostname": tc.ip, "user": "ubuntu", "identityfile": cluster.KeyPath(d), "identitiesonly": "yes",
+			"userknownhostsfile": cluster.KnownHostsPath(d), "stricthostkeychecking": "true", "connecttimeout": "15",
 			"hostkeyalgorithms": tc.algos, "globalknownhostsfile": "/dev/null", "updatehostkeys": "false",
 		}
 		for k, v := range want {

@@ -1,4 +1,4 @@
-package bringup
+package cluster
 
 import (
 	"os"
