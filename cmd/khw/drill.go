@@ -19,7 +19,8 @@ import (
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/health"
-	"github.com/khw-dev/khw/internal/labrun"
+	"github.com/khw-dev/khw/internal/lab"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/render"
 	"github.com/khw-dev/khw/internal/smoke"
@@ -350,7 +351,7 @@ func runBreak(parent context.Context, a *app, spec drill.Spec) error {
 	}
 	if err == nil {
 		// A passed drill completes lab 12-failover.
-		if merr := labrun.MarkDone(d, labrun.FailoverLab); merr != nil {
+		if merr := lab.MarkDone(d, labid.Failover); merr != nil {
 			a.logf(1, "lab progress: %v", merr)
 		}
 	}

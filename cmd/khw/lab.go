@@ -28,8 +28,8 @@ import (
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/drill"
+	"github.com/khw-dev/khw/internal/lab"
 	"github.com/khw-dev/khw/internal/labcheck"
-	"github.com/khw-dev/khw/internal/labrun"
 	"github.com/khw-dev/khw/internal/labs"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/state"
@@ -37,12 +37,10 @@ import (
 	"github.com/khw-dev/khw/internal/vm"
 )
 
-const labLong = `Walk Kubernetes the Hard Way one lab at a time. The labs are the steps of
+var labLong = `Walk Kubernetes the Hard Way one lab at a time. The labs are the steps of
 khw up, with their text:
 
-  01-machines  02-pki  03-kubeconfig  04-etcd  05-control-plane  06-lb
-  07-workers  08-pod-network  09-coredns  10-tls-bootstrap  11-smoke
-  12-failover
+` + lab.IDTable(6) + `
 
 khw lab 04-etcd (= khw lab run 04-etcd; "04", "4" and "etcd" work too)
   1. shows the lab text: why the step exists, what khw does, what to observe,
@@ -81,7 +79,8 @@ func newLabCmd(a *app) *cobra.Command {
   khw lab run 05 --yes
   khw lab check 04-etcd
   khw lab reset 04-etcd`,
-		Args: cobra.MaximumNArgs(1),
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: completeLab,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return cmd.Help()
@@ -90,10 +89,11 @@ func newLabCmd(a *app) *cobra.Command {
 		},
 	}
 	runCmd := &cobra.Command{
-		Use:   "run LAB",
-		Short: "Run one lab: its text, a snapshot, the changes (asking first), the check, what to observe",
-		Args:  exactArgs(1),
-		RunE:  func(cmd *cobra.Command, args []string) error { return runLab(cmd.Context(), a, args[0], o) },
+		Use:               "run LAB",
+		Short:             "Run one lab: its text, a snapshot, the changes (asking first), the check, what to observe",
+		Args:              exactArgs(1),
+		ValidArgsFunction: completeLab,
+		RunE:              func(cmd *cobra.Command, args []string) error { return runLab(cmd.Context(), a, args[0], o) },
 	}
 	for _, c := range []*cobra.Command{cmd, runCmd} {
 		c.Flags().BoolVarP(&o.yes, "yes", "y", false, "apply every change without asking")
@@ -123,8 +123,9 @@ belongs to. A hand-made file that differs from khw's own but is correct is
 not a mistake: such differences are listed apart, for information.
 
 ` + detectorList(),
-		Args: exactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return labCheck(cmd.Context(), a, args[0]) },
+		Args:              exactArgs(1),
+		ValidArgsFunction: completeLab,
+		RunE:              func(cmd *cobra.Command, args []string) error { return labCheck(cmd.Context(), a, args[0]) },
 	}
 	var resetYes bool
 	resetCmd := &cobra.Command{
@@ -133,19 +134,28 @@ not a mistake: such differences are listed apart, for information.
 		Long: `Put every node and the state directory back to the snapshot taken before LAB
 ran (khw lab takes it), so that LAB and every later lab are not done again.
 Everything done since on the nodes is lost. It asks first (--yes: do not ask).`,
-		Args: exactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return labReset(cmd.Context(), a, args[0], resetYes) },
+		Args:              exactArgs(1),
+		ValidArgsFunction: completeLab,
+		RunE:              func(cmd *cobra.Command, args []string) error { return labReset(cmd.Context(), a, args[0], resetYes) },
 	}
 	resetCmd.Flags().BoolVarP(&resetYes, "yes", "y", false, "do not ask for confirmation")
 	cmd.AddCommand(runCmd, listCmd, checkCmd, resetCmd)
 	return cmd
 }
 
+// completeLab completes a lab argument with the catalogue's IDs.
+func completeLab(_ *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	return lab.Complete(toComplete, false), cobra.ShellCompDirectiveNoFileComp
+}
+
 func detectorList() string {
 	var b strings.Builder
 	b.WriteString("What khw lab check looks for, per lab:\n")
-	for _, lab := range labcheck.Labs {
-		ds := labcheck.Detectors(lab)
+	for _, l := range lab.All() {
+		ds := l.Detectors()
 		if len(ds) == 0 {
 			continue
 		}
@@ -153,7 +163,7 @@ func detectorList() string {
 		for _, d := range ds {
 			names = append(names, d.Name)
 		}
-		fmt.Fprintf(&b, "  %-17s %s\n", lab, strings.Join(names, ", "))
+		fmt.Fprintf(&b, "  %-17s %s\n", l.ID, strings.Join(names, ", "))
 	}
 	return strings.TrimRight(b.String(), "\n")
 }
@@ -201,15 +211,18 @@ func openLab(a *app, write bool) (*labEnv, error) {
 		unlock()
 		return nil, err
 	}
-	return &labEnv{d: d, c: c, s: s, env: env, all: bringup.Steps(bringup.New(s), c), unlock: unlock}, nil
+	return &labEnv{d: d, c: c, s: s, env: env, all: lab.Steps(bringup.New(s), c), unlock: unlock}, nil
 }
 
-func lookupLab(id string) (labs.Lab, error) {
-	l, err := labs.Get(id)
+// lookupLab resolves a lab argument (an unknown one is a usage error) and
+// reads its text.
+func lookupLab(arg string) (lab.Lab, labs.Lab, error) {
+	l, err := lab.Lookup(arg)
 	if err != nil {
-		return labs.Lab{}, usageError{err}
+		return lab.Lab{}, labs.Lab{}, usageError{err}
 	}
-	return l, nil
+	t, err := l.Text()
+	return l, t, err
 }
 
 func labList(ctx context.Context, a *app, output string) error {
@@ -218,7 +231,7 @@ func labList(ctx context.Context, a *app, output string) error {
 		return err
 	}
 	defer e.close()
-	rows, err := labrun.List(ctx, e.all, e.env, e.d)
+	rows, err := lab.List(ctx, e.all, e.env, e.d)
 	if err != nil {
 		return err
 	}
@@ -272,8 +285,8 @@ func renderLab(w io.Writer, l labs.Lab, plain bool) {
 // withLab resolves the lab id (a usage error when unknown), takes the
 // cluster lock, opens the machines and the step environment, and runs fn with a context that Ctrl-C
 // and SIGTERM cancel.
-func withLab(parent context.Context, a *app, id string, fn func(ctx context.Context, l labs.Lab, e *labEnv) error) error {
-	l, err := lookupLab(id)
+func withLab(parent context.Context, a *app, id string, fn func(ctx context.Context, l lab.Lab, t labs.Lab, e *labEnv) error) error {
+	l, t, err := lookupLab(id)
 	if err != nil {
 		return err
 	}
@@ -284,17 +297,17 @@ func withLab(parent context.Context, a *app, id string, fn func(ctx context.Cont
 		return err
 	}
 	defer e.close()
-	return fn(ctx, l, e)
+	return fn(ctx, l, t, e)
 }
 
 func runLab(parent context.Context, a *app, id string, o labOpts) error {
-	return withLab(parent, a, id, func(ctx context.Context, l labs.Lab, e *labEnv) error { return runLabIn(ctx, a, l, e, o) })
+	return withLab(parent, a, id, func(ctx context.Context, l lab.Lab, t labs.Lab, e *labEnv) error { return runLabIn(ctx, a, l, t, e, o) })
 }
 
-func runLabIn(ctx context.Context, a *app, l labs.Lab, e *labEnv, o labOpts) error {
+func runLabIn(ctx context.Context, a *app, l lab.Lab, t labs.Lab, e *labEnv, o labOpts) error {
 	// Earlier labs first (a drifted one does not block: it was done, and
 	// khw lab check says whether the drift is a mistake).
-	prog, err := labrun.LoadProgress(e.d)
+	prog, err := lab.LoadProgress(e.d)
 	if err != nil {
 		return err
 	}
@@ -303,14 +316,14 @@ func runLabIn(ctx context.Context, a *app, l labs.Lab, e *labEnv, o labOpts) err
 		if s.ID() >= l.ID {
 			break
 		}
-		if s.ID() == labrun.SmokeLab {
+		if earlier, _ := lab.Lookup(s.ID()); earlier.Kind == lab.Test {
 			if _, ok := prog[s.ID()]; !ok {
 				missing = append(missing, s.ID())
 			}
 			continue
 		}
-		st, _ := labrun.StepStatus(ctx, s, e.env, prog)
-		if st.Status == labrun.NotDone || st.Status == labrun.Unknown {
+		st, _ := lab.StepStatus(ctx, s, e.env, prog)
+		if st.Status == lab.NotDone || st.Status == lab.Unknown {
 			missing = append(missing, s.ID())
 			if len(missing) == 1 && !o.force {
 				break // one is enough to refuse; checking the rest would read a state not made yet
@@ -323,24 +336,24 @@ func runLabIn(ctx context.Context, a *app, l labs.Lab, e *labEnv, o labOpts) err
 		}
 		fmt.Fprintf(a.errOut, "Warning: earlier labs not done (%s); going on because of --force\n", strings.Join(missing, ", "))
 	}
-	renderLab(a.out, l, o.plain)
+	renderLab(a.out, t, o.plain)
 
-	if l.ID == labrun.FailoverLab {
-		return runFailoverLab(ctx, a, e)
+	if l.Kind == lab.Drill {
+		return runFailoverLab(ctx, a, l, e)
 	}
 	step, err := steps.Lookup(e.all, l.ID)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(a.out, "\n── %s: checking what is already there…\n", l.ID)
-	st, diffs := labrun.StepStatus(ctx, step, e.env, prog)
-	if st.Status == labrun.Unknown {
+	st, diffs := lab.StepStatus(ctx, step, e.env, prog)
+	if st.Status == lab.Unknown {
 		return fmt.Errorf("lab %s: the check failed: %s", l.ID, st.Detail)
 	}
 	if len(diffs) == 0 {
 		fmt.Fprintf(a.out, "✓ %s is already done: nothing to change.\n", l.ID)
 	} else {
-		if err := labSnapshot(ctx, a, e, l.ID); err != nil {
+		if err := labSnapshot(ctx, a, e, l); err != nil {
 			return err
 		}
 		if err := confirmChanges(ctx, a, e, step, diffs, o.yes); err != nil {
@@ -351,33 +364,25 @@ func runLabIn(ctx context.Context, a *app, l labs.Lab, e *labEnv, o labOpts) err
 			return err
 		}
 	}
-	if err := labrun.MarkDone(e.d, l.ID); err != nil {
+	if err := lab.MarkDone(e.d, l.ID); err != nil {
 		return err
 	}
-	observe(ctx, a, e, l)
-	if next := nextLab(l.ID); next != "" {
-		fmt.Fprintf(a.out, "\nLab %s done. Next: khw lab %s\n", l.ID, next)
+	observe(ctx, a, e, t)
+	if next, ok := lab.Next(l.ID); ok {
+		fmt.Fprintf(a.out, "\nLab %s done. Next: khw lab %s\n", l.ID, next.ID)
 	} else {
 		fmt.Fprintf(a.out, "\nLab %s done. That was the last lab.\n", l.ID)
 	}
 	return nil
 }
 
-func nextLab(id string) string {
-	for i, l := range labcheck.Labs {
-		if l == id && i+1 < len(labcheck.Labs) {
-			return labcheck.Labs[i+1]
-		}
-	}
-	return ""
-}
-
 // labSnapshot snapshots the nodes (when there are any and the provider can)
-// and the state directory before lab id changes anything.
-func labSnapshot(ctx context.Context, a *app, e *labEnv, id string) error {
-	name := labrun.SnapshotName(id)
+// and the state directory before lab l changes anything.
+func labSnapshot(ctx context.Context, a *app, e *labEnv, l lab.Lab) error {
+	id := l.ID
+	name := lab.SnapshotName(id)
 	t0 := time.Now()
-	nodes := id != "01-machines"
+	nodes := !l.MakesNodes
 	if nodes {
 		err := e.s.Provider.Snapshot(ctx, name)
 		switch {
@@ -388,7 +393,7 @@ func labSnapshot(ctx context.Context, a *app, e *labEnv, id string) error {
 			return fmt.Errorf("snapshot before lab %s: %w", id, err)
 		}
 	}
-	if err := labrun.SnapshotState(ctx, e.d, id); err != nil {
+	if err := lab.SnapshotState(ctx, e.d, id); err != nil {
 		return fmt.Errorf("snapshot of the state directory before lab %s: %w", id, err)
 	}
 	what := "the state directory"
@@ -516,45 +521,45 @@ func (iw *indentWriter) Write(p []byte) (int, error) {
 }
 
 // runFailoverLab runs the lab's drill: one etcd member down for 20 s.
-func runFailoverLab(ctx context.Context, a *app, e *labEnv) error {
-	fmt.Fprintf(a.out, "\n── 12-failover: khw break etcd --count 1 --for 20s (then try the others by hand: khw break --help)\n")
+func runFailoverLab(ctx context.Context, a *app, l lab.Lab, e *labEnv) error {
+	fmt.Fprintf(a.out, "\n── %s: khw break etcd --count 1 --for 20s (then try the others by hand: khw break --help)\n", l.ID)
 	err := runBreak(ctx, a, drill.Spec{Kind: drill.KindEtcd, Count: 1, For: 20 * time.Second})
 	if err != nil {
 		return err
 	}
-	return labrun.MarkDone(e.d, labrun.FailoverLab)
+	return lab.MarkDone(e.d, l.ID)
 }
 
 func labCheck(parent context.Context, a *app, id string) error {
-	return withLab(parent, a, id, func(ctx context.Context, l labs.Lab, e *labEnv) error { return labCheckIn(ctx, a, l, e) })
+	return withLab(parent, a, id, func(ctx context.Context, l lab.Lab, _ labs.Lab, e *labEnv) error { return labCheckIn(ctx, a, l, e) })
 }
 
-func labCheckIn(ctx context.Context, a *app, l labs.Lab, e *labEnv) error {
-	prog, err := labrun.LoadProgress(e.d)
+func labCheckIn(ctx context.Context, a *app, l lab.Lab, e *labEnv) error {
+	prog, err := lab.LoadProgress(e.d)
 	if err != nil {
 		return err
 	}
-	if l.ID == labrun.FailoverLab {
-		if _, done := prog[labrun.FailoverLab]; done {
-			fmt.Fprintf(a.out, "✓ 12-failover: a drill passed its verdict since the last reset\n")
+	if l.Kind == lab.Drill {
+		if _, done := prog[l.ID]; done {
+			fmt.Fprintf(a.out, "✓ %s: a drill passed its verdict since the last reset\n", l.ID)
 			return nil
 		}
-		return fmt.Errorf("12-failover: no drill has passed its verdict since the last reset: run khw lab 12 or khw break etcd --count 1 --for 20s")
+		return fmt.Errorf("%s: no drill has passed its verdict since the last reset: run khw lab %d or khw break etcd --count 1 --for 20s", l.ID, l.Number())
 	}
 	step, err := steps.Lookup(e.all, l.ID)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(a.out, "Checking lab %s on the live nodes…\n", l.ID)
-	st, diffs := labrun.StepStatus(ctx, step, e.env, prog)
-	if st.Status == labrun.Unknown {
+	st, diffs := lab.StepStatus(ctx, step, e.env, prog)
+	if st.Status == lab.Unknown {
 		fmt.Fprintf(a.out, "! the step's own check failed: %s\n", st.Detail)
 	}
 
 	var mistakes []labcheck.Mistake
-	detectors := labcheck.Detectors(l.ID)
+	detectors := l.Detectors()
 	if len(detectors) > 0 {
-		src := labrun.Source{Pool: e.s.Pool, Nodes: map[string]remote.Node{}, State: e.d}
+		src := lab.Source{Pool: e.s.Pool, Nodes: map[string]remote.Node{}, State: e.d}
 		for _, n := range e.c.Nodes {
 			src.Nodes[n.Name] = remote.Node{Name: n.Name, Addr: n.IP}
 		}
@@ -598,7 +603,7 @@ func labCheckIn(ctx context.Context, a *app, l labs.Lab, e *labEnv) error {
 			fmt.Fprintf(a.out, "  - %s\n", d.String())
 		}
 	}
-	pass := len(mistakes) == 0 && st.Status != labrun.Unknown && (len(detectors) > 0 || len(diffs) == 0)
+	pass := len(mistakes) == 0 && st.Status != lab.Unknown && (len(detectors) > 0 || len(diffs) == 0)
 	if !pass {
 		n := len(mistakes)
 		if n == 0 {
@@ -607,7 +612,7 @@ func labCheckIn(ctx context.Context, a *app, l labs.Lab, e *labEnv) error {
 		return fmt.Errorf("lab %s: %d problem(s); fix them and run khw lab check %s again", l.ID, n, l.ID)
 	}
 	fmt.Fprintf(a.out, "✓ lab %s passes: no mistake found (%d checks)\n", l.ID, len(detectors))
-	return labrun.MarkDone(e.d, l.ID)
+	return lab.MarkDone(e.d, l.ID)
 }
 
 func labClientset(e *labEnv) (kubernetes.Interface, error) {
@@ -615,11 +620,13 @@ func labClientset(e *labEnv) (kubernetes.Interface, error) {
 }
 
 func labReset(parent context.Context, a *app, id string, yes bool) error {
-	return withLab(parent, a, id, func(ctx context.Context, l labs.Lab, e *labEnv) error { return labResetIn(ctx, a, l, e, yes) })
+	return withLab(parent, a, id, func(ctx context.Context, l lab.Lab, _ labs.Lab, e *labEnv) error {
+		return labResetIn(ctx, a, l, e, yes)
+	})
 }
 
-func labResetIn(ctx context.Context, a *app, l labs.Lab, e *labEnv, yes bool) error {
-	if l.ID != labrun.FailoverLab && !yes {
+func labResetIn(ctx context.Context, a *app, l lab.Lab, e *labEnv, yes bool) error {
+	if l.Kind != lab.Drill && !yes {
 		fmt.Fprintf(a.out, "Revert every node and the state directory of cluster %s to before lab %s? Everything done since is lost. [y/N]: ", e.c.Name, l.ID)
 		line, err := bufio.NewReader(os.Stdin).ReadString('\n')
 		if err != nil {
@@ -629,17 +636,17 @@ func labResetIn(ctx context.Context, a *app, l labs.Lab, e *labEnv, yes bool) er
 			return fmt.Errorf("not reset")
 		}
 	}
-	if l.ID == labrun.FailoverLab {
-		fmt.Fprintln(a.out, "Lab 12 changes nothing on the nodes (every drill heals what it broke): it is only marked not done.")
+	if l.Kind == lab.Drill {
+		fmt.Fprintf(a.out, "Lab %d changes nothing on the nodes (every drill heals what it broke): it is only marked not done.\n", l.Number())
 	}
-	name := labrun.SnapshotName(l.ID)
+	name := lab.SnapshotName(l.ID)
 	t0 := time.Now()
-	if l.ID == "01-machines" {
-		fmt.Fprintln(a.out, "Before lab 01 there were no machines: removing them.")
+	if l.MakesNodes {
+		fmt.Fprintf(a.out, "Before lab %s there were no machines: removing them.\n", l.ID)
 		if err := e.s.Provider.Destroy(ctx); err != nil {
 			return err
 		}
-	} else if l.ID != labrun.FailoverLab {
+	} else if l.Kind != lab.Drill {
 		fmt.Fprintf(a.out, "Reverting every node to snapshot %q…\n", name)
 		if err := e.s.Provider.Revert(ctx, name); err != nil {
 			if errors.Is(err, vm.ErrNotSupported) {
@@ -657,20 +664,18 @@ func labResetIn(ctx context.Context, a *app, l labs.Lab, e *labEnv, yes bool) er
 			}
 		}
 	}
-	if l.ID != labrun.FailoverLab {
-		if err := labrun.RestoreState(ctx, e.d, l.ID); err != nil {
+	if l.Kind != lab.Drill {
+		if err := lab.RestoreState(ctx, e.d, l.ID); err != nil {
 			return err
 		}
 	}
 	// Later labs' snapshots describe a future that no longer exists.
-	for _, later := range labcheck.Labs {
-		if later <= l.ID {
-			continue
-		}
-		_ = e.s.Provider.DeleteSnapshot(ctx, labrun.SnapshotName(later))
-		_ = labrun.DeleteStateSnapshot(e.d, later)
+	later := lab.From(l.ID)[1:]
+	for _, ll := range later {
+		_ = e.s.Provider.DeleteSnapshot(ctx, lab.SnapshotName(ll.ID))
+		_ = lab.DeleteStateSnapshot(e.d, ll.ID)
 	}
-	prog, err := labrun.LoadProgress(e.d)
+	prog, err := lab.LoadProgress(e.d)
 	if err != nil {
 		return err
 	}
@@ -682,7 +687,11 @@ func labResetIn(ctx context.Context, a *app, l labs.Lab, e *labEnv, yes bool) er
 	if err := prog.Save(e.d); err != nil {
 		return err
 	}
-	fmt.Fprintf(a.out, "Back to before lab %s (%s). Labs %s to 12 are not done; continue with khw lab %s.\n", l.ID, time.Since(t0).Round(100*time.Millisecond), l.ID, l.ID)
+	last := l.ID
+	if len(later) > 0 {
+		last = later[len(later)-1].ID
+	}
+	fmt.Fprintf(a.out, "Back to before lab %s (%s). Labs %s to %s are not done; continue with khw lab %s.\n", l.ID, time.Since(t0).Round(100*time.Millisecond), l.ID, last, l.ID)
 	return nil
 }
 

@@ -11,35 +11,13 @@ import (
 
 	"github.com/khw-dev/khw/internal/bringup"
 	"github.com/khw-dev/khw/internal/cluster"
-	"github.com/khw-dev/khw/internal/labrun"
+	"github.com/khw-dev/khw/internal/lab"
 	"github.com/khw-dev/khw/internal/steps"
 )
 
-const upLong = `Bring the cluster up, one lab step at a time, in order:
+var upLong = `Bring the cluster up, one lab step at a time, in order:
 
-  01-machines       every node of cluster.yaml exists, is powered on and
-                    answers SSH (user ubuntu, khw's key <state>/ssh/id_ed25519)
-  02-pki            the CA and every component cert in <state>/pki (cfssl),
-                    then each node's certs and keys copied to it
-  03-kubeconfig     the kubeconfigs and the encryption config for Secrets,
-                    then each node's copies
-  04-etcd           etcd on cp1-3, started together; every member listed and
-                    one leader (asked with the etcd v3 client)
-  05-control-plane  kube-apiserver, kube-controller-manager, kube-scheduler on
-                    cp1-3; each /readyz ok; both leader-election Leases held;
-                    the RBAC that lets the apiserver reach kubelets
-  06-lb             HAProxy on lb (TCP passthrough, HTTPS /readyz health
-                    checks); /readyz through lb:6443 with the admin kubeconfig
-  07-workers        w1, w2: kernel prerequisites, containerd, runc, CNI,
-                    kubelet, kube-proxy, images imported; Nodes Ready
-  08-pod-network    routes to every other worker's podCIDR on each worker
-  09-coredns        CoreDNS (Service kube-dns at the cluster DNS IP) Available
-  10-tls-bootstrap  w3 joins with a bootstrap token: its client CSR is
-                    approved by the controller-manager, its serving CSR by
-                    khw after checking requestor and SANs; token deleted
-  11-smoke          encryption at rest, a Deployment, logs, exec,
-                    port-forward, NodePort on every worker, DNS, a pod on w3
-                    (also: khw smoke)
+` + lab.UpHelp() + `
 
 Each step first checks the actual state against cluster.yaml: files on the
 nodes (SHA-256, mode, owner), systemd units (enabled, active, started after
@@ -50,8 +28,9 @@ and quick, and after a failure (or Ctrl-C, or a crash) it continues where
 it stopped.
 
 --dry-run checks and prints what would change with the equivalent shell
-commands, changing nothing (it writes no SSH key, log or lock file either). --from and --until run a sub-range (both
-inclusive; "04-etcd", "04" or "etcd").
+commands, changing nothing (it writes no SSH key, log or lock file either).
+--from and --until run a sub-range (both inclusive; "04-etcd", "04" or
+"etcd").
 
 Binaries come from the download cache (~/.cache/khw/artifacts), filled from
 $KHW_MIRROR (an offline mirror, see khw mirror; trusted only through its pin
@@ -94,7 +73,7 @@ func newUpCmd(a *app) *cobra.Command {
 			}
 			// Step names are checked before anything is touched (the
 			// constructors do not use the machines).
-			if _, err := steps.Select(bringup.Steps(nil, c), opts.From, opts.Until); err != nil {
+			if _, err := steps.Select(lab.Steps(nil, c), opts.From, opts.Until); err != nil {
 				return usagef("%v", err)
 			}
 			env := steps.NewEnv(c, d)
@@ -111,12 +90,12 @@ func newUpCmd(a *app) *cobra.Command {
 			defer s.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			rep, err := steps.NewRunner(env, a.out).Run(ctx, bringup.Steps(bringup.New(s), c), opts)
+			rep, err := steps.NewRunner(env, a.out).Run(ctx, lab.Steps(bringup.New(s), c), opts)
 			if !opts.DryRun && rep != nil {
 				// khw lab list tells "drifted" from "not done" by this.
 				for _, s := range rep.Steps {
 					if s.Err == nil && (s.Clean || s.Applied) {
-						if merr := labrun.MarkDone(d, s.ID); merr != nil {
+						if merr := lab.MarkDone(d, s.ID); merr != nil {
 							a.logf(1, "lab progress: %v", merr)
 						}
 					}
@@ -137,8 +116,13 @@ func newUpCmd(a *app) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.BoolVar(&opts.DryRun, "dry-run", false, "check only: print what would change and the shell commands, change nothing")
-	f.StringVar(&opts.From, "from", "", "first step to run (ID, number or name, e.g. 01-machines)")
+	f.StringVar(&opts.From, "from", "", "first step to run (ID, number or name, e.g. "+lab.IDs()[0]+")")
 	f.StringVar(&opts.Until, "until", "", "last step to run (ID, number or name)")
+	for _, flag := range []string{"from", "until"} {
+		cmd.RegisterFlagCompletionFunc(flag, func(_ *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+			return lab.Complete(toComplete, true), cobra.ShellCompDirectiveNoFileComp
+		})
+	}
 	return cmd
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/render"
 	"github.com/khw-dev/khw/internal/steps"
 	"github.com/khw-dev/khw/internal/vm"
@@ -201,7 +202,7 @@ func (m *Machines) componentWants(ctx context.Context, env *steps.Env, spec *com
 					continue
 				}
 				if !ok {
-					return nil, steps.OnNode(n.Name, fmt.Errorf("%s is missing on the jumpbox (%s): run steps 02-pki and 03-kubeconfig first (khw up --from 02)", in.Source, in.What))
+					return nil, steps.OnNode(n.Name, fmt.Errorf("%s is missing on the jumpbox (%s): run steps "+labid.PKI+" and "+labid.Kubeconfig+" first (khw up --from 02)", in.Source, in.What))
 				}
 				w.Files = append(w.Files, wf)
 			}

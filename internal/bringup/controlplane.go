@@ -14,6 +14,7 @@ import (
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/health"
 	"github.com/khw-dev/khw/internal/kube"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/steps"
 	"github.com/khw-dev/khw/internal/vm"
 )
@@ -43,7 +44,7 @@ func adminKubeconfig(env *steps.Env) string {
 // answering, one leader.
 func NewEtcdStep(m *Machines) steps.Step {
 	spec := &componentSpec{
-		id: "04-etcd", title: "Bootstrap the etcd cluster",
+		id: labid.Etcd, title: "Bootstrap the etcd cluster",
 		role:     config.RoleControlPlane,
 		binaries: []string{"etcd"},
 		rendered: []string{"/etc/systemd/system/etcd.service"},
@@ -152,7 +153,7 @@ const rbacManifest = "apiserver-to-kubelet-rbac.yaml"
 // apiserver call kubelets is applied (server-side apply).
 func NewControlPlaneStep(m *Machines) steps.Step {
 	spec := &componentSpec{
-		id: "05-control-plane", title: "Bootstrap the control plane",
+		id: labid.ControlPlane, title: "Bootstrap the control plane",
 		role:     config.RoleControlPlane,
 		binaries: []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"},
 		rendered: []string{
@@ -297,7 +298,7 @@ func manifestDiffs(ctx context.Context, m *Machines, env *steps.Env, server, nam
 }
 
 func applyRBAC(ctx context.Context, m *Machines, env *steps.Env, server string) error {
-	return applyManifest(ctx, m, env, server, rbacManifest, "05-control-plane")
+	return applyManifest(ctx, m, env, server, rbacManifest, labid.ControlPlane)
 }
 
 // applyManifest server-side-applies manifests/<name> through server ("" =
@@ -329,7 +330,7 @@ func applyManifest(ctx context.Context, m *Machines, env *steps.Env, server, nam
 // and /readyz through lb:6443 with the admin kubeconfig.
 func NewLBStep(m *Machines) steps.Step {
 	spec := &componentSpec{
-		id: "06-lb", title: "Put HAProxy in front of the apiservers",
+		id: labid.LB, title: "Put HAProxy in front of the apiservers",
 		role:     config.RoleLoadBalancer,
 		rendered: []string{"/etc/haproxy/haproxy.cfg"},
 		packages: []wantPackage{{Name: "haproxy", Path: "/usr/sbin/haproxy"}},

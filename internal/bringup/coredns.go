@@ -19,6 +19,7 @@ import (
 
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/kube"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/render"
 	"github.com/khw-dev/khw/internal/smoke"
 	"github.com/khw-dev/khw/internal/steps"
@@ -56,7 +57,7 @@ func NewCoreDNSStep(m *Machines) steps.Step { return &coreDNSStep{m: m} }
 
 type coreDNSStep struct{ m *Machines }
 
-func (s *coreDNSStep) ID() string    { return "09-coredns" }
+func (s *coreDNSStep) ID() string    { return labid.CoreDNS }
 func (s *coreDNSStep) Title() string { return "Deploy CoreDNS, the cluster DNS" }
 
 // coreDNSWant renders manifests/coredns.yaml for c in memory.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/steps"
 	"github.com/khw-dev/khw/internal/vm"
@@ -44,7 +45,7 @@ var _ steps.Step = (*MachinesStep)(nil)
 func NewMachinesStep(m *Machines) *MachinesStep { return &MachinesStep{M: m} }
 
 // ID returns "01-machines".
-func (s *MachinesStep) ID() string { return "01-machines" }
+func (s *MachinesStep) ID() string { return labid.Machines }
 
 // Title returns "Create the machines".
 func (s *MachinesStep) Title() string { return "Create the machines" }
@@ -102,7 +103,7 @@ func (s *MachinesStep) Check(ctx context.Context, env *steps.Env) ([]steps.Diff,
 	}
 	for i, n := range running {
 		if errs[i] != nil {
-			fmt.Fprintf(env.NodeLog(n.Name), "%s 01-machines check: SSH probe: %v\n", time.Now().Format(time.RFC3339), errs[i])
+			fmt.Fprintf(env.NodeLog(n.Name), "%s "+labid.Machines+" check: SSH probe: %v\n", time.Now().Format(time.RFC3339), errs[i])
 			diffs = append(diffs, steps.Diff{Node: n.Name, What: whatNoSSH + ": " + oneLine(errs[i].Error()), Fix: fixWait})
 		}
 	}
@@ -177,7 +178,7 @@ func (s *MachinesStep) pinHostKeys(env *steps.Env) error {
 			return steps.OnNode(n.Name, err)
 		}
 		if others != nil {
-			fmt.Fprintf(env.NodeLog(n.Name), "%s 01-machines: %s already pins %d other host key(s) for %s (a node made by an older khw, pinned on first contact); kept until khw down\n",
+			fmt.Fprintf(env.NodeLog(n.Name), "%s "+labid.Machines+": %s already pins %d other host key(s) for %s (a node made by an older khw, pinned on first contact); kept until khw down\n",
 				time.Now().Format(time.RFC3339), cluster.KnownHostsPath(env.State), len(others), n.IP)
 		}
 	}
@@ -208,7 +209,7 @@ func (s *MachinesStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.
 		if err := preflight(ctx, s.M.Provider, env); err != nil {
 			return err
 		}
-		fmt.Fprintf(log, "%s 01-machines: %s Create\n", time.Now().Format(time.RFC3339), s.M.Provider.Name())
+		fmt.Fprintf(log, "%s "+labid.Machines+": %s Create\n", time.Now().Format(time.RFC3339), s.M.Provider.Name())
 		if err := s.M.Provider.Create(ctx); err != nil {
 			return err
 		}
@@ -226,7 +227,7 @@ func (s *MachinesStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.
 		if n.State == vm.StateRunning {
 			continue
 		}
-		fmt.Fprintf(env.NodeLog(n.Name), "%s 01-machines: start (was %s)\n", time.Now().Format(time.RFC3339), n.State)
+		fmt.Fprintf(env.NodeLog(n.Name), "%s "+labid.Machines+": start (was %s)\n", time.Now().Format(time.RFC3339), n.State)
 		if err := s.M.Provider.Start(ctx, n.Name); err != nil {
 			return steps.OnNode(n.Name, err)
 		}
@@ -262,7 +263,7 @@ func (s *MachinesStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.
 				errs[i] = steps.OnNode(n.Name, fmt.Errorf("SSH did not answer within %v after boot: %w", boot, err))
 				return
 			}
-			fmt.Fprintf(env.NodeLog(n.Name), "%s 01-machines: SSH answers\n", time.Now().Format(time.RFC3339))
+			fmt.Fprintf(env.NodeLog(n.Name), "%s "+labid.Machines+": SSH answers\n", time.Now().Format(time.RFC3339))
 			if s.M.Provider.Name() != config.ProviderNspawn {
 				env.Notef("%s: SSH answers after %v", n.Name, time.Since(started).Round(time.Second))
 			}

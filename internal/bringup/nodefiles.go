@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/steps"
 )
@@ -417,7 +418,7 @@ func requireRunning(ctx context.Context, m *Machines, wants []*nodeWant) error {
 	}
 	for _, w := range wants {
 		if s, ok := state[w.Node.Name]; ok && s != "running" {
-			return steps.OnNode(w.Node.Name, fmt.Errorf("node %s is %s (provider %s): power it on with khw power on %s, or run khw up from 01-machines", w.Node.Name, s, m.Provider.Name(), w.Node.Name))
+			return steps.OnNode(w.Node.Name, fmt.Errorf("node %s is %s (provider %s): power it on with khw power on %s, or run khw up from "+labid.Machines, w.Node.Name, s, m.Provider.Name(), w.Node.Name))
 		}
 	}
 	return nil

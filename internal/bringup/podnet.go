@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/render"
 	"github.com/khw-dev/khw/internal/steps"
@@ -66,7 +67,7 @@ func routesExtra(c *config.Cluster, n config.Node) nodeExtra {
 // with kubernetes.cni in cluster.yaml) is installed with the workers.
 func NewPodNetworkStep(m *Machines, c *config.Cluster) steps.Step {
 	spec := &componentSpec{
-		id: "08-pod-network", title: "Route the pod network between workers",
+		id: labid.PodNetwork, title: "Route the pod network between workers",
 		role:     config.RoleWorker,
 		rendered: []string{"/etc/systemd/system/khw-pod-routes.service"},
 		units:    []wantUnit{{Name: "khw-pod-routes.service", Deps: []string{"/etc/systemd/system/khw-pod-routes.service"}}},

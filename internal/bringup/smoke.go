@@ -13,6 +13,7 @@ import (
 
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/kube"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/smoke"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
@@ -60,7 +61,7 @@ func NewSmokeStep(m *Machines) steps.Step { return &smokeStep{m: m} }
 
 type smokeStep struct{ m *Machines }
 
-func (s *smokeStep) ID() string    { return "11-smoke" }
+func (s *smokeStep) ID() string    { return labid.Smoke }
 func (s *smokeStep) Title() string { return "Smoke-test the cluster" }
 
 func (s *smokeStep) run(ctx context.Context, env *steps.Env, wait time.Duration) (*smoke.Report, error) {
@@ -121,7 +122,7 @@ func (s *smokeStep) Check(ctx context.Context, env *steps.Env) ([]steps.Diff, er
 	if env.DryRun {
 		// The checks create a namespace, a Secret and pods: not in a run
 		// that promises to change nothing.
-		env.Notef("11-smoke: not run in a dry-run (the checks create a namespace and pods); khw smoke runs them")
+		env.Notef(labid.Smoke + ": not run in a dry-run (the checks create a namespace and pods); khw smoke runs them")
 		return nil, nil
 	}
 	rep, err := s.run(ctx, env, SmokeWait)
@@ -222,7 +223,7 @@ func removeOldSmokeNamespaces(ctx context.Context, env *steps.Env, cfg *rest.Con
 	for _, ns := range l.Items {
 		if strings.HasPrefix(ns.Name, smoke.Namespace+"-") && ns.DeletionTimestamp == nil {
 			if err := cs.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}); err == nil {
-				fmt.Fprintf(env.NodeLog(""), "%s 11-smoke: deleted namespace %s left by an earlier run\n", time.Now().Format(time.RFC3339), ns.Name)
+				fmt.Fprintf(env.NodeLog(""), "%s "+labid.Smoke+": deleted namespace %s left by an earlier run\n", time.Now().Format(time.RFC3339), ns.Name)
 			}
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/kube"
 	"github.com/khw-dev/khw/internal/kubeconfig"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/render"
 	"github.com/khw-dev/khw/internal/steps"
@@ -60,7 +61,7 @@ type TLSBootstrapStep struct {
 
 // NewTLSBootstrapStep returns the 10-tls-bootstrap step.
 func NewTLSBootstrapStep(m *Machines, c *config.Cluster) steps.Step {
-	spec := workerSpec(m, c, "10-tls-bootstrap", "Join w3 by TLS bootstrap",
+	spec := workerSpec(m, c, labid.TLSBootstrap, "Join w3 by TLS bootstrap",
 		func(n config.Node) bool { return n.TLSBootstrap },
 		func(in render.Input) bool { return in.Path != bootstrapKubeconfig })
 	for _, n := range c.Workers() {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/kube"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/render"
 	"github.com/khw-dev/khw/internal/steps"
@@ -252,7 +253,7 @@ func workerSpec(m *Machines, c *config.Cluster, id, title string, only func(conf
 // certs and kubeconfigs, the images imported; then each Node registered and
 // Ready.
 func NewWorkersStep(m *Machines, c *config.Cluster) steps.Step {
-	spec := workerSpec(m, c, "07-workers", "Bootstrap the worker nodes",
+	spec := workerSpec(m, c, labid.Workers, "Bootstrap the worker nodes",
 		func(n config.Node) bool { return !n.TLSBootstrap },
 		func(in render.Input) bool { return !strings.HasSuffix(in.Path, "/bootstrap-kubeconfig") })
 	s := &componentStep{m: m, spec: spec, wait: WorkerWait}

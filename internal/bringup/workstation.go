@@ -14,6 +14,7 @@ import (
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/encryption"
 	"github.com/khw-dev/khw/internal/kubeconfig"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/pki"
 	"github.com/khw-dev/khw/internal/render"
 	"github.com/khw-dev/khw/internal/state"
@@ -115,7 +116,7 @@ type PKIStep struct {
 func NewPKIStep(m *Machines) *PKIStep { return &PKIStep{M: m} }
 
 // ID returns "02-pki".
-func (s *PKIStep) ID() string { return "02-pki" }
+func (s *PKIStep) ID() string { return labid.PKI }
 
 // Title returns "Issue the certificates and copy them to the nodes".
 func (s *PKIStep) Title() string { return "Issue the certificates and copy them to the nodes" }
@@ -251,7 +252,7 @@ type KubeconfigStep struct{ M *Machines }
 func NewKubeconfigStep(m *Machines) *KubeconfigStep { return &KubeconfigStep{M: m} }
 
 // ID returns "03-kubeconfig".
-func (s *KubeconfigStep) ID() string { return "03-kubeconfig" }
+func (s *KubeconfigStep) ID() string { return labid.Kubeconfig }
 
 // Title returns "Write the kubeconfigs and the encryption config".
 func (s *KubeconfigStep) Title() string { return "Write the kubeconfigs and the encryption config" }

@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/khw-dev/khw/internal/lab/labid"
 )
 
 // EnsureWorkload makes (or keeps) what the probes need in namespace
@@ -117,7 +119,7 @@ func EnsureWorkload(ctx context.Context, cs kubernetes.Interface, image string, 
 			if err != nil {
 				return 0, fmt.Errorf("DaemonSet %s/%s: %w", Namespace, WebName, err)
 			}
-			return 0, fmt.Errorf("DaemonSet %s/%s: %d of %d web pods ready after %s (kubectl -n %s get pods -o wide; the agnhost image must be imported on the workers by 07-workers)",
+			return 0, fmt.Errorf("DaemonSet %s/%s: %d of %d web pods ready after %s (kubectl -n %s get pods -o wide; the agnhost image must be imported on the workers by "+labid.Workers+")",
 				Namespace, WebName, d.Status.NumberReady, d.Status.DesiredNumberScheduled, wait, Namespace)
 		}
 		select {

@@ -7,7 +7,7 @@ import (
 // TestGoodClusterHasNoMistakes runs every lab's detectors against the
 // cluster khw itself builds: any mistake here is a false positive.
 func TestGoodClusterHasNoMistakes(t *testing.T) {
-	for _, lab := range Labs {
+	for _, lab := range testLabs {
 		t.Run(lab, func(t *testing.T) {
 			f := newFixture(t)
 			ms, err := f.check(t, lab)
@@ -19,4 +19,11 @@ func TestGoodClusterHasNoMistakes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testLabs are the catalogue's IDs in order (package lab, which imports this
+// one: its test checks the two agree).
+var testLabs = []string{
+	"01-machines", "02-pki", "03-kubeconfig", "04-etcd", "05-control-plane", "06-lb",
+	"07-workers", "08-pod-network", "09-coredns", "10-tls-bootstrap", "11-smoke", "12-failover",
 }

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/pki"
 )
 
@@ -24,7 +25,7 @@ func (e *env) apiserverUnit(node string) (unitCmd, []Mistake, error) {
 	if err != nil || ok {
 		return u, nil, err
 	}
-	return u, []Mistake{{Lab: "05-control-plane", Node: node, What: "kube-apiserver.service is not known to systemd (or has no ExecStart)",
+	return u, []Mistake{{Lab: labid.ControlPlane, Node: node, What: "kube-apiserver.service is not known to systemd (or has no ExecStart)",
 		Evidence: "`systemctl cat kube-apiserver.service` printed no ExecStart", Fix: "write /etc/systemd/system/kube-apiserver.service, then systemctl daemon-reload && systemctl enable --now kube-apiserver"}}, nil
 }
 
@@ -38,7 +39,7 @@ func (e *env) apiserverUnit(node string) (unitCmd, []Mistake, error) {
 // Upstream: https://kubernetes.io/docs/reference/command-line-tools-reference/kube-apiserver/
 // and https://kubernetes.io/docs/setup/best-practices/certificates/.
 func apiserverCerts(e *env) ([]Mistake, error) {
-	const lab = "05-control-plane"
+	const lab = labid.ControlPlane
 	var out []Mistake
 	ca, caWhat, err := e.clusterCA()
 	if err != nil {
@@ -81,7 +82,7 @@ func apiserverCerts(e *env) ([]Mistake, error) {
 				continue
 			}
 			fix := "copy D/pki/kubernetes.pem and kubernetes-key.pem to /var/lib/kubernetes/ on " + n.Name + " and restart kube-apiserver"
-			cert, ms, err := e.loadCert("05-control-plane", n.Name, p, c.what+" (--"+c.certFlag+")", fix)
+			cert, ms, err := e.loadCert(labid.ControlPlane, n.Name, p, c.what+" (--"+c.certFlag+")", fix)
 			if err != nil {
 				return nil, err
 			}
@@ -93,7 +94,7 @@ func apiserverCerts(e *env) ([]Mistake, error) {
 			// admin: an apiserver's client certs may carry a privileged
 			// group (kubeadm gives its kubelet client cert one); the RBAC
 			// detector judges what the kubelet client cert may do.
-			w.lab, w.what, w.ca, w.caWhat, w.fix, w.admin = "02-pki", c.what+" "+p, ca, caWhat, fix, true
+			w.lab, w.what, w.ca, w.caWhat, w.fix, w.admin = labid.PKI, c.what+" "+p, ca, caWhat, fix, true
 			out = append(out, e.checkCert(n.Name, p, cert, w)...)
 			if kp, ok := u.flag(c.keyFlag); ok {
 				ms, err := e.checkKey(lab, n.Name, p, kp, cert, fix)
@@ -118,7 +119,7 @@ func apiserverCerts(e *env) ([]Mistake, error) {
 // tokens it signs itself. --service-account-signing-key-file is required
 // (https://kubernetes.io/docs/reference/command-line-tools-reference/kube-apiserver/).
 func (e *env) serviceAccountKeys(node string, u unitCmd) ([]Mistake, error) {
-	const lab = "05-control-plane"
+	const lab = labid.ControlPlane
 	kf, ok := u.flag("service-account-key-file")
 	if !ok {
 		kf, ok = u.flag("tls-private-key-file")
@@ -174,7 +175,7 @@ func (e *env) serviceAccountKeys(node string, u unitCmd) ([]Mistake, error) {
 // https://kubernetes.io/docs/reference/access-authn-authz/kubelet-authn-authz/
 // (the built-in ClusterRole system:kubelet-api-admin grants the same).
 func apiserverKubeletRBAC(e *env) ([]Mistake, error) {
-	const lab = "05-control-plane"
+	const lab = labid.ControlPlane
 	if e.cs == nil {
 		return nil, errNoAPI
 	}
@@ -323,7 +324,7 @@ var encKeySizes = map[string][]int{"aescbc": {16, 24, 32}, "aesgcm": {16, 24, 32
 // identity, and each key decodes from base64 to a size the provider
 // accepts. Upstream: https://kubernetes.io/docs/tasks/administer-cluster/encrypt-data/.
 func encryptionConfig(e *env) ([]Mistake, error) {
-	const lab = "05-control-plane"
+	const lab = labid.ControlPlane
 	var out []Mistake
 	var with, without []string
 	sums := map[string][]string{}
@@ -468,7 +469,7 @@ func parsePublicKey(data []byte) (any, error) {
 // built-in ClusterRoleBindings of the same names grant their rights
 // (https://kubernetes.io/docs/reference/access-authn-authz/rbac/#core-component-roles).
 func controlPlaneKubeconfigs(e *env) ([]Mistake, error) {
-	const lab = "05-control-plane"
+	const lab = labid.ControlPlane
 	var out []Mistake
 	for _, n := range e.c.ControlPlanes() {
 		for _, comp := range []struct{ unit, user string }{

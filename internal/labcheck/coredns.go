@@ -6,6 +6,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/khw-dev/khw/internal/lab/labid"
 )
 
 // coreDNS checks the cluster DNS objects: the Service kube-system/kube-dns
@@ -15,7 +17,7 @@ import (
 // do not resolve. Upstream: https://kubernetes.io/docs/tasks/administer-cluster/dns-custom-nameservers/
 // and https://coredns.io/plugins/kubernetes/.
 func coreDNS(e *env) ([]Mistake, error) {
-	const lab = "09-coredns"
+	const lab = labid.CoreDNS
 	if e.cs == nil {
 		return nil, errNoAPI
 	}

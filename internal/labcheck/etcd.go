@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/pki"
 )
 
@@ -123,7 +124,7 @@ func (e *env) readEtcd(node string) (etcdOpts, bool, []Mistake, error) {
 		if err != nil {
 			return etcdOpts{}, false, nil, err
 		}
-		return etcdOpts{}, false, []Mistake{{Lab: "04-etcd", Node: node, What: "etcd.service is not known to systemd (or has no ExecStart)",
+		return etcdOpts{}, false, []Mistake{{Lab: labid.Etcd, Node: node, What: "etcd.service is not known to systemd (or has no ExecStart)",
 			Evidence: "`systemctl cat etcd.service` printed no ExecStart", Fix: "write /etc/systemd/system/etcd.service, then systemctl daemon-reload && systemctl enable --now etcd"}}, nil
 	}
 	o := etcdOpts{unit: u, from: "etcd.service"}
@@ -133,10 +134,10 @@ func (e *env) readEtcd(node string) (etcdOpts, bool, []Mistake, error) {
 			return o, false, nil, err
 		}
 		if !found {
-			return o, false, []Mistake{missing("04-etcd", node, p, "etcd's --config-file", "write it or drop --config-file")}, nil
+			return o, false, []Mistake{missing(labid.Etcd, node, p, "etcd's --config-file", "write it or drop --config-file")}, nil
 		}
 		if err := yaml.Unmarshal(data, &o.conf); err != nil {
-			return o, false, []Mistake{{Lab: "04-etcd", Node: node, What: "etcd's config file " + p + " is not YAML", Evidence: p + ": " + err.Error(), Fix: "fix its YAML (etcd.conf.yml.sample in the etcd repository)"}}, nil
+			return o, false, []Mistake{{Lab: labid.Etcd, Node: node, What: "etcd's config file " + p + " is not YAML", Evidence: p + ": " + err.Error(), Fix: "fix its YAML (etcd.conf.yml.sample in the etcd repository)"}}, nil
 		}
 		o.from = p
 	}
@@ -185,7 +186,7 @@ func canonURLs(urls []string) string {
 // counts against the quorum), and client and peer cert auth must be on
 // (https://etcd.io/docs/latest/op-guide/security/).
 func etcdCluster(e *env) ([]Mistake, error) {
-	const lab = "04-etcd"
+	const lab = labid.Etcd
 	var out []Mistake
 	cps := e.c.ControlPlanes()
 	groups := map[string][]string{} // canonical --initial-cluster → members
@@ -303,7 +304,7 @@ func wantInitialCluster(e *env) string {
 // signed by the CA etcd trusts, the cluster CA
 // (https://etcd.io/docs/latest/op-guide/security/).
 func etcdCerts(e *env) ([]Mistake, error) {
-	const lab = "04-etcd"
+	const lab = labid.Etcd
 	var out []Mistake
 	ca, caWhat, err := e.clusterCA()
 	if err != nil {
@@ -386,7 +387,7 @@ func etcdCerts(e *env) ([]Mistake, error) {
 					sans = append(sans, sanWant{h, "a host of etcd's peer or client URLs, which peers and clients dial"})
 				}
 			}
-			w := certWant{lab: "02-pki", what: u.what + " " + certPath, sans: sans, server: true, client: true, ca: ca, caWhat: caWhat, fix: fix}
+			w := certWant{lab: labid.PKI, what: u.what + " " + certPath, sans: sans, server: true, client: true, ca: ca, caWhat: caWhat, fix: fix}
 			out = append(out, e.checkCert(n.Name, certPath, cert, w)...)
 			if u.keyPath != "" {
 				ms, err := e.checkKey(lab, n.Name, certPath, u.keyPath, cert, fix)
@@ -473,7 +474,7 @@ func etcdAllows(c *x509.Certificate, hostnames, cns []string) bool {
 // (https://etcd.io/docs/latest/op-guide/security/). The certs are judged as
 // etcd judges them (etcdAllows) against the certs of D/pki.
 func (e *env) etcdAllowlists(node string, o etcdOpts) ([]Mistake, error) {
-	const lab = "04-etcd"
+	const lab = labid.Etcd
 	var out []Mistake
 	others, err := e.etcdOthers()
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/pki"
 )
 
@@ -230,7 +231,7 @@ type kubeconfigWant struct {
 // Upstream: https://kubernetes.io/docs/concepts/configuration/organize-cluster-access-kubeconfig/
 // and the identities of https://kubernetes.io/docs/setup/best-practices/certificates/.
 func stateKubeconfigs(e *env) ([]Mistake, error) {
-	const lab = "03-kubeconfig"
+	const lab = labid.Kubeconfig
 	wants := []kubeconfigWant{{name: "admin", cn: "admin", org: groupMasters, admin: true, rule: viaLB, certName: "admin"}}
 	for _, n := range e.c.Workers() {
 		if !n.TLSBootstrap {
@@ -245,7 +246,7 @@ func stateKubeconfigs(e *env) ([]Mistake, error) {
 	var out []Mistake
 	for _, w := range wants {
 		path := "kubeconfigs/" + w.name + ".kubeconfig"
-		fix := "; khw lab 03-kubeconfig shows the kubectl config commands"
+		fix := "; khw lab " + labid.Kubeconfig + " shows the kubectl config commands"
 		k, ms, err := e.loadKubeconfig(lab, Jumpbox, path, "the "+w.name+" kubeconfig", "make it with kubectl config set-cluster/set-credentials/set-context/use-context"+fix)
 		if err != nil {
 			return nil, err

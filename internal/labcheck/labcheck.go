@@ -25,14 +25,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/lab/labid"
 )
 
 // Jumpbox is the node name under which a Source serves the jumpbox's state
@@ -40,12 +39,6 @@ import (
 // (paths relative to D, slash-separated). Mistakes about those files carry
 // Node == Jumpbox.
 const Jumpbox = "jumpbox"
-
-// Labs are the lab IDs in order (shared/design/README.md).
-var Labs = []string{
-	"01-machines", "02-pki", "03-kubeconfig", "04-etcd", "05-control-plane", "06-lb",
-	"07-workers", "08-pod-network", "09-coredns", "10-tls-bootstrap", "11-smoke", "12-failover",
-}
 
 // Mistake is one thing a hand-done lab got wrong.
 type Mistake struct {
@@ -152,16 +145,14 @@ func Detectors(lab string) []Detector {
 // c must be a validated cluster.yaml. cs may be nil when the API is not
 // reachable: detectors that need it then report nothing and Check returns an
 // error naming them, after running the others. Errors are for an unknown
-// lab, a node that cannot be read, or an API call that fails; a missing or
+// a node that cannot be read, or an API call that fails (lab is a catalogue
+// ID; one without detectors finds nothing); a missing or
 // malformed file is a Mistake, not an error.
 func Check(ctx context.Context, lab string, c *config.Cluster, src Source, cs kubernetes.Interface) ([]Mistake, error) {
 	return check(ctx, lab, c, src, cs, time.Now())
 }
 
 func check(ctx context.Context, lab string, c *config.Cluster, src Source, cs kubernetes.Interface, now time.Time) ([]Mistake, error) {
-	if !slices.Contains(Labs, lab) {
-		return nil, fmt.Errorf("lab %q is unknown: use one of %s", lab, strings.Join(Labs, ", "))
-	}
 	e := &env{ctx: ctx, c: c, src: src, cs: cs, now: now, files: map[string]fileResult{}, outputs: map[string]string{}}
 	var all []Mistake
 	var errs []error
@@ -241,26 +232,26 @@ func sortStrings(s []string) { sort.Strings(s) }
 
 // registry is every detector, in lab order.
 var registry = []Detector{
-	{Name: "pki-certs", Lab: "02-pki", Doc: "D/pki: each cert's CN/O, SANs (service IP, 127.0.0.1, lb), key usages, validity, CA signature, key pair", run: pkiCerts},
-	{Name: "kubeconfigs", Lab: "03-kubeconfig", Doc: "D/kubeconfigs: current context, server URL (lb for workers, 127.0.0.1 on cps), CA, client cert identity and key", run: stateKubeconfigs},
-	{Name: "etcd-initial-cluster", Lab: "04-etcd", Doc: "--name in --initial-cluster, same list on every member, only the control planes at their IPs, cert auth on", run: etcdCluster},
-	{Name: "etcd-certs", Lab: "04-etcd", Doc: "etcd's server and peer certs: SANs of its URLs, keys, the cluster CA", run: etcdCerts},
-	{Name: "apiserver-certs", Lab: "05-control-plane", Doc: "each apiserver's serving cert SANs, client CA, etcd/kubelet client certs, ServiceAccount key pair", run: apiserverCerts},
-	{Name: "apiserver-kubelet-rbac", Lab: "05-control-plane", Doc: "the CN of --kubelet-client-certificate is bound to a ClusterRole with nodes/proxy (API)", run: apiserverKubeletRBAC},
-	{Name: "controlplane-kubeconfigs", Lab: "05-control-plane", Doc: "controller-manager and scheduler kubeconfigs: an apiserver they can reach, the cluster CA, their own user", run: controlPlaneKubeconfigs},
-	{Name: "encryption-config", Lab: "05-control-plane", Doc: "--encryption-provider-config on every apiserver, same file, kind/apiVersion, identity not first, key sizes", run: encryptionConfig},
-	{Name: "lb-health-check", Lab: "06-lb", Doc: "haproxy.cfg: mode tcp on the apiserver port, every cp a server, an HTTP check that can pass (check-ssl, verify, path, port)", run: lbHealthCheck},
-	{Name: "worker-host", Lab: "07-workers", Doc: "swap off, br_netfilter loaded, bridge-nf-call-iptables and ip_forward = 1", run: workerHost(false)},
-	{Name: "worker-runtime", Lab: "07-workers", Doc: "cgroup driver of containerd = kubelet's; CNI config present, its plugin binaries exist, its subnet = the podCIDR", run: workerRuntime(false)},
-	{Name: "worker-dns", Lab: "07-workers", Doc: "kubelet clusterDNS = the kube-dns Service IP", run: workerDNS(false)},
-	{Name: "worker-identity", Lab: "07-workers", Doc: "node name = cluster.yaml = kubelet client cert CN system:node:<name>; kubeconfigs via the lb with the cluster CA; serving cert SANs; kube-proxy identity", run: workerIdentity(false)},
-	{Name: "pod-routes", Lab: "08-pod-network", Doc: "every worker routes each other worker's podCIDR via that worker's IP", run: podRoutes},
-	{Name: "coredns", Lab: "09-coredns", Doc: "Service kube-dns at the clusterDNS IP, the Corefile serving the cluster domain (API)", run: coreDNS},
-	{Name: "bootstrap-host", Lab: "10-tls-bootstrap", Doc: "the TLS-bootstrap workers' kernel settings (as worker-host)", run: workerHost(true)},
-	{Name: "bootstrap-runtime", Lab: "10-tls-bootstrap", Doc: "the TLS-bootstrap workers' cgroup driver and CNI config (as worker-runtime)", run: workerRuntime(true)},
-	{Name: "bootstrap-dns", Lab: "10-tls-bootstrap", Doc: "the TLS-bootstrap workers' clusterDNS (as worker-dns)", run: workerDNS(true)},
-	{Name: "bootstrap-identity", Lab: "10-tls-bootstrap", Doc: "the TLS-bootstrap workers' node name and kubeconfigs once bootstrapped (as worker-identity)", run: workerIdentity(true)},
-	{Name: "bootstrap-token", Lab: "10-tls-bootstrap", Doc: "bootstrap token Secrets: name, type, id/secret format, expiration, usage, extra groups; the worker's token has a Secret (API)", run: bootstrapTokens},
-	{Name: "bootstrap-rbac", Lab: "10-tls-bootstrap", Doc: "node-bootstrapper, nodeclient and selfnodeclient bindings; bootstrap token auth and CSR signing flags (API)", run: bootstrapRBAC},
-	{Name: "bootstrap-csrs", Lab: "10-tls-bootstrap", Doc: "a Pending kubelet-serving CSR (never auto-approved), a stuck client CSR, an approved CSR never signed (API)", run: bootstrapCSRs},
+	{Name: "pki-certs", Lab: labid.PKI, Doc: "D/pki: each cert's CN/O, SANs (service IP, 127.0.0.1, lb), key usages, validity, CA signature, key pair", run: pkiCerts},
+	{Name: "kubeconfigs", Lab: labid.Kubeconfig, Doc: "D/kubeconfigs: current context, server URL (lb for workers, 127.0.0.1 on cps), CA, client cert identity and key", run: stateKubeconfigs},
+	{Name: "etcd-initial-cluster", Lab: labid.Etcd, Doc: "--name in --initial-cluster, same list on every member, only the control planes at their IPs, cert auth on", run: etcdCluster},
+	{Name: "etcd-certs", Lab: labid.Etcd, Doc: "etcd's server and peer certs: SANs of its URLs, keys, the cluster CA", run: etcdCerts},
+	{Name: "apiserver-certs", Lab: labid.ControlPlane, Doc: "each apiserver's serving cert SANs, client CA, etcd/kubelet client certs, ServiceAccount key pair", run: apiserverCerts},
+	{Name: "apiserver-kubelet-rbac", Lab: labid.ControlPlane, Doc: "the CN of --kubelet-client-certificate is bound to a ClusterRole with nodes/proxy (API)", run: apiserverKubeletRBAC},
+	{Name: "controlplane-kubeconfigs", Lab: labid.ControlPlane, Doc: "controller-manager and scheduler kubeconfigs: an apiserver they can reach, the cluster CA, their own user", run: controlPlaneKubeconfigs},
+	{Name: "encryption-config", Lab: labid.ControlPlane, Doc: "--encryption-provider-config on every apiserver, same file, kind/apiVersion, identity not first, key sizes", run: encryptionConfig},
+	{Name: "lb-health-check", Lab: labid.LB, Doc: "haproxy.cfg: mode tcp on the apiserver port, every cp a server, an HTTP check that can pass (check-ssl, verify, path, port)", run: lbHealthCheck},
+	{Name: "worker-host", Lab: labid.Workers, Doc: "swap off, br_netfilter loaded, bridge-nf-call-iptables and ip_forward = 1", run: workerHost(false)},
+	{Name: "worker-runtime", Lab: labid.Workers, Doc: "cgroup driver of containerd = kubelet's; CNI config present, its plugin binaries exist, its subnet = the podCIDR", run: workerRuntime(false)},
+	{Name: "worker-dns", Lab: labid.Workers, Doc: "kubelet clusterDNS = the kube-dns Service IP", run: workerDNS(false)},
+	{Name: "worker-identity", Lab: labid.Workers, Doc: "node name = cluster.yaml = kubelet client cert CN system:node:<name>; kubeconfigs via the lb with the cluster CA; serving cert SANs; kube-proxy identity", run: workerIdentity(false)},
+	{Name: "pod-routes", Lab: labid.PodNetwork, Doc: "every worker routes each other worker's podCIDR via that worker's IP", run: podRoutes},
+	{Name: "coredns", Lab: labid.CoreDNS, Doc: "Service kube-dns at the clusterDNS IP, the Corefile serving the cluster domain (API)", run: coreDNS},
+	{Name: "bootstrap-host", Lab: labid.TLSBootstrap, Doc: "the TLS-bootstrap workers' kernel settings (as worker-host)", run: workerHost(true)},
+	{Name: "bootstrap-runtime", Lab: labid.TLSBootstrap, Doc: "the TLS-bootstrap workers' cgroup driver and CNI config (as worker-runtime)", run: workerRuntime(true)},
+	{Name: "bootstrap-dns", Lab: labid.TLSBootstrap, Doc: "the TLS-bootstrap workers' clusterDNS (as worker-dns)", run: workerDNS(true)},
+	{Name: "bootstrap-identity", Lab: labid.TLSBootstrap, Doc: "the TLS-bootstrap workers' node name and kubeconfigs once bootstrapped (as worker-identity)", run: workerIdentity(true)},
+	{Name: "bootstrap-token", Lab: labid.TLSBootstrap, Doc: "bootstrap token Secrets: name, type, id/secret format, expiration, usage, extra groups; the worker's token has a Secret (API)", run: bootstrapTokens},
+	{Name: "bootstrap-rbac", Lab: labid.TLSBootstrap, Doc: "node-bootstrapper, nodeclient and selfnodeclient bindings; bootstrap token auth and CSR signing flags (API)", run: bootstrapRBAC},
+	{Name: "bootstrap-csrs", Lab: labid.TLSBootstrap, Doc: "a Pending kubelet-serving CSR (never auto-approved), a stuck client CSR, an approved CSR never signed (API)", run: bootstrapCSRs},
 }

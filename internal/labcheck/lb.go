@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/khw-dev/khw/internal/lab/labid"
 )
 
 // haLine is one configuration line of haproxy.cfg: its words, and the line
@@ -87,7 +89,7 @@ var publicPaths = []string{"/healthz", "/livez", "/readyz", "/version", "/versio
 // httpchk, http-check, check-ssl, verify) and
 // https://kubernetes.io/docs/reference/using-api/health-checks/.
 func lbHealthCheck(e *env) ([]Mistake, error) {
-	const lab = "06-lb"
+	const lab = labid.LB
 	lb, ok := e.c.LB()
 	if !ok {
 		return nil, nil

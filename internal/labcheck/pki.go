@@ -3,6 +3,7 @@ package labcheck
 import (
 	"fmt"
 
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/pki"
 )
 
@@ -13,7 +14,7 @@ import (
 // clients dial, key usages, validity, the CA's signature and the key pair.
 // Upstream: https://kubernetes.io/docs/setup/best-practices/certificates/.
 func pkiCerts(e *env) ([]Mistake, error) {
-	const lab = "02-pki"
+	const lab = labid.PKI
 	var out []Mistake
 	caFix := "cd D/pki && cfssl gencert -initca ca-csr.json | cfssljson -bare ca, then reissue every cert"
 	ca, ms, err := e.loadCert(lab, Jumpbox, "pki/ca.pem", "the cluster CA", caFix)
@@ -73,7 +74,7 @@ func pkiCerts(e *env) ([]Mistake, error) {
 // Node authorizer); the controller-manager, scheduler and kube-proxy are
 // bound by user name (plugin/pkg/auth/authorizer/rbac/bootstrappolicy).
 func specWant(e *env, s pki.Spec, fix string) certWant {
-	w := certWant{lab: "02-pki", fix: fix, client: true}
+	w := certWant{lab: labid.PKI, fix: fix, client: true}
 	if caCert, _, _ := e.clusterCA(); caCert != nil {
 		w.ca, w.caWhat = caCert, "the cluster CA (pki/ca.pem)"
 	}

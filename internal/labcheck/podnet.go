@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/khw-dev/khw/internal/lab/labid"
 )
 
 // routeShell prints the IPv4 routing table.
@@ -15,7 +17,7 @@ const routeShell = "ip -4 route show 2>/dev/null || true"
 // https://kubernetes.io/docs/concepts/cluster-administration/networking/:
 // every pod can reach every other pod without NAT). Read from `ip -4 route`.
 func podRoutes(e *env) ([]Mistake, error) {
-	const lab = "08-pod-network"
+	const lab = labid.PodNetwork
 	var out []Mistake
 	workers := e.c.Workers()
 	for _, n := range workers {

@@ -14,10 +14,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	tb "github.com/khw-dev/khw/internal/tlsbootstrap"
 )
 
-const labTLS = "10-tls-bootstrap"
+const labTLS = labid.TLSBootstrap
 
 // stuckAfter is how long a CSR may wait for the controller-manager before
 // it counts as stuck (it approves and signs within seconds).
@@ -170,7 +171,7 @@ func bootstrapRBAC(e *env) ([]Mistake, error) {
 			return nil, err
 		}
 		if v, set := u.flag("enable-bootstrap-token-auth"); ok && (!set || v != "true") {
-			out = append(out, Mistake{Lab: "05-control-plane", Node: n.Name, What: "kube-apiserver on " + n.Name + " does not accept bootstrap tokens: a bootstrapping kubelet that reaches it gets 401",
+			out = append(out, Mistake{Lab: labid.ControlPlane, Node: n.Name, What: "kube-apiserver on " + n.Name + " does not accept bootstrap tokens: a bootstrapping kubelet that reaches it gets 401",
 				Evidence: u.evidence("enable-bootstrap-token-auth"), Fix: "--enable-bootstrap-token-auth=true in kube-apiserver.service, then restart it"})
 		}
 		k, ok, err := e.readUnit(n.Name, "kube-controller-manager.service")
@@ -182,14 +183,14 @@ func bootstrapRBAC(e *env) ([]Mistake, error) {
 		}
 		for _, f := range []string{"cluster-signing-cert-file", "cluster-signing-key-file"} {
 			if _, set := k.flag(f); !set {
-				out = append(out, Mistake{Lab: "05-control-plane", Node: n.Name, What: "kube-controller-manager has no --" + f + ": approved CSRs are never signed, so the kubelet never gets its cert",
+				out = append(out, Mistake{Lab: labid.ControlPlane, Node: n.Name, What: "kube-controller-manager has no --" + f + ": approved CSRs are never signed, so the kubelet never gets its cert",
 					Evidence: k.evidence(f), Fix: "--cluster-signing-cert-file=/var/lib/kubernetes/ca.pem --cluster-signing-key-file=/var/lib/kubernetes/ca-key.pem"})
 			}
 		}
 		if v, set := k.flag("controllers"); set {
 			for _, c := range []string{"csrapproving", "csrsigning"} {
 				if slices.Contains(strings.Split(v, ","), "-"+c) {
-					out = append(out, Mistake{Lab: "05-control-plane", Node: n.Name, What: "kube-controller-manager runs with the " + c + " controller off: node CSRs are never " + map[string]string{"csrapproving": "approved", "csrsigning": "signed"}[c],
+					out = append(out, Mistake{Lab: labid.ControlPlane, Node: n.Name, What: "kube-controller-manager runs with the " + c + " controller off: node CSRs are never " + map[string]string{"csrapproving": "approved", "csrsigning": "signed"}[c],
 						Evidence: k.evidence("controllers"), Fix: "--controllers=*,bootstrapsigner,tokencleaner"})
 				}
 			}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/lab/labid"
 )
 
 // workerSel picks the workers a lab sets up: 07-workers the ones with a
@@ -34,9 +35,9 @@ func workerSel(bootstrap bool) func(*env) []config.Node {
 
 func labOf(bootstrap bool) string {
 	if bootstrap {
-		return "10-tls-bootstrap"
+		return labid.TLSBootstrap
 	}
-	return "07-workers"
+	return labid.Workers
 }
 
 // kubeletConfig is the part of a KubeletConfiguration the detectors read
@@ -423,7 +424,7 @@ func workerDNS(bootstrap bool) func(*env) ([]Mistake, error) {
 				out = append(out, Mistake{Lab: lab, Node: n.Name, What: fmt.Sprintf("the kubelet's clusterDNS does not list %s, the kube-dns Service IP of cluster.yaml: pods on %s cannot resolve Service names", e.c.Kubernetes.ClusterDNS, n.Name),
 					Evidence: ev, Fix: "clusterDNS: [" + e.c.Kubernetes.ClusterDNS + "] in " + k.cfgPath + ", restart the kubelet and recreate the pods"})
 			} else if svcIP != "" && !slices.Contains(k.cfg.ClusterDNS, svcIP) {
-				out = append(out, Mistake{Lab: "09-coredns", Node: n.Name, What: fmt.Sprintf("the kube-dns Service has ClusterIP %s, but the kubelet's clusterDNS is %v: pods ask a nameserver nobody serves", svcIP, k.cfg.ClusterDNS),
+				out = append(out, Mistake{Lab: labid.CoreDNS, Node: n.Name, What: fmt.Sprintf("the kube-dns Service has ClusterIP %s, but the kubelet's clusterDNS is %v: pods ask a nameserver nobody serves", svcIP, k.cfg.ClusterDNS),
 					Evidence: ev + "; Service kube-system/kube-dns clusterIP " + svcIP, Fix: "recreate the kube-dns Service with clusterIP: " + e.c.Kubernetes.ClusterDNS})
 			}
 			ms, err := e.resolvConf(lab, n.Name, k)
@@ -507,10 +508,10 @@ func workerIdentity(bootstrap bool) func(*env) ([]Mistake, error) {
 					if other := otherNode(cert, n.Name); other != "" {
 						// Another node's cert copied here: name that, not the
 						// SANs it lacks as a consequence.
-						out = append(out, Mistake{Lab: "07-workers", Node: n.Name, What: fmt.Sprintf("%s holds %s's identity (CN=%s), not %s's: it was copied from the wrong node", k.cfg.TLSCertFile, other, cert.Subject.CommonName, n.Name),
+						out = append(out, Mistake{Lab: labid.Workers, Node: n.Name, What: fmt.Sprintf("%s holds %s's identity (CN=%s), not %s's: it was copied from the wrong node", k.cfg.TLSCertFile, other, cert.Subject.CommonName, n.Name),
 							Evidence: k.cfg.TLSCertFile + ": " + describe(cert), Fix: fix})
 					} else if cert != nil {
-						out = append(out, e.checkCert(n.Name, k.cfg.TLSCertFile, cert, certWant{lab: "02-pki", what: "the kubelet serving cert " + k.cfg.TLSCertFile, node: true, server: true,
+						out = append(out, e.checkCert(n.Name, k.cfg.TLSCertFile, cert, certWant{lab: labid.PKI, what: "the kubelet serving cert " + k.cfg.TLSCertFile, node: true, server: true,
 							sans: []sanWant{{n.IP, "the apiserver dials the kubelet at its InternalIP for logs, exec and port-forward"}}, ca: ca, caWhat: caWhat, fix: fix})...)
 						if k.cfg.TLSPrivateKeyFile != "" {
 							ms, err := e.checkKey(lab, n.Name, k.cfg.TLSCertFile, k.cfg.TLSPrivateKeyFile, cert, fix)
@@ -580,7 +581,7 @@ func (e *env) componentKubeconfig(lab, node, p, what, cn, org, nameEv string, bo
 			Evidence: ev, Fix: "embed a client cert with CN=" + cn + " in " + p + " (D/kubeconfigs has the right kubeconfig for each component)"})
 	}
 	ca, caWhat, _ := e.clusterCA()
-	out = append(out, e.checkCert(node, where, cert, certWant{lab: "02-pki", what: "the client cert of " + p, org: org, node: org == groupNodes, client: true, ca: ca, caWhat: caWhat,
+	out = append(out, e.checkCert(node, where, cert, certWant{lab: labid.PKI, what: "the client cert of " + p, org: org, node: org == groupNodes, client: true, ca: ca, caWhat: caWhat,
 		fix: "embed the right cert and key in " + p})...)
 	return out, nil
 }

@@ -336,30 +336,3 @@ func parseFS(fsys fs.FS) ([]Lab, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].Number < out[j].Number })
 	return out, nil
 }
-
-// Get returns the lab named by id: its full ID ("04-etcd"), its number with
-// or without the leading zero ("04", "4") or its name ("etcd"), case and
-// surrounding spaces ignored. An unknown id is an error listing the valid
-// IDs.
-func Get(id string) (Lab, error) {
-	all, err := All()
-	if err != nil {
-		return Lab{}, err
-	}
-	return lookup(all, id)
-}
-
-func lookup(all []Lab, id string) (Lab, error) {
-	q := strings.ToLower(strings.TrimSpace(id))
-	n, numErr := strconv.Atoi(q)
-	for _, l := range all {
-		if q == l.ID || q == l.Name() || (numErr == nil && n == l.Number && strings.Trim(q, "0123456789") == "") {
-			return l, nil
-		}
-	}
-	ids := make([]string, len(all))
-	for i, l := range all {
-		ids[i] = l.ID
-	}
-	return Lab{}, fmt.Errorf("no lab %q: valid labs are %s (a number such as 4 or a name such as etcd works too)", id, strings.Join(ids, ", "))
-}

@@ -151,38 +151,6 @@ func TestObserveBlocksAreReadOnlyAndRunnable(t *testing.T) {
 	}
 }
 
-func TestGetAcceptsAliases(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{"04-etcd", "04-etcd"}, {"04", "04-etcd"}, {"4", "04-etcd"}, {"etcd", "04-etcd"}, {" ETCD ", "04-etcd"},
-		{"1", "01-machines"}, {"machines", "01-machines"}, {"10", "10-tls-bootstrap"}, {"tls-bootstrap", "10-tls-bootstrap"},
-		{"12", "12-failover"}, {"failover", "12-failover"}, {"control-plane", "05-control-plane"}, {"011", "11-smoke"},
-	} {
-		l, err := Get(tc.in)
-		if err != nil {
-			t.Errorf("Get(%q): %v", tc.in, err)
-			continue
-		}
-		if l.ID != tc.want {
-			t.Errorf("Get(%q) = %s, want %s", tc.in, l.ID, tc.want)
-		}
-	}
-}
-
-func TestGetRejectsUnknown(t *testing.T) {
-	for _, in := range []string{"", "0", "13", "-4", "etc", "04-etc", "4-etcd", "control", "04 etcd"} {
-		_, err := Get(in)
-		if err == nil {
-			t.Errorf("Get(%q) found a lab", in)
-			continue
-		}
-		for _, want := range []string{fmt.Sprintf("%q", in), "01-machines", "04-etcd", "12-failover"} {
-			if !strings.Contains(err.Error(), want) {
-				t.Errorf("Get(%q) error %q does not name %s", in, err, want)
-			}
-		}
-	}
-}
-
 // good is a minimal valid lab; the parse tests break one thing at a time.
 const good = `# 04 · etcd: the cluster's memory
 One paragraph

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/khw-dev/khw/internal/fsutil"
+	"github.com/khw-dev/khw/internal/lab/labid"
 )
 
 // HostKeyChangedError means a node presented a host key other than the one
@@ -58,7 +59,7 @@ type HostKeyNotPinnedError struct {
 
 func (e *HostKeyNotPinnedError) Error() string {
 	return fmt.Sprintf("node %s (%s): refusing host key %s: %s pins no key for %s, and khw never trusts a key on first use. "+
-		"khw pins the host key it generates for each node before the node's first boot: run `khw up` (step 01-machines writes the pins); "+
+		"khw pins the host key it generates for each node before the node's first boot: run `khw up` (step "+labid.Machines+" writes the pins); "+
 		"a node khw did not make is not trusted",
 		e.Node.Name, e.Addr, e.Got, e.File, e.Host)
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/remote"
 )
 
@@ -423,9 +424,9 @@ func summarizeNodePort(nodePort int, want string, res []nodePortResult) (string,
 	case len(bad) == len(res):
 		why = "no worker forwards the NodePort: is kube-proxy running on the workers (iptables -t nat -L KUBE-NODEPORTS)?"
 	case badWithPod == 0 && badWithout == withoutPod:
-		why = "only the worker running the pod answers: the others forward to the pod's IP over the pod routes (step 08-pod-network: ip route on each worker must send every other worker's podCIDR via that worker)"
+		why = "only the worker running the pod answers: the others forward to the pod's IP over the pod routes (step " + labid.PodNetwork + ": ip route on each worker must send every other worker's podCIDR via that worker)"
 	default:
-		why = "kube-proxy on those workers has not programmed the NodePort (journalctl -u kube-proxy), or they cannot route to the pod's podCIDR (step 08-pod-network)"
+		why = "kube-proxy on those workers has not programmed the NodePort (journalctl -u kube-proxy), or they cannot route to the pod's podCIDR (step " + labid.PodNetwork + ")"
 	}
 	return ev, fmt.Errorf("NodePort %d did not answer %q on %s: %s", nodePort, want, strings.Join(bad, ", "), why)
 }
@@ -544,7 +545,7 @@ func (r *Runner) dns(ctx context.Context, pod *corev1.Pod) Check {
 				break
 			}
 		}
-		return confEv, node, fmt.Errorf("%w: is CoreDNS running (step 09-coredns: kubectl -n kube-system get pods -l k8s-app=kube-dns) and is the kube-dns Service at %s reachable from %s (kube-proxy)?", lastErr, server, node)
+		return confEv, node, fmt.Errorf("%w: is CoreDNS running (step "+labid.CoreDNS+": kubectl -n kube-system get pods -l k8s-app=kube-dns) and is the kube-dns Service at %s reachable from %s (kube-proxy)?", lastErr, server, node)
 	})
 }
 
@@ -641,7 +642,7 @@ func (r *Runner) bootstrapNode(ctx context.Context, n config.Node, created error
 		_, err := r.Client.CoreV1().Nodes().Get(gctx, n.Name, metav1.GetOptions{})
 		cancel()
 		if apierrors.IsNotFound(err) {
-			return "", n.Name, fmt.Errorf("Node %s is not registered: its kubelet has not joined with its bootstrap token (step 10-tls-bootstrap)", n.Name)
+			return "", n.Name, fmt.Errorf("Node %s is not registered: its kubelet has not joined with its bootstrap token (step "+labid.TLSBootstrap+")", n.Name)
 		}
 		pod, err := waitPodReady(ctx, r.Client, r.ns(), "app="+PinnedApp, wait, r.poll())
 		if err != nil {

@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/khw-dev/khw/internal/lab/labid"
 )
 
 // PodReady reports whether pod p is Running, not being deleted, and has the
@@ -79,7 +81,7 @@ func DescribePod(p *corev1.Pod) string {
 			parts = append(parts, s)
 			switch {
 			case imagePullReasons[w.Reason]:
-				hint = fmt.Sprintf("the image %s is not imported on %s: the nodes are offline and pull nothing; step 07-workers imports the catalog images (sudo ctr -n k8s.io images import …; sudo crictl images lists them)", cs.Image, orUnknown(node))
+				hint = fmt.Sprintf("the image %s is not imported on %s: the nodes are offline and pull nothing; step "+labid.Workers+" imports the catalog images (sudo ctr -n k8s.io images import …; sudo crictl images lists them)", cs.Image, orUnknown(node))
 			case w.Reason == "CrashLoopBackOff":
 				hint = fmt.Sprintf("container %s keeps exiting: read kubectl logs --previous -n %s %s -c %s", cs.Name, p.Namespace, p.Name, cs.Name)
 			case w.Reason == "ContainerCreating" || w.Reason == "PodInitializing":

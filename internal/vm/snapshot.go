@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/khw-dev/khw/internal/fsutil"
+	"github.com/khw-dev/khw/internal/lab/labid"
 )
 
 // Snapshots of nspawn nodes are copies of every node's root directory in
@@ -138,7 +139,7 @@ func (p *Nspawn) Snapshot(ctx context.Context, name string) error {
 	}
 	for _, n := range p.c.Nodes {
 		if _, err := os.Stat(filepath.Join(p.NodeRoot(n.Name), "usr/bin/systemctl")); err != nil {
-			return fmt.Errorf("snapshot %s: node %s has no root directory yet (run khw up --until 01-machines)", name, n.Name)
+			return fmt.Errorf("snapshot %s: node %s has no root directory yet (run khw up --until "+labid.Machines+")", name, n.Name)
 		}
 	}
 	earlier, err := p.Snapshots()

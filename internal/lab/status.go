@@ -1,4 +1,4 @@
-package labrun
+package lab
 
 import (
 	"context"
@@ -11,13 +11,6 @@ import (
 
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
-)
-
-// The two labs that are not a step's reconcile: 11-smoke is a test (its
-// Check creates objects and takes seconds), 12-failover is the drills.
-const (
-	SmokeLab    = "11-smoke"
-	FailoverLab = "12-failover"
 )
 
 // CheckTimeout bounds one step's Check in a status read.
@@ -75,11 +68,11 @@ func List(ctx context.Context, all []steps.Step, env *steps.Env, d state.Dir) ([
 	var out []LabStatus
 	blocked := ""
 	for _, s := range all {
-		if s.ID() == SmokeLab {
+		if kindOf(s.ID()) == Test {
 			st := LabStatus{ID: s.ID(), Title: s.Title(), Status: NotDone}
 			if t, ok := prog[s.ID()]; ok {
 				st.DoneAt = &t
-				st.Status, st.Detail = Done, "passed "+t.Local().Format("2006-01-02 15:04")+" (khw lab check 11 runs it again)"
+				st.Status, st.Detail = Done, "passed "+t.Local().Format("2006-01-02 15:04")+" (khw lab check "+s.ID()+" runs it again)"
 			}
 			if blocked != "" {
 				st.Status, st.Detail = NotDone, "not checked: needs "+blocked+" first"
@@ -101,15 +94,20 @@ func List(ctx context.Context, all []steps.Step, env *steps.Env, d state.Dir) ([
 		}
 		out = append(out, st)
 	}
-	fo := LabStatus{ID: FailoverLab, Title: "Break the cluster and watch it heal", Status: NotDone, Detail: "run khw lab 12 (or khw break … --for 30s)"}
-	if t, ok := prog[FailoverLab]; ok {
-		fo.DoneAt = &t
-		fo.Status, fo.Detail = Done, "a drill passed its verdict"
-		if id, ok := PassedDrill(d); ok {
-			fo.Detail = "drill " + id + " passed its verdict"
+	for _, l := range catalogue {
+		if l.Kind != Drill {
+			continue
 		}
+		fo := LabStatus{ID: l.ID, Title: l.title, Status: NotDone, Detail: fmt.Sprintf("run khw lab %d (or khw break … --for 30s)", l.Number())}
+		if t, ok := prog[l.ID]; ok {
+			fo.DoneAt = &t
+			fo.Status, fo.Detail = Done, "a drill passed its verdict"
+			if id, ok := PassedDrill(d); ok {
+				fo.Detail = "drill " + id + " passed its verdict"
+			}
+		}
+		out = append(out, fo)
 	}
-	out = append(out, fo)
 	return out, nil
 }
 

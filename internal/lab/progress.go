@@ -1,14 +1,10 @@
-// Package labrun is what `khw lab` does with the steps of `khw up`: the live
-// status of every lab (done, not done, drifted), a lab's run with snapshots
-// taken first, grading a step done by hand (khw lab check), and putting the
-// cluster back to the state before a lab (khw lab reset).
-//
-// Progress is kept in <state>/labs/progress.json (which labs were completed
-// and when): it is what tells "drifted" (completed once, its check now finds
-// differences) from "not done". Before a lab runs, the provider snapshots
-// every node ("before-<lab id>") and the state directory is copied to
-// <state>/labs/snapshots/before-<lab id>/, so that reset restores both.
-package labrun
+// Lab progress and snapshots: which labs were completed and when
+// (<state>/labs/progress.json), which tells "drifted" (completed once, its
+// check now finds differences) from "not done"; and the snapshots taken
+// before a lab runs (the provider snapshots every node "before-<lab id>",
+// the state directory is copied to <state>/labs/snapshots/before-<lab id>/),
+// which khw lab reset restores.
+package lab
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package labrun
+package lab
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
 )
@@ -44,9 +45,9 @@ func TestList(t *testing.T) {
 	s4 := &fakeStep{id: "04-etcd", diffs: diff}          // after a not-done lab: not checked
 	s5 := &fakeStep{id: "05-control-plane", diffs: diff} // after it, but recorded: still checked (drift)
 	s6 := &fakeStep{id: "06-lb", err: errors.New("node lb unreachable")}
-	smoke := &fakeStep{id: SmokeLab}
+	smoke := &fakeStep{id: labid.Smoke}
 	p := Progress{}
-	for _, id := range []string{"02-pki", "05-control-plane", SmokeLab} {
+	for _, id := range []string{"02-pki", "05-control-plane", labid.Smoke} {
 		p[id] = p["x"]
 	}
 	if err := p.Save(d); err != nil {
@@ -67,8 +68,8 @@ func TestList(t *testing.T) {
 		{"04-etcd", NotDone, "not checked: needs 03-kubeconfig first"},
 		{"05-control-plane", Drifted, "etcd.service is not active"},
 		{"06-lb", NotDone, "not checked: needs 03-kubeconfig first"},
-		{SmokeLab, NotDone, "not checked: needs 03-kubeconfig first"},
-		{FailoverLab, NotDone, "run khw lab 12"},
+		{labid.Smoke, NotDone, "not checked: needs 03-kubeconfig first"},
+		{labid.Failover, NotDone, "run khw lab 12"},
 	}
 	if len(rows) != len(want) {
 		t.Fatalf("%d rows, want %d: %+v", len(rows), len(want), rows)
@@ -92,11 +93,11 @@ func TestList(t *testing.T) {
 		t.Errorf("rows after fixing 03: %+v", rows)
 	}
 	// 12-failover is done once recorded (a drill passed since the last reset).
-	if err := MarkDone(d, FailoverLab); err != nil {
+	if err := MarkDone(d, labid.Failover); err != nil {
 		t.Fatal(err)
 	}
 	rows, _ = List(context.Background(), []steps.Step{s1}, steps.NewEnv(config.Default("lab", "amd64", "nspawn"), d), d)
-	if last := rows[len(rows)-1]; last.ID != FailoverLab || last.Status != Done {
+	if last := rows[len(rows)-1]; last.ID != labid.Failover || last.Status != Done {
 		t.Errorf("12-failover after MarkDone: %+v", last)
 	}
 }

@@ -1,0 +1,266 @@
+// Package lab is khw's course: the ordered catalogue of labs that khw up,
+// khw lab (list, run, check, reset), their help texts and completions are
+// all derived from. A lab is a step of khw up (or, for 12-failover, the
+// drills) with its text (labs/<ID>.md) and its grading (labcheck): the same
+// knowledge builds it, explains it and grades it.
+//
+// Adding a lab: its ID in package labid, its text in labs/, one row in
+// catalogue below, and its step and detectors.
+package lab
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/khw-dev/khw/internal/bringup"
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/lab/labid"
+	"github.com/khw-dev/khw/internal/labcheck"
+	"github.com/khw-dev/khw/internal/labs"
+	"github.com/khw-dev/khw/internal/steps"
+)
+
+// Kind says how a lab relates to khw up.
+type Kind int
+
+const (
+	// Reconcile is a step of khw up whose Check only reads the cluster:
+	// the lab is done when Check finds nothing to change.
+	Reconcile Kind = iota
+	// Test is a step of khw up whose Check creates objects and takes
+	// seconds (11-smoke): khw lab list and the "earlier labs done" rule
+	// read its progress record instead of running it.
+	Test
+	// Drill is not a step of khw up (12-failover): khw lab runs a failover
+	// drill, which changes nothing it does not heal.
+	Drill
+)
+
+// Lab is one row of the catalogue.
+type Lab struct {
+	// ID is "NN-name" (package labid).
+	ID string
+	// Kind says how the lab relates to khw up.
+	Kind Kind
+	// Up says in a few words what the step makes, for khw up --help
+	// (lines of at most 58 characters, joined by "\n"); "" for a Drill.
+	Up string
+	// MakesNodes is true for the lab that creates the nodes (01-machines):
+	// there are no nodes to snapshot before it, and resetting to before it
+	// destroys them.
+	MakesNodes bool
+
+	title string // of a Drill, which has no step
+	step  func(m *bringup.Machines, c *config.Cluster) steps.Step
+}
+
+// catalogue is every lab, in the order of the course.
+var catalogue = []Lab{
+	{ID: labid.Machines, MakesNodes: true,
+		Up:   "every node of cluster.yaml exists, is powered on and\nanswers SSH (user ubuntu, khw's key <state>/ssh/id_ed25519)",
+		step: func(m *bringup.Machines, _ *config.Cluster) steps.Step { return bringup.NewMachinesStep(m) }},
+	{ID: labid.PKI,
+		Up:   "the CA and every component cert in <state>/pki (cfssl),\nthen each node's certs and keys copied to it",
+		step: func(m *bringup.Machines, _ *config.Cluster) steps.Step { return bringup.NewPKIStep(m) }},
+	{ID: labid.Kubeconfig,
+		Up:   "the kubeconfigs and the encryption config for Secrets,\nthen each node's copies",
+		step: func(m *bringup.Machines, _ *config.Cluster) steps.Step { return bringup.NewKubeconfigStep(m) }},
+	{ID: labid.Etcd,
+		Up:   "etcd on the control planes, started together; every member\nlisted and one leader (asked with the etcd v3 client)",
+		step: func(m *bringup.Machines, _ *config.Cluster) steps.Step { return bringup.NewEtcdStep(m) }},
+	{ID: labid.ControlPlane,
+		Up:   "kube-apiserver, kube-controller-manager, kube-scheduler on\nthe control planes; each /readyz ok; both leader-election\nLeases held; the RBAC that lets the apiserver reach kubelets",
+		step: func(m *bringup.Machines, _ *config.Cluster) steps.Step { return bringup.NewControlPlaneStep(m) }},
+	{ID: labid.LB,
+		Up:   "HAProxy on lb (TCP passthrough, HTTPS /readyz health\nchecks); /readyz through lb:6443 with the admin kubeconfig",
+		step: func(m *bringup.Machines, _ *config.Cluster) steps.Step { return bringup.NewLBStep(m) }},
+	{ID: labid.Workers,
+		Up:   "w1, w2: kernel prerequisites, containerd, runc, CNI,\nkubelet, kube-proxy, images imported; Nodes Ready",
+		step: bringup.NewWorkersStep},
+	{ID: labid.PodNetwork,
+		Up:   "routes to every other worker's podCIDR on each worker",
+		step: bringup.NewPodNetworkStep},
+	{ID: labid.CoreDNS,
+		Up:   "CoreDNS (Service kube-dns at the cluster DNS IP) Available",
+		step: func(m *bringup.Machines, _ *config.Cluster) steps.Step { return bringup.NewCoreDNSStep(m) }},
+	{ID: labid.TLSBootstrap,
+		Up:   "w3 joins with a bootstrap token: its client CSR is\napproved by the controller-manager, its serving CSR by\nkhw after checking requestor and SANs; token deleted",
+		step: bringup.NewTLSBootstrapStep},
+	{ID: labid.Smoke, Kind: Test,
+		Up:   "encryption at rest, a Deployment, logs, exec,\nport-forward, NodePort on every worker, DNS, a pod on w3\n(also: khw smoke)",
+		step: func(m *bringup.Machines, _ *config.Cluster) steps.Step { return bringup.NewSmokeStep(m) }},
+	{ID: labid.Failover, Kind: Drill, title: "Break the cluster and watch it heal"},
+}
+
+// All returns every lab in the order of the course.
+func All() []Lab { return append([]Lab(nil), catalogue...) }
+
+// IDs returns every lab's ID in order.
+func IDs() []string {
+	out := make([]string, len(catalogue))
+	for i, l := range catalogue {
+		out[i] = l.ID
+	}
+	return out
+}
+
+// Number is the NN of the ID (1-12).
+func (l Lab) Number() int {
+	n, _ := strconv.Atoi(l.ID[:2])
+	return n
+}
+
+// Name is the part of the ID after the number, e.g. "etcd".
+func (l Lab) Name() string {
+	_, name, _ := strings.Cut(l.ID, "-")
+	return name
+}
+
+// kindOf is the Kind of the lab with this ID (Reconcile for an ID not in
+// the catalogue, such as a test's step).
+func kindOf(id string) Kind {
+	for _, l := range catalogue {
+		if l.ID == id {
+			return l.Kind
+		}
+	}
+	return Reconcile
+}
+
+// Step builds the lab's step of khw up, working through m for cluster c
+// (m may be nil when only the step's ID and title are needed). Nil for a
+// Drill.
+func (l Lab) Step(m *bringup.Machines, c *config.Cluster) steps.Step {
+	if l.step == nil {
+		return nil
+	}
+	return l.step(m, c)
+}
+
+// Detectors are the lab's mistake detectors for khw lab check, in the
+// order they run (none for 01-machines, 11-smoke and 12-failover).
+func (l Lab) Detectors() []labcheck.Detector { return labcheck.Detectors(l.ID) }
+
+var texts = sync.OnceValues(func() (map[string]labs.Lab, error) {
+	all, err := labs.All()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]labs.Lab{}
+	for _, t := range all {
+		out[t.ID] = t
+	}
+	return out, nil
+})
+
+// Text is the lab's parsed text (labs/<ID>.md, embedded). Errors: a text
+// that does not parse, or none for this lab (a build problem).
+func (l Lab) Text() (labs.Lab, error) {
+	all, err := texts()
+	if err != nil {
+		return labs.Lab{}, err
+	}
+	t, ok := all[l.ID]
+	if !ok {
+		return labs.Lab{}, fmt.Errorf("lab %s has no text labs/%s.md (a build problem)", l.ID, l.ID)
+	}
+	return t, nil
+}
+
+// Steps returns the steps of khw up in order, working through m for
+// cluster c (m may be nil when only IDs and titles are needed).
+func Steps(m *bringup.Machines, c *config.Cluster) []steps.Step {
+	var out []steps.Step
+	for _, l := range catalogue {
+		if s := l.Step(m, c); s != nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Lookup finds the lab named by arg: its ID ("04-etcd"), its number with or
+// without the leading zero ("04", "4") or its name ("etcd"), case and
+// surrounding spaces ignored. An unknown arg is an error listing the IDs.
+func Lookup(arg string) (Lab, error) {
+	q := strings.ToLower(strings.TrimSpace(arg))
+	n, numErr := strconv.Atoi(q)
+	digits := numErr == nil && strings.Trim(q, "0123456789") == ""
+	for _, l := range catalogue {
+		if q == l.ID || q == l.Name() || (digits && n == l.Number()) {
+			return l, nil
+		}
+	}
+	return Lab{}, fmt.Errorf("no lab %q: valid labs are %s (a number such as 4 or a name such as etcd works too)", arg, strings.Join(IDs(), ", "))
+}
+
+// Next is the lab after id; ok is false for the last lab or an unknown id.
+func Next(id string) (next Lab, ok bool) {
+	for i, l := range catalogue {
+		if l.ID == id && i+1 < len(catalogue) {
+			return catalogue[i+1], true
+		}
+	}
+	return Lab{}, false
+}
+
+// From returns the labs from id (included) to the end of the course: what
+// resetting to before id makes not done. Nil for an unknown id.
+func From(id string) []Lab {
+	for i, l := range catalogue {
+		if l.ID == id {
+			return append([]Lab(nil), catalogue[i:]...)
+		}
+	}
+	return nil
+}
+
+// UpHelp is the step table of khw up --help: each step's ID and what it
+// makes (Lab.Up), indented by two spaces.
+func UpHelp() string {
+	var b strings.Builder
+	for _, l := range catalogue {
+		if l.Kind == Drill {
+			continue
+		}
+		for i, line := range strings.Split(l.Up, "\n") {
+			id := ""
+			if i == 0 {
+				id = l.ID
+			}
+			fmt.Fprintf(&b, "  %-17s %s\n", id, line)
+		}
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// IDTable lists the IDs, at most perLine on a line, indented by two spaces.
+func IDTable(perLine int) string {
+	var b strings.Builder
+	for i, id := range IDs() {
+		switch {
+		case i == 0:
+			b.WriteString("  ")
+		case i%perLine == 0:
+			b.WriteString("\n  ")
+		default:
+			b.WriteString("  ")
+		}
+		b.WriteString(id)
+	}
+	return b.String()
+}
+
+// Complete is a shell completion of a lab argument: every ID starting with
+// prefix, only those of khw up's steps when stepsOnly.
+func Complete(prefix string, stepsOnly bool) []string {
+	var out []string
+	for _, l := range catalogue {
+		if strings.HasPrefix(l.ID, prefix) && !(stepsOnly && l.Kind == Drill) {
+			out = append(out, l.ID)
+		}
+	}
+	return out
+}

@@ -1,0 +1,139 @@
+package lab
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/labcheck"
+	"github.com/khw-dev/khw/internal/labs"
+)
+
+// The catalogue is in course order, every row has its text and every text
+// its row, and each step answers to its row's ID.
+func TestCatalogueIsWhole(t *testing.T) {
+	c := config.Default("cat", config.ArchAMD64, config.ProviderNspawn)
+	texts, err := labs.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(texts) != len(catalogue) {
+		t.Errorf("%d lab texts, %d catalogue rows", len(texts), len(catalogue))
+	}
+	last := 0
+	for i, l := range All() {
+		if l.Number() <= last {
+			t.Errorf("row %d %s: number %d is not after %d", i, l.ID, l.Number(), last)
+		}
+		last = l.Number()
+		txt, err := l.Text()
+		if err != nil || txt.ID != l.ID {
+			t.Errorf("%s: text %q, %v", l.ID, txt.ID, err)
+		}
+		s := l.Step(nil, c)
+		switch {
+		case l.Kind == Drill && (s != nil || l.title == "" || l.Up != ""):
+			t.Errorf("%s: a drill has no step and no khw up line, but a title", l.ID)
+		case l.Kind != Drill && (s == nil || s.ID() != l.ID || l.Up == ""):
+			t.Errorf("%s: step %v, khw up line %q; want a step with this ID and a line", l.ID, s, l.Up)
+		}
+		for _, line := range strings.Split(l.Up, "\n") {
+			if len([]rune(line)) > 60 {
+				t.Errorf("%s: khw up --help line over 60 characters: %q", l.ID, line)
+			}
+		}
+	}
+	ids := map[string]bool{}
+	for _, s := range Steps(nil, c) {
+		if ids[s.ID()] {
+			t.Errorf("step %s twice", s.ID())
+		}
+		ids[s.ID()] = true
+	}
+	if len(ids) != len(catalogue)-1 {
+		t.Errorf("%d steps, want every lab but the drill (%d)", len(ids), len(catalogue)-1)
+	}
+}
+
+// Every detector grades a lab of the catalogue, and they run in course order.
+func TestDetectorsBelongToTheCatalogue(t *testing.T) {
+	pos := map[string]int{}
+	for i, l := range catalogue {
+		pos[l.ID] = i
+	}
+	last := -1
+	for _, d := range labcheck.Detectors("") {
+		i, ok := pos[d.Lab]
+		if !ok || i < last {
+			t.Errorf("detector %s: lab %q unknown or out of order", d.Name, d.Lab)
+		}
+		last = i
+	}
+	if n := len(catalogue[pos["04-etcd"]].Detectors()); n == 0 {
+		t.Error("04-etcd has no detectors")
+	}
+}
+
+func TestLookupAcceptsAliases(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"04-etcd", "04-etcd"}, {"04", "04-etcd"}, {"4", "04-etcd"}, {"etcd", "04-etcd"}, {" ETCD ", "04-etcd"},
+		{"1", "01-machines"}, {"machines", "01-machines"}, {"10", "10-tls-bootstrap"}, {"tls-bootstrap", "10-tls-bootstrap"},
+		{"12", "12-failover"}, {"failover", "12-failover"}, {"control-plane", "05-control-plane"}, {"011", "11-smoke"},
+	} {
+		l, err := Lookup(tc.in)
+		if err != nil {
+			t.Errorf("Lookup(%q): %v", tc.in, err)
+			continue
+		}
+		if l.ID != tc.want {
+			t.Errorf("Lookup(%q) = %s, want %s", tc.in, l.ID, tc.want)
+		}
+	}
+}
+
+func TestLookupRejectsUnknown(t *testing.T) {
+	for _, in := range []string{"", "0", "13", "-4", "etc", "04-etc", "4-etcd", "control", "04 etcd"} {
+		_, err := Lookup(in)
+		if err == nil {
+			t.Errorf("Lookup(%q) found a lab", in)
+			continue
+		}
+		for _, want := range []string{fmt.Sprintf("%q", in), "01-machines", "04-etcd", "12-failover"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("Lookup(%q) error %q does not name %s", in, err, want)
+			}
+		}
+	}
+}
+
+func TestNextFromAndHelp(t *testing.T) {
+	if n, ok := Next("04-etcd"); !ok || n.ID != "05-control-plane" {
+		t.Errorf("Next(04-etcd) = %s, %v", n.ID, ok)
+	}
+	if _, ok := Next("12-failover"); ok {
+		t.Error("Next of the last lab")
+	}
+	from := From("10-tls-bootstrap")
+	if len(from) != 3 || from[0].ID != "10-tls-bootstrap" || from[2].ID != "12-failover" {
+		t.Errorf("From(10) = %v", from)
+	}
+	if From("nope") != nil {
+		t.Error("From of an unknown lab")
+	}
+	help := UpHelp()
+	for _, id := range IDs() {
+		if strings.Contains(help, id) != (id != "12-failover") {
+			t.Errorf("khw up --help and %s: in it %v", id, strings.Contains(help, id))
+		}
+	}
+	if got := Complete("0", false); len(got) != 9 || got[0] != "01-machines" {
+		t.Errorf("Complete(0) = %v", got)
+	}
+	if got := Complete("1", true); strings.Join(got, " ") != "10-tls-bootstrap 11-smoke" {
+		t.Errorf("Complete(1, steps only) = %v", got)
+	}
+	if got := IDTable(6); strings.Count(got, "\n") != 1 || !strings.HasPrefix(got, "  01-machines  02-pki") {
+		t.Errorf("IDTable(6) = %q", got)
+	}
+}
