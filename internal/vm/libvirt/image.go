@@ -1,9 +1,11 @@
 package libvirt
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/khw-dev/khw/internal/components"
 	"github.com/khw-dev/khw/internal/config"
@@ -74,4 +76,47 @@ func CatalogImage(c *config.Cluster, from components.Fetcher, progress io.Writer
 		}
 		return Image{Path: res.Path, Format: "qcow2", Source: src}, nil
 	}
+}
+
+// image returns the base image to use.
+func (p *Provider) image(ctx context.Context) (Image, error) {
+	img := p.opts.Image
+	if img.Path == "" {
+		if p.opts.ResolveImage == nil {
+			return img, fmt.Errorf("cluster %s: no base image: set libvirt.image in cluster.yaml (a qcow2 or raw disk image with cloud-init) or let khw fetch the Ubuntu cloud image from the artifact catalog", p.c.Name)
+		}
+		var err error
+		if img, err = p.opts.ResolveImage(ctx); err != nil {
+			return img, fmt.Errorf("cluster %s: base image: %w", p.c.Name, err)
+		}
+		p.mu.Lock()
+		p.imageSource = img.Source
+		p.mu.Unlock()
+	}
+	if img.Format == "" {
+		f, err := detectFormat(img.Path)
+		if err != nil {
+			return img, fmt.Errorf("cluster %s: base image: %w", p.c.Name, err)
+		}
+		img.Format = f
+	}
+	return img, nil
+}
+
+// detectFormat returns qcow2 when path starts with the qcow2 magic "QFI\xfb",
+// else raw.
+func detectFormat(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("open image %s: %w; check libvirt.image in cluster.yaml", path, err)
+	}
+	defer f.Close()
+	magic := make([]byte, 4)
+	if _, err := io.ReadFull(f, magic); err != nil {
+		return "", fmt.Errorf("read image %s: %w", path, err)
+	}
+	if bytes.Equal(magic, []byte{'Q', 'F', 'I', 0xfb}) {
+		return "qcow2", nil
+	}
+	return "raw", nil
 }
