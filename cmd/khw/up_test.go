@@ -158,7 +158,7 @@ func TestUpStatusDownNspawn(t *testing.T) {
 	}
 
 	t0 := time.Now()
-	out, errOut, code = run(t, base, "up")
+	out, errOut, code = run(t, base, "up", "--until", "06-lb")
 	upCold := time.Since(t0)
 	if code != 0 {
 		t.Fatalf("up: exit %d\n%s%s", code, out, errOut)
@@ -186,7 +186,7 @@ func TestUpStatusDownNspawn(t *testing.T) {
 	}
 
 	t0 = time.Now()
-	out, errOut, code = run(t, base, "up")
+	out, errOut, code = run(t, base, "up", "--until", "06-lb")
 	upAgain := time.Since(t0)
 	if code != 0 || !strings.Contains(out, "✓ 01-machines") || !strings.Contains(out, "clean") {
 		t.Fatalf("second up must be clean: exit %d\n%s%s", code, out, errOut)
@@ -206,7 +206,7 @@ func TestUpStatusDownNspawn(t *testing.T) {
 	if err := p.Stop(ctx, "w1", true); err != nil {
 		t.Fatal(err)
 	}
-	out, errOut, code = run(t, base, "up", "-v")
+	out, errOut, code = run(t, base, "up", "-v", "--until", "06-lb")
 	if code != 0 || !strings.Contains(out, "applied 1 ") {
 		t.Fatalf("up after killing w1: exit %d, want \"applied 1 change\"\n%s%s", code, out, errOut)
 	}
