@@ -4,17 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -22,19 +18,14 @@ import (
 	"github.com/charmbracelet/glamour"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
-	"k8s.io/client-go/kubernetes"
 
-	"github.com/khw-dev/khw/internal/bringup"
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/lab"
-	"github.com/khw-dev/khw/internal/labcheck"
 	"github.com/khw-dev/khw/internal/labs"
-	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
-	"github.com/khw-dev/khw/internal/vm"
 )
 
 var labLong = `Walk Kubernetes the Hard Way one lab at a time. The labs are the steps of
@@ -172,15 +163,13 @@ func detectorList() string {
 type labEnv struct {
 	d      state.Dir
 	c      *config.Cluster
-	s      *cluster.Session
-	env    *steps.Env
-	all    []steps.Step
+	course *lab.Course
 	unlock func()
 }
 
 func (e *labEnv) close() {
-	e.env.Close()
-	e.s.Close()
+	e.course.Env.Close()
+	e.course.S.Close()
 	e.unlock()
 }
 
@@ -211,7 +200,7 @@ func openLab(a *app, write bool) (*labEnv, error) {
 		unlock()
 		return nil, err
 	}
-	return &labEnv{d: d, c: c, s: s, env: env, all: lab.Steps(bringup.New(s), c), unlock: unlock}, nil
+	return &labEnv{d: d, c: c, course: lab.NewCourse(s, env), unlock: unlock}, nil
 }
 
 // lookupLab resolves a lab argument (an unknown one is a usage error) and
@@ -231,7 +220,7 @@ func labList(ctx context.Context, a *app, output string) error {
 		return err
 	}
 	defer e.close()
-	rows, err := lab.List(ctx, e.all, e.env, e.d)
+	rows, err := e.course.List(ctx)
 	if err != nil {
 		return err
 	}
@@ -307,28 +296,9 @@ func runLab(parent context.Context, a *app, id string, o labOpts) error {
 func runLabIn(ctx context.Context, a *app, l lab.Lab, t labs.Lab, e *labEnv, o labOpts) error {
 	// Earlier labs first (a drifted one does not block: it was done, and
 	// khw lab check says whether the drift is a mistake).
-	prog, err := lab.LoadProgress(e.d)
+	missing, err := e.course.EarlierNotDone(ctx, l, o.force)
 	if err != nil {
 		return err
-	}
-	var missing []string
-	for _, s := range e.all {
-		if s.ID() >= l.ID {
-			break
-		}
-		if earlier, _ := lab.Lookup(s.ID()); earlier.Kind == lab.Test {
-			if _, ok := prog[s.ID()]; !ok {
-				missing = append(missing, s.ID())
-			}
-			continue
-		}
-		st, _ := lab.StepStatus(ctx, s, e.env, prog)
-		if st.Status == lab.NotDone || st.Status == lab.Unknown {
-			missing = append(missing, s.ID())
-			if len(missing) == 1 && !o.force {
-				break // one is enough to refuse; checking the rest would read a state not made yet
-			}
-		}
 	}
 	if len(missing) > 0 {
 		if !o.force {
@@ -341,26 +311,27 @@ func runLabIn(ctx context.Context, a *app, l lab.Lab, t labs.Lab, e *labEnv, o l
 	if l.Kind == lab.Drill {
 		return runFailoverLab(ctx, a, l, e)
 	}
-	step, err := steps.Lookup(e.all, l.ID)
+	fmt.Fprintf(a.out, "\n── %s: checking what is already there…\n", l.ID)
+	st, diffs, err := e.course.Status(ctx, l)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.out, "\n── %s: checking what is already there…\n", l.ID)
-	st, diffs := lab.StepStatus(ctx, step, e.env, prog)
 	if st.Status == lab.Unknown {
 		return fmt.Errorf("lab %s: the check failed: %s", l.ID, st.Detail)
 	}
 	if len(diffs) == 0 {
 		fmt.Fprintf(a.out, "✓ %s is already done: nothing to change.\n", l.ID)
 	} else {
-		if err := labSnapshot(ctx, a, e, l); err != nil {
+		snap, err := e.course.TakeSnapshot(ctx, l)
+		if err != nil {
 			return err
 		}
-		if err := confirmChanges(ctx, a, e, step, diffs, o.yes); err != nil {
+		printSnapshot(a, e, l, snap)
+		if err := confirmChanges(ctx, a, e, l, diffs, o.yes); err != nil {
 			return err
 		}
 		fmt.Fprintln(a.out)
-		if _, err := steps.NewRunner(e.env, a.out).Run(ctx, e.all, steps.Options{From: l.ID, Until: l.ID}); err != nil {
+		if err := e.course.Apply(ctx, l, a.out); err != nil {
 			return err
 		}
 	}
@@ -376,40 +347,24 @@ func runLabIn(ctx context.Context, a *app, l lab.Lab, t labs.Lab, e *labEnv, o l
 	return nil
 }
 
-// labSnapshot snapshots the nodes (when there are any and the provider can)
-// and the state directory before lab l changes anything.
-func labSnapshot(ctx context.Context, a *app, e *labEnv, l lab.Lab) error {
-	id := l.ID
-	name := lab.SnapshotName(id)
-	t0 := time.Now()
-	nodes := !l.MakesNodes
-	if nodes {
-		err := e.s.Provider.Snapshot(ctx, name)
-		switch {
-		case errors.Is(err, vm.ErrNotSupported):
-			fmt.Fprintf(a.errOut, "Warning: provider %s cannot snapshot nodes; khw lab reset %s will not be possible\n", e.s.Provider.Name(), id)
-			nodes = false
-		case err != nil:
-			return fmt.Errorf("snapshot before lab %s: %w", id, err)
-		}
-	}
-	if err := lab.SnapshotState(ctx, e.d, id); err != nil {
-		return fmt.Errorf("snapshot of the state directory before lab %s: %w", id, err)
+// printSnapshot says what the snapshot before lab l holds.
+func printSnapshot(a *app, e *labEnv, l lab.Lab, snap lab.Snapshot) {
+	if snap.NoNodeSupport {
+		fmt.Fprintf(a.errOut, "Warning: provider %s cannot snapshot nodes; khw lab reset %s will not be possible\n", e.course.S.Provider.Name(), l.ID)
 	}
 	what := "the state directory"
-	if nodes {
+	if snap.Nodes {
 		what = "every node and the state directory"
-		if f, ok := e.s.Provider.(interface{ LastFreeze() time.Duration }); ok && f.LastFreeze() > 0 {
-			what += fmt.Sprintf(" (nodes paused %s for the final pass)", f.LastFreeze().Round(100*time.Millisecond))
+		if snap.Freeze > 0 {
+			what += fmt.Sprintf(" (nodes paused %s for the final pass)", snap.Freeze.Round(100*time.Millisecond))
 		}
 	}
-	fmt.Fprintf(a.out, "Snapshot %q taken in %s of %s: khw lab reset %s goes back to it.\n", name, time.Since(t0).Round(100*time.Millisecond), what, id)
-	return nil
+	fmt.Fprintf(a.out, "Snapshot %q taken in %s of %s: khw lab reset %s goes back to it.\n", snap.Name, snap.Took.Round(100*time.Millisecond), what, l.ID)
 }
 
 // confirmChanges shows the diffs and their shell commands, grouped by node,
 // and asks before each group unless yes.
-func confirmChanges(ctx context.Context, a *app, e *labEnv, step steps.Step, diffs []steps.Diff, yes bool) error {
+func confirmChanges(ctx context.Context, a *app, e *labEnv, l lab.Lab, diffs []steps.Diff, yes bool) error {
 	groups := map[string][]steps.Diff{}
 	var order []string
 	for _, d := range diffs {
@@ -430,7 +385,7 @@ func confirmChanges(ctx context.Context, a *app, e *labEnv, step steps.Step, dif
 		for _, d := range groups[node] {
 			fmt.Fprintf(a.out, "  - %s\n", d.What)
 		}
-		cmds := step.Commands(e.env, groups[node])
+		cmds := e.course.Commands(l, groups[node])
 		if len(cmds) > 0 {
 			fmt.Fprintln(a.out, "  The shell commands this stands for:")
 			for _, c := range cmds {
@@ -453,7 +408,7 @@ func confirmChanges(ctx context.Context, a *app, e *labEnv, step steps.Step, dif
 			case "a", "all":
 				all = true
 			case "n", "no", "q":
-				return fmt.Errorf("stopped before applying: do the changes by hand (the commands above), then grade them with khw lab check %s", step.ID())
+				return fmt.Errorf("stopped before applying: do the changes by hand (the commands above), then grade them with khw lab check %s", l.ID)
 			default:
 				continue
 			}
@@ -535,88 +490,54 @@ func labCheck(parent context.Context, a *app, id string) error {
 }
 
 func labCheckIn(ctx context.Context, a *app, l lab.Lab, e *labEnv) error {
-	prog, err := lab.LoadProgress(e.d)
-	if err != nil {
-		return err
-	}
 	if l.Kind == lab.Drill {
-		if _, done := prog[l.ID]; done {
+		done, err := e.course.DrillDone(l)
+		if err != nil {
+			return err
+		}
+		if done {
 			fmt.Fprintf(a.out, "✓ %s: a drill passed its verdict since the last reset\n", l.ID)
 			return nil
 		}
 		return fmt.Errorf("%s: no drill has passed its verdict since the last reset: run khw lab %d or khw break etcd --count 1 --for 20s", l.ID, l.Number())
 	}
-	step, err := steps.Lookup(e.all, l.ID)
+	fmt.Fprintf(a.out, "Checking lab %s on the live nodes…\n", l.ID)
+	g, err := e.course.Grade(ctx, l)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.out, "Checking lab %s on the live nodes…\n", l.ID)
-	st, diffs := lab.StepStatus(ctx, step, e.env, prog)
-	if st.Status == lab.Unknown {
-		fmt.Fprintf(a.out, "! the step's own check failed: %s\n", st.Detail)
+	if g.Status.Status == lab.Unknown {
+		fmt.Fprintf(a.out, "! the step's own check failed: %s\n", g.Status.Detail)
 	}
-
-	var mistakes []labcheck.Mistake
-	detectors := l.Detectors()
-	if len(detectors) > 0 {
-		src := lab.Source{Pool: e.s.Pool, Nodes: map[string]remote.Node{}, State: e.d}
-		for _, n := range e.c.Nodes {
-			src.Nodes[n.Name] = remote.Node{Name: n.Name, Addr: n.IP}
-		}
-		cs, cerr := labClientset(e)
-		if cerr != nil {
-			fmt.Fprintf(a.out, "! no API client (%v): the checks of API objects are skipped\n", cerr)
-		}
-		var err error
-		mistakes, err = labcheck.Check(ctx, l.ID, e.c, src, cs)
-		if err != nil {
-			fmt.Fprintf(a.out, "! %v\n", err)
-		}
+	for _, w := range g.Warnings {
+		fmt.Fprintf(a.out, "! %s\n", w)
 	}
-	// A unit that is not running (or a machine that is off) is a mistake
-	// whatever the files say: the step's own check names it.
-	var info []steps.Diff
-	for _, d := range diffs {
-		if bringup.IsUnitStateDiff(d) {
-			mistakes = append(mistakes, labcheck.Mistake{Lab: l.ID, Node: d.Node, What: d.What,
-				Evidence: "systemctl show on " + d.Node + " (khw status shows every unit)", Fix: d.Fix + " (and read why it stopped: journalctl -u <unit> on the node)"})
-			continue
-		}
-		info = append(info, d)
-	}
-	diffs = info
-	sort.SliceStable(mistakes, func(i, j int) bool { return mistakes[i].Lab < mistakes[j].Lab })
-	for _, m := range mistakes {
+	for _, m := range g.Mistakes {
 		fmt.Fprintf(a.out, "✗ %s\n", m.String())
 	}
-	if len(diffs) > 0 {
+	if len(g.Differences) > 0 {
 		label := "Differences from khw's reference (information; a correct hand-made variant may differ)"
-		if len(detectors) == 0 {
+		if g.Detectors == 0 {
 			label = "What is missing or different"
 		}
 		fmt.Fprintf(a.out, "%s:\n", label)
-		for i, d := range diffs {
+		for i, d := range g.Differences {
 			if i == 12 {
-				fmt.Fprintf(a.out, "  … and %d more (khw up --dry-run --from %s --until %s lists them all)\n", len(diffs)-12, l.ID, l.ID)
+				fmt.Fprintf(a.out, "  … and %d more (khw up --dry-run --from %s --until %s lists them all)\n", len(g.Differences)-12, l.ID, l.ID)
 				break
 			}
 			fmt.Fprintf(a.out, "  - %s\n", d.String())
 		}
 	}
-	pass := len(mistakes) == 0 && st.Status != lab.Unknown && (len(detectors) > 0 || len(diffs) == 0)
-	if !pass {
-		n := len(mistakes)
+	if !g.Pass() {
+		n := len(g.Mistakes)
 		if n == 0 {
-			n = len(diffs)
+			n = len(g.Differences)
 		}
 		return fmt.Errorf("lab %s: %d problem(s); fix them and run khw lab check %s again", l.ID, n, l.ID)
 	}
-	fmt.Fprintf(a.out, "✓ lab %s passes: no mistake found (%d checks)\n", l.ID, len(detectors))
-	return lab.MarkDone(e.d, l.ID)
-}
-
-func labClientset(e *labEnv) (kubernetes.Interface, error) {
-	return e.s.Clientset()
+	fmt.Fprintf(a.out, "✓ lab %s passes: no mistake found (%d checks)\n", l.ID, g.Detectors)
+	return nil
 }
 
 func labReset(parent context.Context, a *app, id string, yes bool) error {
@@ -636,109 +557,15 @@ func labResetIn(ctx context.Context, a *app, l lab.Lab, e *labEnv, yes bool) err
 			return fmt.Errorf("not reset")
 		}
 	}
-	if l.Kind == lab.Drill {
-		fmt.Fprintf(a.out, "Lab %d changes nothing on the nodes (every drill heals what it broke): it is only marked not done.\n", l.Number())
-	}
-	name := lab.SnapshotName(l.ID)
 	t0 := time.Now()
-	if l.MakesNodes {
-		fmt.Fprintf(a.out, "Before lab %s there were no machines: removing them.\n", l.ID)
-		if err := e.s.Provider.Destroy(ctx); err != nil {
-			return err
-		}
-	} else if l.Kind != lab.Drill {
-		fmt.Fprintf(a.out, "Reverting every node to snapshot %q…\n", name)
-		if err := e.s.Provider.Revert(ctx, name); err != nil {
-			if errors.Is(err, vm.ErrNotSupported) {
-				return fmt.Errorf("provider %s cannot revert nodes: %w", e.s.Provider.Name(), err)
-			}
-			return fmt.Errorf("%w (a lab's snapshot is taken when khw lab runs it)", err)
-		}
-		if e.s.Provider.Name() == config.ProviderLibvirt {
-			// A libvirt snapshot of a running VM holds its memory, so the
-			// reverted guest's clock reads the snapshot's time. Certificates
-			// issued from now on (backdated only 5 minutes) would be "not yet
-			// valid" there, and leases and tokens would look too young.
-			if err := syncClocks(ctx, e, a.out); err != nil {
-				fmt.Fprintf(a.errOut, "Warning: %v\n", err)
-			}
-		}
+	warning, err := e.course.Reset(ctx, l, func(format string, args ...any) { fmt.Fprintf(a.out, format+"\n", args...) })
+	if warning != nil {
+		fmt.Fprintf(a.errOut, "Warning: %v\n", warning)
 	}
-	if l.Kind != lab.Drill {
-		if err := lab.RestoreState(ctx, e.d, l.ID); err != nil {
-			return err
-		}
-	}
-	// Later labs' snapshots describe a future that no longer exists.
-	later := lab.From(l.ID)[1:]
-	for _, ll := range later {
-		_ = e.s.Provider.DeleteSnapshot(ctx, lab.SnapshotName(ll.ID))
-		_ = lab.DeleteStateSnapshot(e.d, ll.ID)
-	}
-	prog, err := lab.LoadProgress(e.d)
 	if err != nil {
 		return err
 	}
-	for k := range prog {
-		if k >= l.ID {
-			delete(prog, k)
-		}
-	}
-	if err := prog.Save(e.d); err != nil {
-		return err
-	}
-	last := l.ID
-	if len(later) > 0 {
-		last = later[len(later)-1].ID
-	}
-	fmt.Fprintf(a.out, "Back to before lab %s (%s). Labs %s to %s are not done; continue with khw lab %s.\n", l.ID, time.Since(t0).Round(100*time.Millisecond), l.ID, last, l.ID)
-	return nil
-}
-
-// syncClocks sets the clock of every running node to the jumpbox's (UTC,
-// whole seconds) over SSH with `date -u -s @<unix seconds>`, through a new
-// SSH pool: connections opened before a revert are dead. For libvirt VMs
-// only: nspawn nodes share the host's clock. Nodes that do not answer are
-// named in the error; the others are set.
-func syncClocks(ctx context.Context, e *labEnv, out io.Writer) error {
-	s, err := cluster.Open(e.c, e.d, cluster.ReadWrite, nil)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	st, err := s.Provider.Status(ctx)
-	if err != nil {
-		return err
-	}
-	var nodes []remote.Node
-	for _, n := range st {
-		if n.State == vm.StateRunning {
-			nodes = append(nodes, remote.Node{Name: n.Name, Addr: n.IP.String()})
-		}
-	}
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	var mu sync.Mutex
-	var behind []string
-	err = s.Pool.ForEach(cctx, nodes, 0, func(ctx context.Context, c *remote.Client) error {
-		now := time.Now()
-		o, _, err := c.Run(ctx, fmt.Sprintf("date -u +%%s; date -u -s @%d >/dev/null", now.Unix()), remote.RunOptions{Sudo: true})
-		if err != nil {
-			return err
-		}
-		if was, perr := strconv.ParseInt(strings.TrimSpace(string(o)), 10, 64); perr == nil {
-			mu.Lock()
-			behind = append(behind, fmt.Sprintf("%s %s", c.Node.Name, now.Sub(time.Unix(was, 0)).Round(time.Second)))
-			mu.Unlock()
-		}
-		return nil
-	})
-	sort.Strings(behind)
-	if len(behind) > 0 {
-		fmt.Fprintf(out, "Set the nodes' clocks to the jumpbox's (the snapshot had brought them back; they were behind by: %s).\n", strings.Join(behind, ", "))
-	}
-	if err != nil {
-		return fmt.Errorf("set the clocks after the revert: %w (set them by hand: sudo date -u -s @$(date -u +%%s) on each node)", err)
-	}
+	all := lab.From(l.ID)
+	fmt.Fprintf(a.out, "Back to before lab %s (%s). Labs %s to %s are not done; continue with khw lab %s.\n", l.ID, time.Since(t0).Round(100*time.Millisecond), l.ID, all[len(all)-1].ID, l.ID)
 	return nil
 }

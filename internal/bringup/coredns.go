@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -130,8 +129,9 @@ func coreDNSDiffs(ctx context.Context, cs kubernetes.Interface, dryRun dryRunFun
 	}
 	if svc != nil && svc.Spec.ClusterIP != ip {
 		diffs = append(diffs, steps.Diff{
-			What: fmt.Sprintf("Service %s/%s has clusterIP %s, want %s (kubernetes.clusterDNS, the nameserver the kubelets put in every pod's resolv.conf)", coreDNSNamespace, coreDNSService, svc.Spec.ClusterIP, ip),
-			Fix:  "delete the Service (clusterIP is immutable) and apply manifests/" + coreDNSManifest + " again",
+			Subject: dnsClusterIPSubject,
+			What:    fmt.Sprintf("Service %s/%s has clusterIP %s, want %s (kubernetes.clusterDNS, the nameserver the kubelets put in every pod's resolv.conf)", coreDNSNamespace, coreDNSService, svc.Spec.ClusterIP, ip),
+			Fix:     "delete the Service (clusterIP is immutable) and apply manifests/" + coreDNSManifest + " again",
 		})
 	} else {
 		res, err := dryRun(ctx, manifest)
@@ -298,12 +298,16 @@ func waitCoreDNS(ctx context.Context, cs kubernetes.Interface, wait, poll time.D
 	}
 }
 
+// dnsClusterIPSubject is the Subject of the diff that says the kube-dns
+// Service has the wrong clusterIP (immutable: it must be deleted first).
+const dnsClusterIPSubject = "Service " + coreDNSNamespace + "/" + coreDNSService + " clusterIP"
+
 func (s *coreDNSStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {
 	kc := adminKubeconfig(env)
 	manifest := filepath.Join(env.State.ManifestsDir(), coreDNSManifest)
 	var cmds []steps.Command
 	for _, d := range diffs {
-		if strings.Contains(d.What, "has clusterIP") {
+		if d.Subject == dnsClusterIPSubject {
 			cmds = append(cmds, steps.Command{Why: "clusterIP is immutable: remove the Service so that the apply recreates it at " + env.Cluster.Kubernetes.ClusterDNS,
 				Shell: "kubectl --kubeconfig " + kc + " -n " + coreDNSNamespace + " delete service " + coreDNSService})
 			break

@@ -181,7 +181,7 @@ func TestCoreDNSCommands(t *testing.T) {
 		!strings.Contains(all[1].Shell, "rollout status deploy/coredns") {
 		t.Fatalf("commands %v", all)
 	}
-	fix := s.Commands(env, []steps.Diff{{What: "Service kube-system/kube-dns has clusterIP 10.32.0.53, want 10.32.0.10"}})
+	fix := s.Commands(env, []steps.Diff{{Subject: dnsClusterIPSubject, What: "Service kube-system/kube-dns has clusterIP 10.32.0.53, want 10.32.0.10"}})
 	if len(fix) != 4 || !strings.Contains(fix[0].Shell, "delete service kube-dns") {
 		t.Fatalf("commands for a wrong clusterIP %v", fix)
 	}

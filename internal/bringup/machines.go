@@ -79,9 +79,9 @@ func (s *MachinesStep) Check(ctx context.Context, env *steps.Env) ([]steps.Diff,
 		case vm.StateRunning:
 			running = append(running, n)
 		case vm.StateAbsent:
-			diffs = append(diffs, steps.Diff{Node: n.Name, What: whatNotRunning + " (absent)", Fix: fixCreateBoot})
+			diffs = append(diffs, steps.Diff{Kind: steps.DiffMachineAbsent, Node: n.Name, What: whatNotRunning + " (absent)", Fix: fixCreateBoot})
 		default:
-			diffs = append(diffs, steps.Diff{Node: n.Name, What: whatNotRunning + " (" + string(n.State) + ")", Fix: fixBoot})
+			diffs = append(diffs, steps.Diff{Kind: steps.DiffMachineStopped, Node: n.Name, What: whatNotRunning + " (" + string(n.State) + ")", Fix: fixBoot})
 		}
 	}
 	probe := s.ProbeTimeout
@@ -200,7 +200,7 @@ func (s *MachinesStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.
 	wait := map[string]bool{}
 	for _, d := range diffs {
 		wait[d.Node] = true
-		if strings.HasPrefix(d.What, whatNotRunning) {
+		if d.Kind == steps.DiffMachineAbsent || d.Kind == steps.DiffMachineStopped {
 			needCreate = true
 		}
 	}
@@ -308,9 +308,9 @@ func (s *MachinesStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Comm
 	}
 	for _, d := range diffs {
 		nodes[d.Node] = true
-		if strings.HasPrefix(d.What, whatNotRunning) {
+		if d.Kind == steps.DiffMachineAbsent || d.Kind == steps.DiffMachineStopped {
 			boot[d.Node] = true
-			create[d.Node] = d.Fix == fixCreateBoot
+			create[d.Node] = d.Kind == steps.DiffMachineAbsent
 		}
 	}
 	if c.Provider == config.ProviderLibvirt {

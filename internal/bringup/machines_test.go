@@ -258,7 +258,7 @@ func TestMachinesCommands(t *testing.T) {
 			t.Errorf("full commands lack %q", want)
 		}
 	}
-	some := joinCmds(s.Commands(env, []steps.Diff{{Node: "w1", What: whatNotRunning + " (stopped)", Fix: fixBoot}}))
+	some := joinCmds(s.Commands(env, []steps.Diff{{Kind: steps.DiffMachineStopped, Node: "w1", What: whatNotRunning + " (stopped)", Fix: fixBoot}}))
 	if strings.Contains(some, "ip netns add") || strings.Contains(some, "cp -a") || !strings.Contains(some, "-M fk-w1") || strings.Contains(some, "fk-lb") {
 		t.Errorf("commands for a stopped w1 should only boot and probe w1:\n%s", some)
 	}
@@ -281,7 +281,7 @@ func TestMachinesCommands(t *testing.T) {
 		}
 	}
 	// A stopped node is only started and probed.
-	some = joinCmds(s.Commands(env, []steps.Diff{{Node: "w1", What: whatNotRunning + " (stopped)", Fix: fixBoot}}))
+	some = joinCmds(s.Commands(env, []steps.Diff{{Kind: steps.DiffMachineStopped, Node: "w1", What: whatNotRunning + " (stopped)", Fix: fixBoot}}))
 	if strings.Contains(some, "define") || strings.Contains(some, "net-list") || !strings.Contains(some, "start khw-fk-w1") || strings.Contains(some, "khw-fk-lb") {
 		t.Errorf("libvirt commands for a stopped w1 should only start and probe w1:\n%s", some)
 	}

@@ -149,25 +149,12 @@ func (w *nodeWant) file(p string) *wantFile {
 	return nil
 }
 
-// The wording of the unit diffs, so that khw lab check can tell a unit that
-// is not running (always a mistake) from a file that differs from khw's own
-// (maybe a correct variant): see IsUnitStateDiff.
+// The wording of the unit diffs (steps.DiffUnit).
 const (
-	UnitNotKnown   = " is not known to systemd"
-	UnitNotEnabled = " is not enabled"
-	UnitNotRunning = " is not running"
+	unitNotKnown   = " is not known to systemd"
+	unitNotEnabled = " is not enabled"
+	unitNotRunning = " is not running"
 )
-
-// IsUnitStateDiff reports whether d says a systemd unit is missing, not
-// enabled or not running, or a machine is not running.
-func IsUnitStateDiff(d steps.Diff) bool {
-	for _, w := range []string{UnitNotKnown, UnitNotEnabled, UnitNotRunning, whatNotRunning} {
-		if strings.Contains(d.What, w) {
-			return true
-		}
-	}
-	return false
-}
 
 func remoteNode(n config.Node) remote.Node {
 	return remote.Node{Name: n.Name, Addr: n.IP}
@@ -190,7 +177,7 @@ func orRoot(s string) string {
 // fileDiff compares one wanted file with what the probe found; ok is true
 // when they match.
 func fileDiff(node string, f *wantFile, got fileState) (steps.Diff, bool) {
-	d := steps.Diff{Node: node, Fix: "install " + f.Path}
+	d := steps.Diff{Node: node, Subject: f.Path, Fix: "install " + f.Path}
 	switch {
 	case got.Other:
 		d.What = f.Path + " is not a regular file (want " + f.What + ")"
@@ -217,21 +204,21 @@ func unitDiffs(w *nodeWant, st nodeState, changing map[string]bool) []steps.Diff
 	for _, u := range w.Units {
 		got, ok := st.Units[u.Name]
 		if !ok || got.Load == "not-found" || got.Load == "" {
-			diffs = append(diffs, steps.Diff{Node: node, What: u.Name + UnitNotKnown, Fix: "systemctl daemon-reload, enable and start " + u.Name})
+			diffs = append(diffs, steps.Diff{Kind: steps.DiffUnit, Subject: u.Name, Node: node, What: u.Name + unitNotKnown, Fix: "systemctl daemon-reload, enable and start " + u.Name})
 			continue
 		}
 		if got.NeedReload {
 			diffs = append(diffs, steps.Diff{Node: node, What: "systemd has not reloaded the changed " + u.Name, Fix: "systemctl daemon-reload"})
 		}
 		if got.Enabled != "enabled" {
-			diffs = append(diffs, steps.Diff{Node: node, What: fmt.Sprintf("%s%s (%s)", u.Name, UnitNotEnabled, orNone(got.Enabled)), Fix: "systemctl enable " + u.Name})
+			diffs = append(diffs, steps.Diff{Kind: steps.DiffUnit, Subject: u.Name, Node: node, What: fmt.Sprintf("%s%s (%s)", u.Name, unitNotEnabled, orNone(got.Enabled)), Fix: "systemctl enable " + u.Name})
 		}
 		if starting(got) {
 			diffs = append(diffs, steps.Diff{Node: node, What: fmt.Sprintf("%s is starting (%s/%s)", u.Name, got.Active, got.Sub), Fix: "wait for it"})
 			continue
 		}
 		if got.Active != "active" {
-			diffs = append(diffs, steps.Diff{Node: node, What: fmt.Sprintf("%s%s (%s/%s)", u.Name, UnitNotRunning, got.Active, got.Sub), Fix: "systemctl restart " + u.Name})
+			diffs = append(diffs, steps.Diff{Kind: steps.DiffUnit, Subject: u.Name, Node: node, What: fmt.Sprintf("%s%s (%s/%s)", u.Name, unitNotRunning, got.Active, got.Sub), Fix: "systemctl restart " + u.Name})
 			continue
 		}
 		var stale []string
@@ -746,7 +733,7 @@ func diffCommands(wants []*nodeWant, diffs []steps.Diff) []steps.Command {
 			}
 			touched = true
 			for _, f := range w.Files {
-				if strings.HasPrefix(d.What, f.Path+" ") {
+				if d.Subject == f.Path {
 					only[f.Path] = true
 				}
 			}

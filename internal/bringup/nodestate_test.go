@@ -156,7 +156,7 @@ func TestFileDiff(t *testing.T) {
 	}
 	for _, tt := range tests {
 		d, ok := fileDiff("cp1", f, tt.got)
-		if (tt.want == "") != ok || (tt.want != "" && !strings.Contains(d.What, tt.want)) {
+		if (tt.want == "") != ok || (tt.want != "" && (!strings.Contains(d.What, tt.want) || d.Subject != f.Path)) {
 			t.Errorf("%+v: ok=%v diff %q, want %q", tt.got, ok, d.What, tt.want)
 		}
 	}
@@ -166,7 +166,7 @@ func TestDiffCommandsOnlyNamedFiles(t *testing.T) {
 	a, b := &wantFile{Src: "/s/a"}, &wantFile{Src: "/s/b"}
 	a.Path, b.Path = "/etc/a", "/etc/b"
 	w := &nodeWant{Node: config.Node{Name: "cp1"}, Files: []*wantFile{a, b}, Units: []wantUnit{{Name: "x.service"}}}
-	cmds := diffCommands([]*nodeWant{w}, []steps.Diff{{Node: "cp1", What: "/etc/b is missing (b)"}})
+	cmds := diffCommands([]*nodeWant{w}, []steps.Diff{{Node: "cp1", Subject: "/etc/b", What: "/etc/b is missing (b)"}})
 	text := ""
 	for _, c := range cmds {
 		text += c.String() + "\n"

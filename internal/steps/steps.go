@@ -66,6 +66,14 @@ type Step interface {
 
 // Diff is one difference between desired and actual state.
 type Diff struct {
+	// Kind says what sort of difference this is, for code that acts on it
+	// (01-machines' Apply, khw lab check); What and Fix are for people and
+	// are never parsed.
+	Kind DiffKind
+	// Subject is what the difference is about, for code that acts on it:
+	// the path of a file on the node, a unit's name, an API object's field
+	// ("Service kube-system/kube-dns clusterIP"); "" when nothing needs it.
+	Subject string
 	// Node is the node name ("cp1"), or "" for a cluster-wide or
 	// workstation-side difference (a file under the state directory, an API
 	// object).
@@ -78,6 +86,28 @@ type Diff struct {
 	// May be empty when the fix is obvious from What.
 	Fix string
 }
+
+// DiffKind is the sort of a Diff.
+type DiffKind int
+
+const (
+	// DiffContent is a file, setting or API object that differs from khw's
+	// reference: maybe a correct hand-made variant.
+	DiffContent DiffKind = iota
+	// DiffMachineAbsent is a node that does not exist: it must be created
+	// and booted.
+	DiffMachineAbsent
+	// DiffMachineStopped is a node that exists but is not running: it must
+	// be booted.
+	DiffMachineStopped
+	// DiffUnit is a systemd unit that is unknown to systemd, not enabled or
+	// not running: never a correct variant.
+	DiffUnit
+)
+
+// NotRunning reports whether d says something that must run does not: a
+// machine or a systemd unit.
+func (d Diff) NotRunning() bool { return d.Kind != DiffContent }
 
 // String renders "cp1: etcd.service is not active (fix: start etcd.service)";
 // the node prefix is left out for Node == "" and the fix part for Fix == "".

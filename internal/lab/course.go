@@ -1,0 +1,344 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/khw-dev/khw/internal/bringup"
+	"github.com/khw-dev/khw/internal/cluster"
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/labcheck"
+	"github.com/khw-dev/khw/internal/remote"
+	"github.com/khw-dev/khw/internal/steps"
+	"github.com/khw-dev/khw/internal/vm"
+)
+
+// Course is the labs of one open cluster: what khw lab list, run, check and
+// reset work on. The caller owns the session and the step environment and
+// closes them.
+type Course struct {
+	S   *cluster.Session
+	Env *steps.Env
+	// Steps are khw up's steps (Steps) working through S.
+	Steps []steps.Step
+}
+
+// NewCourse returns the course of session s with step environment env.
+func NewCourse(s *cluster.Session, env *steps.Env) *Course {
+	return &Course{S: s, Env: env, Steps: Steps(bringup.New(s), s.Config)}
+}
+
+// List is every lab's live status (List).
+func (c *Course) List(ctx context.Context) ([]LabStatus, error) {
+	return List(ctx, c.Steps, c.Env, c.S.Dir)
+}
+
+// step is the step of lab l. Errors: l is a Drill.
+func (c *Course) step(l Lab) (steps.Step, error) {
+	return steps.Lookup(c.Steps, l.ID)
+}
+
+// Status checks lab l's step (StepStatus) and returns its status and the
+// differences its Check found. Errors: the progress file cannot be read,
+// or l is a Drill.
+func (c *Course) Status(ctx context.Context, l Lab) (LabStatus, []steps.Diff, error) {
+	prog, err := LoadProgress(c.S.Dir)
+	if err != nil {
+		return LabStatus{}, nil, err
+	}
+	s, err := c.step(l)
+	if err != nil {
+		return LabStatus{}, nil, err
+	}
+	st, diffs := StepStatus(ctx, s, c.Env, prog)
+	return st, diffs, nil
+}
+
+// EarlierNotDone returns the labs before l that are not done (their step's
+// Check finds differences or fails, or, for a Test, no pass is recorded);
+// a drifted lab counts as done. Unless all, it stops at the first one: the
+// state the later ones read was not made yet.
+func (c *Course) EarlierNotDone(ctx context.Context, l Lab, all bool) ([]string, error) {
+	prog, err := LoadProgress(c.S.Dir)
+	if err != nil {
+		return nil, err
+	}
+	var missing []string
+	for _, s := range c.Steps {
+		if s.ID() >= l.ID {
+			break
+		}
+		if kindOf(s.ID()) == Test {
+			if _, ok := prog[s.ID()]; !ok {
+				missing = append(missing, s.ID())
+			}
+			continue
+		}
+		st, _ := StepStatus(ctx, s, c.Env, prog)
+		if st.Status == NotDone || st.Status == Unknown {
+			missing = append(missing, s.ID())
+			if !all {
+				break
+			}
+		}
+	}
+	return missing, nil
+}
+
+// Apply runs lab l's step through khw up's runner (Check, Apply, Check),
+// printing its step line to out.
+func (c *Course) Apply(ctx context.Context, l Lab, out io.Writer) error {
+	_, err := steps.NewRunner(c.Env, out).Run(ctx, c.Steps, steps.Options{From: l.ID, Until: l.ID})
+	return err
+}
+
+// Commands are the shell commands that stand for applying diffs of lab l's
+// step (nil for a Drill).
+func (c *Course) Commands(l Lab, diffs []steps.Diff) []steps.Command {
+	s, err := c.step(l)
+	if err != nil {
+		return nil
+	}
+	return s.Commands(c.Env, diffs)
+}
+
+// Snapshot is what TakeSnapshot took.
+type Snapshot struct {
+	// Name is the snapshot's name, "before-<lab id>".
+	Name string
+	// Nodes is true when every node was snapshotted too (not only the
+	// state directory).
+	Nodes bool
+	// NoNodeSupport is true when the provider cannot snapshot nodes: khw
+	// lab reset will not be possible.
+	NoNodeSupport bool
+	// Freeze is how long the nodes were paused for the final pass (0 when
+	// the provider does not pause them).
+	Freeze time.Duration
+	// Took is the wall time of the whole snapshot.
+	Took time.Duration
+}
+
+// TakeSnapshot snapshots every node (unless l makes the nodes, or the
+// provider cannot) and the state directory before lab l changes anything.
+func (c *Course) TakeSnapshot(ctx context.Context, l Lab) (Snapshot, error) {
+	snap := Snapshot{Name: SnapshotName(l.ID), Nodes: !l.MakesNodes}
+	t0 := time.Now()
+	if snap.Nodes {
+		err := c.S.Provider.Snapshot(ctx, snap.Name)
+		switch {
+		case errors.Is(err, vm.ErrNotSupported):
+			snap.Nodes, snap.NoNodeSupport = false, true
+		case err != nil:
+			return snap, fmt.Errorf("snapshot before lab %s: %w", l.ID, err)
+		}
+	}
+	if err := SnapshotState(ctx, c.S.Dir, l.ID); err != nil {
+		return snap, fmt.Errorf("snapshot of the state directory before lab %s: %w", l.ID, err)
+	}
+	if f, ok := c.S.Provider.(interface{ LastFreeze() time.Duration }); ok && snap.Nodes {
+		snap.Freeze = f.LastFreeze()
+	}
+	snap.Took = time.Since(t0)
+	return snap, nil
+}
+
+// Grade is what khw lab check found for one lab.
+type Grade struct {
+	// Status is the step's own Check (Unknown when it failed).
+	Status LabStatus
+	// Mistakes are the detectors' findings and the step's unit-state
+	// differences (a unit not running is a mistake whatever the files say),
+	// sorted by lab.
+	Mistakes []labcheck.Mistake
+	// Differences are the step's other differences from khw's reference:
+	// information when the lab has detectors (a hand-made variant may
+	// differ), the problems themselves when it has none.
+	Differences []steps.Diff
+	// Detectors is how many detectors ran.
+	Detectors int
+	// Warnings are what could not be checked (no API client, a detector
+	// that failed), one line each.
+	Warnings []string
+}
+
+// Pass reports whether the lab passes: no mistake, the step's Check ran,
+// and for a lab without detectors no difference either.
+func (g *Grade) Pass() bool {
+	return len(g.Mistakes) == 0 && g.Status.Status != Unknown && (g.Detectors > 0 || len(g.Differences) == 0)
+}
+
+// Grade grades lab l on the live cluster: the step's own Check, then the
+// lab's detectors over SSH and the API. It records the lab as done when it
+// passes. Errors: l is a Drill (see DrillDone), the progress file cannot be
+// read or written.
+func (c *Course) Grade(ctx context.Context, l Lab) (*Grade, error) {
+	st, diffs, err := c.Status(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	g := &Grade{Status: st}
+	detectors := l.Detectors()
+	g.Detectors = len(detectors)
+	if len(detectors) > 0 {
+		src := Source{Pool: c.S.Pool, Nodes: map[string]remote.Node{}, State: c.S.Dir}
+		for _, n := range c.S.Config.Nodes {
+			src.Nodes[n.Name] = remote.Node{Name: n.Name, Addr: n.IP}
+		}
+		cs, cerr := c.S.Clientset()
+		if cerr != nil {
+			g.Warnings = append(g.Warnings, fmt.Sprintf("no API client (%v): the checks of API objects are skipped", cerr))
+		}
+		ms, err := labcheck.Check(ctx, l.ID, c.S.Config, src, cs)
+		if err != nil {
+			g.Warnings = append(g.Warnings, err.Error())
+		}
+		g.Mistakes = ms
+	}
+	g.addStepDiffs(l, diffs)
+	if g.Pass() {
+		if err := MarkDone(c.S.Dir, l.ID); err != nil {
+			return g, err
+		}
+	}
+	return g, nil
+}
+
+// addStepDiffs adds the differences the step's own Check found: what must
+// run and does not (a machine, a unit) is a mistake whatever the files say;
+// the rest are Differences. Mistakes end sorted by lab.
+func (g *Grade) addStepDiffs(l Lab, diffs []steps.Diff) {
+	for _, d := range diffs {
+		if d.NotRunning() {
+			g.Mistakes = append(g.Mistakes, labcheck.Mistake{Lab: l.ID, Node: d.Node, What: d.What,
+				Evidence: "systemctl show on " + d.Node + " (khw status shows every unit)", Fix: d.Fix + " (and read why it stopped: journalctl -u <unit> on the node)"})
+			continue
+		}
+		g.Differences = append(g.Differences, d)
+	}
+	sort.SliceStable(g.Mistakes, func(i, j int) bool { return g.Mistakes[i].Lab < g.Mistakes[j].Lab })
+}
+
+// DrillDone reports whether a drill passed its verdict since the last reset
+// (the progress record of a Drill lab).
+func (c *Course) DrillDone(l Lab) (bool, error) {
+	prog, err := LoadProgress(c.S.Dir)
+	if err != nil {
+		return false, err
+	}
+	_, done := prog[l.ID]
+	return done, nil
+}
+
+// Reset puts the nodes and the state directory back to the snapshot taken
+// before lab l, deletes the later labs' snapshots and marks l and every
+// later lab not done. For the lab that makes the nodes it destroys them; a
+// Drill changes nothing on the nodes and is only marked not done. say
+// receives one line per thing done (it may be nil). The returned
+// warning, when not nil, is something that went wrong without failing the
+// reset (the clocks of libvirt nodes could not be set).
+func (c *Course) Reset(ctx context.Context, l Lab, say func(format string, args ...any)) (warning, err error) {
+	if say == nil {
+		say = func(string, ...any) {}
+	}
+	p := c.S.Provider
+	switch {
+	case l.Kind == Drill:
+		say("Lab %d changes nothing on the nodes (every drill heals what it broke): it is only marked not done.", l.Number())
+	case l.MakesNodes:
+		say("Before lab %s there were no machines: removing them.", l.ID)
+		if err := p.Destroy(ctx); err != nil {
+			return nil, err
+		}
+	default:
+		name := SnapshotName(l.ID)
+		say("Reverting every node to snapshot %q…", name)
+		if err := p.Revert(ctx, name); err != nil {
+			if errors.Is(err, vm.ErrNotSupported) {
+				return nil, fmt.Errorf("provider %s cannot revert nodes: %w", p.Name(), err)
+			}
+			return nil, fmt.Errorf("%w (a lab's snapshot is taken when khw lab runs it)", err)
+		}
+		if p.Name() == config.ProviderLibvirt {
+			// A libvirt snapshot of a running VM holds its memory, so the
+			// reverted guest's clock reads the snapshot's time. Certificates
+			// issued from now on (backdated only 5 minutes) would be "not yet
+			// valid" there, and leases and tokens would look too young.
+			warning = c.syncClocks(ctx, say)
+		}
+	}
+	if l.Kind != Drill {
+		if err := RestoreState(ctx, c.S.Dir, l.ID); err != nil {
+			return warning, err
+		}
+	}
+	// Later labs' snapshots describe a future that no longer exists.
+	for _, later := range From(l.ID)[1:] {
+		_ = p.DeleteSnapshot(ctx, SnapshotName(later.ID))
+		_ = DeleteStateSnapshot(c.S.Dir, later.ID)
+	}
+	prog, err := LoadProgress(c.S.Dir)
+	if err != nil {
+		return warning, err
+	}
+	for k := range prog {
+		if k >= l.ID {
+			delete(prog, k)
+		}
+	}
+	return warning, prog.Save(c.S.Dir)
+}
+
+// syncClocks sets the clock of every running node to the jumpbox's (UTC,
+// whole seconds) over SSH with `date -u -s @<unix seconds>`, through a new
+// SSH pool: connections opened before a revert are dead. Nodes that do not
+// answer are named in the error; the others are set.
+func (c *Course) syncClocks(ctx context.Context, say func(format string, args ...any)) error {
+	s, err := cluster.Open(c.S.Config, c.S.Dir, cluster.ReadWrite, nil)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	st, err := s.Provider.Status(ctx)
+	if err != nil {
+		return err
+	}
+	var nodes []remote.Node
+	for _, n := range st {
+		if n.State == vm.StateRunning {
+			nodes = append(nodes, remote.Node{Name: n.Name, Addr: n.IP.String()})
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	var behind []string
+	err = s.Pool.ForEach(cctx, nodes, 0, func(ctx context.Context, cl *remote.Client) error {
+		now := time.Now()
+		o, _, err := cl.Run(ctx, fmt.Sprintf("date -u +%%s; date -u -s @%d >/dev/null", now.Unix()), remote.RunOptions{Sudo: true})
+		if err != nil {
+			return err
+		}
+		if was, perr := strconv.ParseInt(strings.TrimSpace(string(o)), 10, 64); perr == nil {
+			mu.Lock()
+			behind = append(behind, fmt.Sprintf("%s %s", cl.Node.Name, now.Sub(time.Unix(was, 0)).Round(time.Second)))
+			mu.Unlock()
+		}
+		return nil
+	})
+	sort.Strings(behind)
+	if len(behind) > 0 {
+		say("Set the nodes' clocks to the jumpbox's (the snapshot had brought them back; they were behind by: %s).", strings.Join(behind, ", "))
+	}
+	if err != nil {
+		return fmt.Errorf("set the clocks after the revert: %w (set them by hand: sudo date -u -s @$(date -u +%%s) on each node)", err)
+	}
+	return nil
+}

@@ -1,0 +1,190 @@
+package lab
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/khw-dev/khw/internal/cluster"
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/lab/labid"
+	"github.com/khw-dev/khw/internal/state"
+	"github.com/khw-dev/khw/internal/steps"
+	"github.com/khw-dev/khw/internal/vm"
+)
+
+// recProvider records the snapshot calls a course makes; the other
+// methods of vm.Provider are not used by these tests (nil: they would
+// panic).
+type recProvider struct {
+	vm.Provider
+	calls     []string
+	noSupport bool
+}
+
+func (p *recProvider) Name() string { return config.ProviderNspawn }
+func (p *recProvider) Snapshot(_ context.Context, name string) error {
+	if p.noSupport {
+		return vm.ErrNotSupported
+	}
+	p.calls = append(p.calls, "snapshot "+name)
+	return nil
+}
+func (p *recProvider) Revert(_ context.Context, name string) error {
+	p.calls = append(p.calls, "revert "+name)
+	return nil
+}
+func (p *recProvider) DeleteSnapshot(_ context.Context, name string) error {
+	p.calls = append(p.calls, "delete "+name)
+	return nil
+}
+func (p *recProvider) Destroy(context.Context) error {
+	p.calls = append(p.calls, "destroy")
+	return nil
+}
+
+func testCourse(t *testing.T, all ...steps.Step) (*Course, *recProvider) {
+	t.Helper()
+	d := state.New(t.TempDir(), "lab")
+	if err := os.MkdirAll(d.Root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c := config.Default("lab", config.ArchAMD64, config.ProviderNspawn)
+	p := &recProvider{}
+	env := steps.NewEnv(c, d)
+	t.Cleanup(func() { env.Close() })
+	return &Course{S: &cluster.Session{Dir: d, Config: c, Provider: p}, Env: env, Steps: all}, p
+}
+
+func mustLab(t *testing.T, id string) Lab {
+	t.Helper()
+	l, err := Lookup(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestSnapshotAndReset(t *testing.T) {
+	if _, err := exec.LookPath("rsync"); err != nil {
+		t.Skip("rsync not installed (make deps installs it)")
+	}
+	co, p := testCourse(t)
+	d := co.S.Dir
+	ctx := context.Background()
+	cfg := filepath.Join(d.Root, "cluster.yaml")
+	if err := os.WriteFile(cfg, []byte("before\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// 01 makes the nodes: only the state directory is copied.
+	snap, err := co.TakeSnapshot(ctx, mustLab(t, labid.Machines))
+	if err != nil || snap.Nodes || len(p.calls) != 0 || snap.Name != "before-"+labid.Machines {
+		t.Fatalf("snapshot before 01: %+v %v, provider calls %v", snap, err, p.calls)
+	}
+	snap, err = co.TakeSnapshot(ctx, mustLab(t, labid.Etcd))
+	if err != nil || !snap.Nodes || !slices.Equal(p.calls, []string{"snapshot before-" + labid.Etcd}) {
+		t.Fatalf("snapshot before 04: %+v %v, provider calls %v", snap, err, p.calls)
+	}
+	for _, id := range []string{labid.Machines, labid.PKI, labid.Etcd, labid.CoreDNS} {
+		if err := MarkDone(d, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(cfg, []byte("after\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	p.calls = nil
+	var said []string
+	warn, err := co.Reset(ctx, mustLab(t, labid.Etcd), func(f string, a ...any) { said = append(said, f) })
+	if err != nil || warn != nil {
+		t.Fatalf("reset to 04: %v, warning %v", err, warn)
+	}
+	if p.calls[0] != "revert before-"+labid.Etcd || len(p.calls) != 1+len(From(labid.Etcd))-1 || !slices.Contains(p.calls, "delete before-"+labid.Failover) {
+		t.Errorf("reset to 04: provider calls %v; want the revert, then every later lab's snapshot deleted", p.calls)
+	}
+	if data, _ := os.ReadFile(cfg); string(data) != "before\n" {
+		t.Errorf("reset to 04: cluster.yaml %q, want the copy from before the lab", data)
+	}
+	prog, _ := LoadProgress(d)
+	if _, ok := prog[labid.PKI]; !ok || len(prog) != 2 {
+		t.Errorf("reset to 04: progress %v, want 01 and 02 only", prog)
+	}
+
+	// A drill lab changes nothing on the nodes; resetting to before 01
+	// removes them.
+	p.calls = nil
+	if _, err := co.Reset(ctx, mustLab(t, labid.Failover), nil); err != nil || len(p.calls) != 0 {
+		t.Errorf("reset to 12: %v, provider calls %v", err, p.calls)
+	}
+	if _, err := co.Reset(ctx, mustLab(t, labid.Machines), nil); err != nil || p.calls[0] != "destroy" {
+		t.Errorf("reset to 01: %v, provider calls %v", err, p.calls)
+	}
+	if prog, _ := LoadProgress(d); len(prog) != 0 {
+		t.Errorf("reset to 01: progress %v, want none", prog)
+	}
+
+	p.noSupport = true
+	if snap, err := co.TakeSnapshot(ctx, mustLab(t, labid.Workers)); err != nil || snap.Nodes || !snap.NoNodeSupport {
+		t.Errorf("snapshot on a provider without snapshots: %+v %v", snap, err)
+	}
+}
+
+// Grading: a unit that is not running is a mistake whatever the files say;
+// a file that differs is information when the lab has detectors, and the
+// problem itself when it has none.
+func TestGradeKindsOfDifference(t *testing.T) {
+	unit := steps.Diff{Kind: steps.DiffUnit, Subject: "haproxy.service", Node: "lb", What: "haproxy.service is not running (failed/failed)", Fix: "systemctl restart haproxy.service"}
+	file := steps.Diff{Subject: "/etc/haproxy/haproxy.cfg", Node: "lb", What: "/etc/haproxy/haproxy.cfg differs from the reference"}
+	g := &Grade{Detectors: 1}
+	g.addStepDiffs(mustLab(t, labid.LB), []steps.Diff{file, unit})
+	if len(g.Mistakes) != 1 || g.Mistakes[0].Node != "lb" || g.Mistakes[0].Lab != labid.LB || !strings.Contains(g.Mistakes[0].Fix, "journalctl") {
+		t.Errorf("mistakes %+v, want the unit that is not running", g.Mistakes)
+	}
+	if len(g.Differences) != 1 || g.Differences[0].Subject != file.Subject {
+		t.Errorf("differences %+v, want the file", g.Differences)
+	}
+	if g.Pass() {
+		t.Error("a lab with a unit not running passes")
+	}
+	info := &Grade{Detectors: 1}
+	info.addStepDiffs(mustLab(t, labid.LB), []steps.Diff{file})
+	if !info.Pass() {
+		t.Error("a differing file alone fails a lab whose detectors found nothing")
+	}
+	none := &Grade{}
+	none.addStepDiffs(mustLab(t, labid.Machines), []steps.Diff{file})
+	if none.Pass() {
+		t.Error("a difference passes a lab without detectors")
+	}
+	if unknown := (&Grade{Detectors: 1, Status: LabStatus{Status: Unknown}}); unknown.Pass() {
+		t.Error("a lab whose step check failed passes")
+	}
+}
+
+// Earlier labs: the first not done stops the walk unless all are wanted; a
+// Test lab counts by its progress record alone.
+func TestEarlierNotDone(t *testing.T) {
+	diff := []steps.Diff{{Node: "cp1", What: "x"}}
+	s2 := &fakeStep{id: labid.PKI, diffs: diff}
+	s3 := &fakeStep{id: labid.Kubeconfig, diffs: diff}
+	smoke := &fakeStep{id: labid.Smoke}
+	co, _ := testCourse(t, &fakeStep{id: labid.Machines}, s2, s3, smoke)
+	ctx := context.Background()
+	got, err := co.EarlierNotDone(ctx, mustLab(t, labid.Failover), false)
+	if err != nil || !slices.Equal(got, []string{labid.PKI}) || s3.checks != 0 {
+		t.Errorf("first only: %v %v (03 checked %d times)", got, err, s3.checks)
+	}
+	got, _ = co.EarlierNotDone(ctx, mustLab(t, labid.Failover), true)
+	if !slices.Equal(got, []string{labid.PKI, labid.Kubeconfig, labid.Smoke}) || smoke.checks != 0 {
+		t.Errorf("all: %v (smoke checked %d times)", got, smoke.checks)
+	}
+	if got, _ := co.EarlierNotDone(ctx, mustLab(t, labid.PKI), true); len(got) != 0 {
+		t.Errorf("before 02: %v", got)
+	}
+}
