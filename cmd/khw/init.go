@@ -97,13 +97,19 @@ func newInitCmd(a *app) *cobra.Command {
 				mode = fmt.Sprintf("%04o", st.Mode().Perm())
 			}
 			fmt.Fprintf(a.out, "State directory: %s (mode %s)\n\n", d.Root, mode)
-			fmt.Fprintf(a.out, "Next, one of:\n  khw up           # every step, from machines to smoke tests\n  khw lab 01       # the same steps one lab at a time, explained (khw lab list)\n  khw up --dry-run # what would change, as the hard way's shell commands\n")
+			// With several clusters in the state directory, later commands
+			// must name this one.
+			khw := "khw"
+			if names, err := state.Clusters(filepath.Dir(d.Root)); err == nil && len(names) > 1 {
+				khw = "khw -c " + c.Name
+			}
+			fmt.Fprintf(a.out, "Next, one of:\n  %[1]s up           # every step, from machines to smoke tests\n  %[1]s lab 01       # the same steps one lab at a time, explained (khw lab list)\n  %[1]s up --dry-run # what would change, as the hard way's shell commands\n", khw)
 			return nil
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&name, "name", defaultClusterName(), "cluster name (1-20 lowercase letters, digits, '-')")
-	f.StringVar(&arch, "arch", hostArch(), "node CPU architecture: arm64 or amd64 (default: this host's)")
+	f.StringVar(&arch, "arch", hostArch(), "node CPU architecture, arm64 or amd64; the default is this host's")
 	f.StringVar(&provider, "provider", config.ProviderLibvirt, "machine provider: libvirt or nspawn")
 	f.BoolVar(&force, "force", false, "overwrite an existing cluster.yaml")
 	cmd.RegisterFlagCompletionFunc("arch", fixedCompletions(config.ArchARM64, config.ArchAMD64))

@@ -29,9 +29,9 @@ import (
 )
 
 var labLong = `Walk Kubernetes the Hard Way one lab at a time. The labs are the steps of
-khw up, with their text:
+khw up, then a failover drill, each with its text:
 
-` + lab.IDTable(6) + `
+` + lab.IDTable(5) + `
 
 khw lab 04-etcd (= khw lab run 04-etcd; "04", "4" and "etcd" work too)
   1. shows the lab text: why the step exists, what khw does, what to observe,
@@ -80,8 +80,19 @@ func newLabCmd(a *app) *cobra.Command {
 		},
 	}
 	runCmd := &cobra.Command{
-		Use:               "run LAB",
-		Short:             "Run one lab: its text, a snapshot, the changes (asking first), the check, what to observe",
+		Use:   "run LAB",
+		Short: "Run one lab: its text, a snapshot, the changes (asking first), the check, what to observe",
+		Long: `Run one lab (khw lab LAB is the same). LAB is an ID such as 04-etcd, its
+number (04 or 4) or its name (etcd).
+
+khw shows the lab's text, refuses when an earlier lab is not done (--force
+goes anyway), snapshots every node and the state directory so that khw lab
+reset LAB can go back, shows each change as the shell commands it stands
+for, node by node, and asks before applying (--yes: do not ask; say no and
+type the commands yourself, then grade them with khw lab check LAB). Then it
+checks the result and runs the lab's read-only observe commands in khw
+shell. Lab 12 runs a failover drill (khw break etcd --count 1 --for 20s).`,
+		Example:           "  khw lab run 04-etcd\n  khw lab run 5 --yes\n  khw lab run etcd --plain",
 		Args:              exactArgs(1),
 		ValidArgsFunction: completeLab,
 		RunE:              func(cmd *cobra.Command, args []string) error { return runLab(cmd.Context(), a, args[0], o) },
@@ -93,9 +104,10 @@ func newLabCmd(a *app) *cobra.Command {
 	}
 	var listOut string
 	listCmd := &cobra.Command{
-		Use:   "list",
-		Short: "List the labs with their live status: done, not done, drifted",
-		Args:  exactArgs(0),
+		Use:               "list",
+		Short:             "List the labs with their live status: done, not done, drifted",
+		Args:              exactArgs(0),
+		ValidArgsFunction: cobra.NoFileCompletions,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if listOut != "text" && listOut != "json" {
 				return usagef("-o %q: use text or json", listOut)
@@ -111,7 +123,10 @@ func newLabCmd(a *app) *cobra.Command {
 unit files and their flags, kernel settings, the CNI config, routes, API
 objects) and names each mistake with the evidence, the fix, and the lab it
 belongs to. A hand-made file that differs from khw's own but is correct is
-not a mistake: such differences are listed apart, for information.
+not a mistake: such differences are listed apart, for information. Every
+node must be running. Labs without detectors are graded by their step's own
+check alone (01: every machine runs and answers SSH; 11: the smoke tests);
+lab 12 passes once a drill has passed its verdict since the last reset.
 
 ` + detectorList(),
 		Args:              exactArgs(1),
@@ -154,7 +169,20 @@ func detectorList() string {
 		for _, d := range ds {
 			names = append(names, d.Name)
 		}
-		fmt.Fprintf(&b, "  %-17s %s\n", l.ID, strings.Join(names, ", "))
+		// Names wrapped to 80 columns under the lab's ID.
+		line := fmt.Sprintf("  %-17s", l.ID)
+		for i, n := range names {
+			sep := " "
+			if i > 0 {
+				sep = ", "
+			}
+			if len(line)+len(sep)+len(n) > 80 {
+				b.WriteString(strings.TrimRight(line, " ") + ",\n")
+				line, sep = strings.Repeat(" ", 19), " "
+			}
+			line += sep + n
+		}
+		b.WriteString(line + "\n")
 	}
 	return strings.TrimRight(b.String(), "\n")
 }
@@ -529,6 +557,9 @@ func labCheckIn(ctx context.Context, a *app, l lab.Lab, e *labEnv) error {
 			fmt.Fprintf(a.out, "  - %s\n", d.String())
 		}
 	}
+	if !g.Pass() && len(g.Mistakes) == 0 && len(g.Differences) == 0 {
+		return fmt.Errorf("lab %s could not be checked: %s", l.ID, g.Status.Detail)
+	}
 	if !g.Pass() {
 		n := len(g.Mistakes)
 		if n == 0 {
@@ -547,6 +578,9 @@ func labReset(parent context.Context, a *app, id string, yes bool) error {
 }
 
 func labResetIn(ctx context.Context, a *app, l lab.Lab, e *labEnv, yes bool) error {
+	if err := e.course.CanReset(l); err != nil {
+		return err
+	}
 	if l.Kind != lab.Drill && !yes {
 		fmt.Fprintf(a.out, "Revert every node and the state directory of cluster %s to before lab %s? Everything done since is lost. [y/N]: ", e.c.Name, l.ID)
 		line, err := bufio.NewReader(os.Stdin).ReadString('\n')

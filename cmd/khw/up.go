@@ -74,6 +74,11 @@ func newUpCmd(a *app) *cobra.Command {
 			// Step names are checked before anything is touched (the
 			// constructors do not use the machines).
 			if _, err := steps.Select(lab.Steps(nil, c), opts.From, opts.Until); err != nil {
+				for _, arg := range []string{opts.From, opts.Until} {
+					if l, lerr := lab.Lookup(arg); lerr == nil && l.Kind == lab.Drill {
+						return usagef("%v (%s is a lab but not a step of khw up: khw lab %d runs it)", err, l.ID, l.Number())
+					}
+				}
 				return usagef("%v", err)
 			}
 			env := steps.NewEnv(c, d)

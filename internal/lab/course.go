@@ -177,9 +177,16 @@ func (g *Grade) Pass() bool {
 
 // Grade grades lab l on the live cluster: the step's own Check, then the
 // lab's detectors over SSH and the API. It records the lab as done when it
-// passes. Errors: l is a Drill (see DrillDone), the progress file cannot be
-// read or written.
+// passes. Errors: a node is not running (except for the lab that makes the
+// nodes, whose grading is exactly that: nothing on a node can be read, and
+// waiting for SSH would take minutes per node); l is a Drill (see
+// DrillDone); the progress file cannot be read or written.
 func (c *Course) Grade(ctx context.Context, l Lab) (*Grade, error) {
+	if !l.MakesNodes {
+		if err := c.nodesRunning(ctx, l); err != nil {
+			return nil, err
+		}
+	}
 	st, diffs, err := c.Status(ctx, l)
 	if err != nil {
 		return nil, err
@@ -211,14 +218,50 @@ func (c *Course) Grade(ctx context.Context, l Lab) (*Grade, error) {
 	return g, nil
 }
 
+// nodesRunning returns an error naming the nodes the provider reports as
+// not running, and how to bring them up. A provider that cannot say is no
+// error: the step's Check then names what it cannot reach.
+func (c *Course) nodesRunning(ctx context.Context, l Lab) error {
+	st, err := c.S.Provider.Status(ctx)
+	if err != nil {
+		return nil
+	}
+	var down []string
+	absent := false
+	for _, n := range st {
+		if n.State != vm.StateRunning {
+			down = append(down, n.Name+" is "+string(n.State))
+			absent = absent || n.State == vm.StateAbsent
+		}
+	}
+	if len(down) == 0 {
+		return nil
+	}
+	fix := "power them on: khw power on NODE"
+	if absent {
+		for _, m := range catalogue {
+			if m.MakesNodes {
+				fix = "create them: khw lab " + m.ID + " (or khw up --until " + m.ID + ")"
+			}
+		}
+	}
+	return fmt.Errorf("lab %s cannot be graded while nodes are not running (%s): %s", l.ID, strings.Join(down, ", "), fix)
+}
+
 // addStepDiffs adds the differences the step's own Check found: what must
 // run and does not (a machine, a unit) is a mistake whatever the files say;
 // the rest are Differences. Mistakes end sorted by lab.
 func (g *Grade) addStepDiffs(l Lab, diffs []steps.Diff) {
 	for _, d := range diffs {
-		if d.NotRunning() {
+		switch d.Kind {
+		case steps.DiffUnit:
 			g.Mistakes = append(g.Mistakes, labcheck.Mistake{Lab: l.ID, Node: d.Node, What: d.What,
-				Evidence: "systemctl show on " + d.Node + " (khw status shows every unit)", Fix: d.Fix + " (and read why it stopped: journalctl -u <unit> on the node)"})
+				Evidence: "systemctl show " + d.Subject + " on " + d.Node + " (khw status shows every unit)",
+				Fix:      d.Fix + " (and read why it stopped: journalctl -u " + d.Subject + " on the node)"})
+			continue
+		case steps.DiffMachineAbsent, steps.DiffMachineStopped:
+			g.Mistakes = append(g.Mistakes, labcheck.Mistake{Lab: l.ID, Node: d.Node, What: d.What,
+				Evidence: "the provider's state of " + d.Node + " (khw status, NODES)", Fix: d.Fix})
 			continue
 		}
 		g.Differences = append(g.Differences, d)
@@ -235,6 +278,27 @@ func (c *Course) DrillDone(l Lab) (bool, error) {
 	}
 	_, done := prog[l.ID]
 	return done, nil
+}
+
+// CanReset reports whether lab l has something to reset to: a Drill and
+// the lab that makes the nodes always do; another lab only once khw lab ran
+// it (its snapshot of the state directory exists). Otherwise the error says
+// so and names the labs that can be reset.
+func (c *Course) CanReset(l Lab) error {
+	if l.Kind == Drill || l.MakesNodes {
+		return nil
+	}
+	have := StateSnapshots(c.S.Dir)
+	for _, id := range have {
+		if id == l.ID {
+			return nil
+		}
+	}
+	can := "none yet (khw lab NN takes a snapshot before it changes anything)"
+	if len(have) > 0 {
+		can = strings.Join(have, ", ")
+	}
+	return fmt.Errorf("lab %s was never run with khw lab, so there is no snapshot from before it to go back to; labs that can be reset: %s", l.ID, can)
 }
 
 // Reset puts the nodes and the state directory back to the snapshot taken

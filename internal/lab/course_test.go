@@ -143,7 +143,7 @@ func TestGradeKindsOfDifference(t *testing.T) {
 	file := steps.Diff{Subject: "/etc/haproxy/haproxy.cfg", Node: "lb", What: "/etc/haproxy/haproxy.cfg differs from the reference"}
 	g := &Grade{Detectors: 1}
 	g.addStepDiffs(mustLab(t, labid.LB), []steps.Diff{file, unit})
-	if len(g.Mistakes) != 1 || g.Mistakes[0].Node != "lb" || g.Mistakes[0].Lab != labid.LB || !strings.Contains(g.Mistakes[0].Fix, "journalctl") {
+	if len(g.Mistakes) != 1 || g.Mistakes[0].Node != "lb" || g.Mistakes[0].Lab != labid.LB || !strings.Contains(g.Mistakes[0].Fix, "journalctl -u haproxy.service") {
 		t.Errorf("mistakes %+v, want the unit that is not running", g.Mistakes)
 	}
 	if len(g.Differences) != 1 || g.Differences[0].Subject != file.Subject {
@@ -161,6 +161,11 @@ func TestGradeKindsOfDifference(t *testing.T) {
 	none.addStepDiffs(mustLab(t, labid.Machines), []steps.Diff{file})
 	if none.Pass() {
 		t.Error("a difference passes a lab without detectors")
+	}
+	absent := &Grade{}
+	absent.addStepDiffs(mustLab(t, labid.Machines), []steps.Diff{{Kind: steps.DiffMachineAbsent, Node: "cp2", What: "machine is not running (absent)", Fix: "create and boot it"}})
+	if len(absent.Mistakes) != 1 || strings.Contains(absent.Mistakes[0].Fix, "journalctl") || !strings.Contains(absent.Mistakes[0].Evidence, "khw status") {
+		t.Errorf("an absent machine: %+v; want a mistake whose evidence is the provider's state, no journal", absent.Mistakes)
 	}
 	if unknown := (&Grade{Detectors: 1, Status: LabStatus{Status: Unknown}}); unknown.Pass() {
 		t.Error("a lab whose step check failed passes")
@@ -187,4 +192,38 @@ func TestEarlierNotDone(t *testing.T) {
 	if got, _ := co.EarlierNotDone(ctx, mustLab(t, labid.PKI), true); len(got) != 0 {
 		t.Errorf("before 02: %v", got)
 	}
+}
+
+// Grading refuses at once, naming the way out, when nodes do not run:
+// every detector would otherwise wait minutes for SSH on each node.
+func TestGradeNeedsRunningNodes(t *testing.T) {
+	co, _ := testCourse(t, &fakeStep{id: labid.Etcd})
+	co.S.Provider = &statusProvider{recProvider: &recProvider{}, state: map[string]vm.State{"cp2": vm.StateAbsent, "w1": vm.StateStopped}}
+	_, err := co.Grade(context.Background(), mustLab(t, labid.Etcd))
+	if err == nil || !strings.Contains(err.Error(), "cp2 is absent") || !strings.Contains(err.Error(), "w1 is stopped") || !strings.Contains(err.Error(), "khw lab "+labid.Machines) {
+		t.Fatalf("grade with nodes down: %v; want an error naming them and khw lab 01", err)
+	}
+	co.S.Provider = &statusProvider{recProvider: &recProvider{}, state: map[string]vm.State{"w1": vm.StateStopped}}
+	if _, err := co.Grade(context.Background(), mustLab(t, labid.Etcd)); err == nil || !strings.Contains(err.Error(), "khw power on") {
+		t.Fatalf("grade with a node stopped: %v; want khw power on", err)
+	}
+}
+
+// statusProvider reports every node of the default cluster running but
+// those in state.
+type statusProvider struct {
+	*recProvider
+	state map[string]vm.State
+}
+
+func (p *statusProvider) Status(context.Context) ([]vm.NodeStatus, error) {
+	var out []vm.NodeStatus
+	for _, n := range config.Default("lab", config.ArchAMD64, config.ProviderNspawn).Nodes {
+		st := vm.StateRunning
+		if s, ok := p.state[n.Name]; ok {
+			st = s
+		}
+		out = append(out, vm.NodeStatus{Name: n.Name, State: st, IP: n.Addr()})
+	}
+	return out, nil
 }

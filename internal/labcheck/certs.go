@@ -305,7 +305,7 @@ func (e *env) checkCAFile(lab, node, path, usedBy string) ([]Mistake, error) {
 	if err != nil {
 		return nil, err
 	}
-	fix := "copy the cluster CA there: scp D/pki/ca.pem " + node + ":" + path
+	fix := "copy the cluster CA there: scp $KHW_STATE_DIR/$KHW_CLUSTER/pki/ca.pem " + node + ":" + path
 	c, ms, err := e.loadCert(lab, node, path, "the CA that "+usedBy+" trusts", fix)
 	if c == nil || err != nil {
 		return ms, err

@@ -81,7 +81,7 @@ func apiserverCerts(e *env) ([]Mistake, error) {
 				}
 				continue
 			}
-			fix := "copy D/pki/kubernetes.pem and kubernetes-key.pem to /var/lib/kubernetes/ on " + n.Name + " and restart kube-apiserver"
+			fix := "copy $KHW_STATE_DIR/$KHW_CLUSTER/pki/kubernetes.pem and kubernetes-key.pem to /var/lib/kubernetes/ on " + n.Name + " and restart kube-apiserver"
 			cert, ms, err := e.loadCert(labid.ControlPlane, n.Name, p, c.what+" (--"+c.certFlag+")", fix)
 			if err != nil {
 				return nil, err
@@ -138,18 +138,18 @@ func (e *env) serviceAccountKeys(node string, u unitCmd) ([]Mistake, error) {
 		return nil, err
 	}
 	if !ok {
-		return []Mistake{missing(lab, node, kf, "the ServiceAccount token verification key", "copy D/pki/service-account.pem there")}, nil
+		return []Mistake{missing(lab, node, kf, "the ServiceAccount token verification key", "copy $KHW_STATE_DIR/$KHW_CLUSTER/pki/service-account.pem there")}, nil
 	}
 	keyData, ok, err := e.read(node, sf)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
-		return []Mistake{missing(lab, node, sf, "the ServiceAccount token signing key", "copy D/pki/service-account-key.pem there")}, nil
+		return []Mistake{missing(lab, node, sf, "the ServiceAccount token signing key", "copy $KHW_STATE_DIR/$KHW_CLUSTER/pki/service-account-key.pem there")}, nil
 	}
 	key, perr := parseKey(keyData)
 	if perr != nil {
-		return []Mistake{{Lab: lab, Node: node, What: sf + " is not a private key", Evidence: sf + ": " + perr.Error(), Fix: "copy D/pki/service-account-key.pem there"}}, nil
+		return []Mistake{{Lab: lab, Node: node, What: sf + " is not a private key", Evidence: sf + ": " + perr.Error(), Fix: "copy $KHW_STATE_DIR/$KHW_CLUSTER/pki/service-account-key.pem there"}}, nil
 	}
 	var pub any
 	if c, err := firstCert(pubData); err == nil {
@@ -162,7 +162,7 @@ func (e *env) serviceAccountKeys(node string, u unitCmd) ([]Mistake, error) {
 	if pub == nil || !samePublic(key, pub) {
 		return []Mistake{{Lab: lab, Node: node, What: "the ServiceAccount signing key is not the pair of the verification key: every token this apiserver signs is rejected (401)",
 			Evidence: fmt.Sprintf("--service-account-signing-key-file=%s (%s) vs --service-account-key-file=%s", sf, pki.KeyDesc(key.Public()), kf),
-			Fix:      "copy service-account.pem and service-account-key.pem from the same D/pki to every control plane"}}, nil
+			Fix:      "copy service-account.pem and service-account-key.pem from the same $KHW_STATE_DIR/$KHW_CLUSTER/pki to every control plane"}}, nil
 	}
 	return nil, nil
 }
@@ -347,7 +347,7 @@ func encryptionConfig(e *env) ([]Mistake, error) {
 			return nil, err
 		}
 		if !found {
-			out = append(out, missing(lab, n.Name, p, "--encryption-provider-config; the apiserver does not start", "scp D/encryption-config.yaml "+n.Name+":"+p))
+			out = append(out, missing(lab, n.Name, p, "--encryption-provider-config; the apiserver does not start", "scp $KHW_STATE_DIR/$KHW_CLUSTER/encryption-config.yaml "+n.Name+":"+p))
 			continue
 		}
 		sum := sha256.Sum256(data)
@@ -369,7 +369,7 @@ func encryptionConfig(e *env) ([]Mistake, error) {
 			parts = append(parts, strings.Join(sums[k], ", "))
 		}
 		out = append(out, Mistake{Lab: lab, What: "the control planes have different encryption configs: a Secret written through one apiserver may not decrypt on another",
-			Evidence: "encryption config contents differ between the groups: " + strings.Join(parts, " | "), Fix: "copy one file (D/encryption-config.yaml) to every control plane and restart the apiservers"})
+			Evidence: "encryption config contents differ between the groups: " + strings.Join(parts, " | "), Fix: "copy one file ($KHW_STATE_DIR/$KHW_CLUSTER/encryption-config.yaml) to every control plane and restart the apiservers"})
 	}
 	return out, nil
 }
@@ -382,7 +382,7 @@ func judgeEncryption(lab, node, path string, data []byte) []Mistake {
 	}
 	var cfg encConfig
 	if err := yaml.Unmarshal(data, &cfg); err != nil {
-		return []Mistake{mk("the encryption config is not valid YAML: the apiserver does not start", "it does not parse", "rewrite it (see D/encryption-config.yaml)")}
+		return []Mistake{mk("the encryption config is not valid YAML: the apiserver does not start", "it does not parse", "rewrite it (see $KHW_STATE_DIR/$KHW_CLUSTER/encryption-config.yaml)")}
 	}
 	var out []Mistake
 	if cfg.Kind != "EncryptionConfiguration" || cfg.APIVersion != "apiserver.config.k8s.io/v1" {

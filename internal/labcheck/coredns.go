@@ -22,7 +22,7 @@ func coreDNS(e *env) ([]Mistake, error) {
 		return nil, errNoAPI
 	}
 	want := e.c.Kubernetes.ClusterDNS
-	apply := "kubectl apply -f D/manifests/coredns.yaml"
+	apply := "kubectl apply -f $KHW_STATE_DIR/$KHW_CLUSTER/manifests/coredns.yaml"
 	var out []Mistake
 	svc, err := e.cs.CoreV1().Services(metav1.NamespaceSystem).Get(e.ctx, "kube-dns", metav1.GetOptions{})
 	switch {

@@ -155,7 +155,7 @@ func (e *env) kubeconfigCA(lab, node string, k *kubeconfig, fix string) ([]Mista
 	}
 	if !c.Equal(ca) {
 		return []Mistake{{Lab: lab, Node: node, What: k.path + " trusts another CA than the cluster CA: the apiserver cert will not verify (x509: certificate signed by unknown authority)",
-			Evidence: where + ": " + describe(c) + "; " + caWhat + " is " + fmt.Sprintf("%q", ca.Subject.String()), Fix: "embed the cluster CA (--certificate-authority=D/pki/ca.pem --embed-certs=true)" + fix}}, nil
+			Evidence: where + ": " + describe(c) + "; " + caWhat + " is " + fmt.Sprintf("%q", ca.Subject.String()), Fix: "embed the cluster CA (--certificate-authority=$KHW_STATE_DIR/$KHW_CLUSTER/pki/ca.pem --embed-certs=true)" + fix}}, nil
 	}
 	return nil, nil
 }

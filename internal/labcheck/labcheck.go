@@ -232,8 +232,8 @@ func sortStrings(s []string) { sort.Strings(s) }
 
 // registry is every detector, in lab order.
 var registry = []Detector{
-	{Name: "pki-certs", Lab: labid.PKI, Doc: "D/pki: each cert's CN/O, SANs (service IP, 127.0.0.1, lb), key usages, validity, CA signature, key pair", run: pkiCerts},
-	{Name: "kubeconfigs", Lab: labid.Kubeconfig, Doc: "D/kubeconfigs: current context, server URL (lb for workers, 127.0.0.1 on cps), CA, client cert identity and key", run: stateKubeconfigs},
+	{Name: "pki-certs", Lab: labid.PKI, Doc: "the state directory's pki/: each cert's CN/O, SANs (service IP, 127.0.0.1, lb), key usages, validity, CA signature, key pair", run: pkiCerts},
+	{Name: "kubeconfigs", Lab: labid.Kubeconfig, Doc: "the state directory's kubeconfigs/: current context, server URL (lb for workers, 127.0.0.1 on cps), CA, client cert identity and key", run: stateKubeconfigs},
 	{Name: "etcd-initial-cluster", Lab: labid.Etcd, Doc: "--name in --initial-cluster, same list on every member, only the control planes at their IPs, cert auth on", run: etcdCluster},
 	{Name: "etcd-certs", Lab: labid.Etcd, Doc: "etcd's server and peer certs: SANs of its URLs, keys, the cluster CA", run: etcdCerts},
 	{Name: "apiserver-certs", Lab: labid.ControlPlane, Doc: "each apiserver's serving cert SANs, client CA, etcd/kubelet client certs, ServiceAccount key pair", run: apiserverCerts},

@@ -16,7 +16,7 @@ import (
 func pkiCerts(e *env) ([]Mistake, error) {
 	const lab = labid.PKI
 	var out []Mistake
-	caFix := "cd D/pki && cfssl gencert -initca ca-csr.json | cfssljson -bare ca, then reissue every cert"
+	caFix := "cd $KHW_STATE_DIR/$KHW_CLUSTER/pki && cfssl gencert -initca ca-csr.json | cfssljson -bare ca, then reissue every cert"
 	ca, ms, err := e.loadCert(lab, Jumpbox, "pki/ca.pem", "the cluster CA", caFix)
 	if err != nil {
 		return nil, err
@@ -43,7 +43,7 @@ func pkiCerts(e *env) ([]Mistake, error) {
 			continue
 		}
 		certPath, keyPath := "pki/"+s.Name+".pem", "pki/"+s.Name+"-key.pem"
-		fix := "cd D/pki && " + s.Recipe()
+		fix := "cd $KHW_STATE_DIR/$KHW_CLUSTER/pki && " + s.Recipe()
 		cert, ms, err := e.loadCert(lab, Jumpbox, certPath, s.Purpose, fix)
 		if err != nil {
 			return nil, err

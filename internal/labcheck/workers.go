@@ -497,9 +497,9 @@ func workerIdentity(bootstrap bool) func(*env) ([]Mistake, error) {
 			if !k.cfg.ServerTLSBootstrap && k.cfgPath != "" {
 				if k.cfg.TLSCertFile == "" {
 					out = append(out, Mistake{Lab: lab, Node: n.Name, What: "the kubelet has no tlsCertFile and no serverTLSBootstrap: it serves a self-signed cert, which the apiserver (--kubelet-certificate-authority) rejects, so logs and exec fail",
-						Evidence: k.cfgPath + ": no tlsCertFile", Fix: "tlsCertFile: /var/lib/kubelet/kubelet.pem and tlsPrivateKeyFile: /var/lib/kubelet/kubelet-key.pem (the node's cert from D/pki)"})
+						Evidence: k.cfgPath + ": no tlsCertFile", Fix: "tlsCertFile: /var/lib/kubelet/kubelet.pem and tlsPrivateKeyFile: /var/lib/kubelet/kubelet-key.pem (the node's cert from $KHW_STATE_DIR/$KHW_CLUSTER/pki)"})
 				} else {
-					fix := "copy D/pki/" + n.Name + ".pem and " + n.Name + "-key.pem to " + path.Dir(k.cfg.TLSCertFile) + " and restart the kubelet"
+					fix := "copy $KHW_STATE_DIR/$KHW_CLUSTER/pki/" + n.Name + ".pem and " + n.Name + "-key.pem to " + path.Dir(k.cfg.TLSCertFile) + " and restart the kubelet"
 					cert, ms, err := e.loadCert(lab, n.Name, k.cfg.TLSCertFile, "the kubelet serving cert (tlsCertFile)", fix)
 					if err != nil {
 						return nil, err
@@ -578,7 +578,7 @@ func (e *env) componentKubeconfig(lab, node, p, what, cn, org, nameEv string, bo
 			why = "the Node authorizer and NodeRestriction let it touch only the Node named in the cert"
 		}
 		out = append(out, Mistake{Lab: lab, Node: node, What: fmt.Sprintf("%s logs in as %q, but must be %q: %s", what, cert.Subject.CommonName, cn, why),
-			Evidence: ev, Fix: "embed a client cert with CN=" + cn + " in " + p + " (D/kubeconfigs has the right kubeconfig for each component)"})
+			Evidence: ev, Fix: "embed a client cert with CN=" + cn + " in " + p + " ($KHW_STATE_DIR/$KHW_CLUSTER/kubeconfigs has the right kubeconfig for each component)"})
 	}
 	ca, caWhat, _ := e.clusterCA()
 	out = append(out, e.checkCert(node, where, cert, certWant{lab: labid.PKI, what: "the client cert of " + p, org: org, node: org == groupNodes, client: true, ca: ca, caWhat: caWhat,
