@@ -27,6 +27,11 @@ fixes only what differs and checks again. So running khw up again is safe
 and quick, and after a failure (or Ctrl-C, or a crash) it continues where
 it stopped.
 
+The smoke tests (11-smoke) create pods and take seconds to minutes: when
+they passed after the last change khw up applied, and every earlier step is
+clean in this run, they are not run again and the step line says so;
+--smoke runs them anyway (khw smoke runs them alone).
+
 --dry-run checks and prints what would change with the equivalent shell
 commands, changing nothing (it writes no SSH key, log or lock file either).
 --from and --until run a sub-range (both inclusive; "04-etcd", "04" or
@@ -99,7 +104,7 @@ func newUpCmd(a *app) *cobra.Command {
 			if !opts.DryRun && rep != nil {
 				// khw lab list tells "drifted" from "not done" by this.
 				for _, s := range rep.Steps {
-					if s.Err == nil && (s.Clean || s.Applied) {
+					if s.Err == nil && s.Skipped == "" && (s.Clean || s.Applied) {
 						if merr := lab.MarkDone(d, s.ID); merr != nil {
 							a.logf(1, "lab progress: %v", merr)
 						}
@@ -123,6 +128,7 @@ func newUpCmd(a *app) *cobra.Command {
 	f.BoolVar(&opts.DryRun, "dry-run", false, "check only: print what would change and the shell commands, change nothing")
 	f.StringVar(&opts.From, "from", "", "first step to run (ID, number or name, e.g. "+lab.IDs()[0]+")")
 	f.StringVar(&opts.Until, "until", "", "last step to run (ID, number or name)")
+	f.BoolVar(&opts.Recheck, "smoke", false, "run the smoke tests (11-smoke) even when nothing changed since they last passed")
 	for _, flag := range []string{"from", "until"} {
 		cmd.RegisterFlagCompletionFunc(flag, func(_ *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
 			return lab.Complete(toComplete, true), cobra.ShellCompDirectiveNoFileComp

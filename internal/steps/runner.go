@@ -29,6 +29,9 @@ type Options struct {
 	// (e.g. 04-etcd cannot ssh to machines that 01-machines would create) and
 	// could hang on timeouts or report misleading diffs.
 	DryRun bool
+	// Recheck runs the Check of SkipWhenUnchanged steps (11-smoke) even when
+	// nothing was applied since they last passed.
+	Recheck bool
 }
 
 // StepResult is what happened to one step.
@@ -42,6 +45,9 @@ type StepResult struct {
 	// NotChecked is the reason a step was skipped in a dry-run ("04-etcd
 	// would change"); "" otherwise.
 	NotChecked string
+	// Skipped is why a SkipWhenUnchanged step counted as clean without its
+	// Check ("passed …, nothing applied since"); "" otherwise.
+	Skipped string
 	// Duration is the wall time of the step (Check, Apply and re-Check).
 	Duration time.Duration
 	// Diffs are the differences the first Check found: fixed when Applied,
@@ -225,6 +231,9 @@ func (r *Runner) Run(ctx context.Context, steps []Step, opts Options) (*Report, 
 	}()
 	rep := &Report{DryRun: opts.DryRun}
 	wouldChange := ""
+	// earlierClean: every step before the current one, from the first of
+	// the whole list, was checked clean in this run.
+	earlierClean := len(sel) > 0 && len(steps) > 0 && sel[0].ID() == steps[0].ID()
 	for i, s := range sel {
 		if err := ctx.Err(); err != nil {
 			r.logf("%s not started: %v", s.ID(), err)
@@ -241,10 +250,28 @@ func (r *Runner) Run(ctx context.Context, steps []Step, opts Options) (*Report, 
 			rep.Steps = append(rep.Steps, res)
 			continue
 		}
+		if why := r.Env.skipReason(s, earlierClean, opts.Recheck); why != "" {
+			res := StepResult{ID: s.ID(), Title: s.Title(), Clean: true, Skipped: why}
+			r.logf("%s check: skipped (%s)", s.ID(), why)
+			r.line(fmt.Sprintf("✓ %s  %s  (clean, 0s) skipped: %s", s.ID(), s.Title(), why))
+			rep.Steps = append(rep.Steps, res)
+			continue
+		}
 		res, err := r.runStep(ctx, s, opts.DryRun)
 		rep.Steps = append(rep.Steps, res)
 		if err != nil {
 			return rep, err
+		}
+		earlierClean = earlierClean && res.Clean
+		if _, ok := s.(SkipWhenUnchanged); ok && !opts.DryRun && (res.Clean || res.Applied) {
+			if err := r.Env.updateRecord(func(rec *record) {
+				if rec.Passed == nil {
+					rec.Passed = map[string]time.Time{}
+				}
+				rec.Passed[s.ID()] = time.Now()
+			}); err != nil {
+				r.logf("%s: record the pass: %v", s.ID(), err)
+			}
 		}
 		if opts.DryRun && !res.Clean {
 			wouldChange = s.ID()
@@ -301,6 +328,11 @@ func (r *Runner) runStep(ctx context.Context, s Step, dryRun bool) (StepResult, 
 	}
 
 	sp.phase(fmt.Sprintf("applying %d %s", len(diffs), plural(len(diffs), "change", "changes")))
+	// Recorded before Apply: an Apply that fails half-way has changed the
+	// cluster too.
+	if err := r.Env.updateRecord(func(rec *record) { rec.LastChange = time.Now() }); err != nil {
+		return fail(PhaseApply, diffs, fmt.Errorf("record the change: %w", err))
+	}
 	if err := s.Apply(ctx, r.Env, diffs); err != nil {
 		return fail(PhaseApply, diffs, err)
 	}
