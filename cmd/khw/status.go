@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -18,16 +15,6 @@ import (
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/health"
-	"github.com/khw-dev/khw/internal/remote"
-	"github.com/khw-dev/khw/internal/vm"
-)
-
-// statusTimeout bounds the whole `khw status`; the SSH section gets
-// statusUnitsTimeout of it so that it reports before the end. On slow nodes
-// (TCG VMs, vm.Slowdown) both grow, up to 3×.
-const (
-	statusTimeout      = 10 * time.Second
-	statusUnitsTimeout = 8 * time.Second
 )
 
 const statusLong = `Show what the cluster is doing right now. khw status only reads: it changes
@@ -102,26 +89,6 @@ unhealthy (read the sections); 1 when nothing at all could be read.
 A section that was skipped or could not be read is null and has its message
 in "errors" (sections: nodes, cluster, units, etcd, apiservers, leases, kubeNodes).`
 
-// statusRow is one node in `khw status -o json`.
-type statusRow struct {
-	Name  string `json:"name"`
-	Role  string `json:"role"`
-	State string `json:"state"`
-	IP    string `json:"ip"`
-	PID   int    `json:"pid,omitempty"`
-}
-
-// statusReport is the whole `khw status -o json` object.
-type statusReport struct {
-	Nodes      []statusRow              `json:"nodes"`
-	Units      map[string][]health.Unit `json:"units"`
-	Etcd       *health.EtcdReport       `json:"etcd"`
-	APIServers []health.Readyz          `json:"apiservers"`
-	Leases     []health.Lease           `json:"leases"`
-	KubeNodes  []health.KubeNode        `json:"kubeNodes"`
-	Errors     map[string]string        `json:"errors"`
-}
-
 func newStatusCmd(a *app) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
@@ -142,16 +109,7 @@ func newStatusCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p := s.Provider
-			ctx, cancel := context.WithTimeout(cmd.Context(), vm.Scaled(p, statusTimeout, 3*statusTimeout))
-			defer cancel()
-			rep, read := collectStatus(ctx, c, p, func() (*remote.Pool, func(), error) {
-				rs, err := cluster.Open(c, d, cluster.ReadOnly, nil)
-				if err != nil {
-					return nil, nil, err
-				}
-				return rs.Pool, func() { rs.Close() }, nil
-			}, s.Target(), s.AdminKubeconfig())
+			rep, read := s.Status(cmd.Context())
 			if output == "json" {
 				enc := json.NewEncoder(a.out)
 				enc.SetIndent("", "  ")
@@ -162,7 +120,7 @@ func newStatusCmd(a *app) *cobra.Command {
 				return err
 			}
 			if !read {
-				return fmt.Errorf("cluster %s: nothing could be read (%s)", c.Name, joinErrors(rep.Errors))
+				return fmt.Errorf("cluster %s: nothing could be read (%s)", c.Name, cluster.JoinErrors(rep.Errors))
 			}
 			return nil
 		},
@@ -171,156 +129,7 @@ func newStatusCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-// notUp is the message of the "cluster" error when no node runs.
-const notUp = "cluster is not up: no node is running (run khw up)"
-
-// collectStatus fills every section of the report. openPool opens the SSH
-// pool (only called when a node runs). target lacks Dial: the provider's
-// Dialer is used, refusing at once the IPs of nodes the provider reports as
-// not running. read is false when no section could be read at all.
-func collectStatus(ctx context.Context, c *config.Cluster, p vm.Provider, openPool func() (*remote.Pool, func(), error), target health.Target, adminKubeconfig string) (rep statusReport, read bool) {
-	rep.Errors = map[string]string{}
-	roles := map[string]string{}
-	for _, n := range c.Nodes {
-		roles[n.Name] = n.Role
-	}
-	st, err := p.Status(ctx)
-	if err != nil {
-		rep.Errors["nodes"] = err.Error()
-	} else {
-		read = true
-		rep.Nodes = make([]statusRow, 0, len(st))
-	}
-	down := map[string]string{} // IP -> node, for nodes known not to run
-	var running []string
-	for _, n := range st {
-		rep.Nodes = append(rep.Nodes, statusRow{Name: n.Name, Role: roles[n.Name], State: string(n.State), IP: n.IP.String(), PID: n.PID})
-		if n.State == vm.StateRunning {
-			running = append(running, n.Name)
-		} else {
-			down[n.IP.String()] = n.Name + " is " + string(n.State)
-		}
-	}
-	if err != nil {
-		// The provider could not say which nodes run: ask them all.
-		for _, n := range c.Nodes {
-			running = append(running, n.Name)
-		}
-	}
-	if len(running) == 0 {
-		rep.Errors["cluster"] = notUp
-		return rep, read
-	}
-
-	provDial := p.Dialer()
-	target.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if host, _, err := net.SplitHostPort(addr); err == nil {
-			if why, ok := down[host]; ok {
-				return nil, fmt.Errorf("dial %s: node %s (provider state; start it with khw up)", addr, why)
-			}
-		}
-		return provDial(ctx, network, addr)
-	}
-
-	var mu sync.Mutex
-	setErr := func(section string, err error) {
-		mu.Lock()
-		rep.Errors[section] = err.Error()
-		mu.Unlock()
-	}
-	var wg sync.WaitGroup
-	wg.Add(5)
-	go func() {
-		defer wg.Done()
-		pool, closePool, err := openPool()
-		if err != nil {
-			setErr("units", fmt.Errorf("open SSH: %w", err))
-			return
-		}
-		defer closePool()
-		uctx, cancel := context.WithTimeout(ctx, vm.Scaled(p, statusUnitsTimeout, 3*statusUnitsTimeout))
-		defer cancel()
-		units, err := health.Units(uctx, pool, c, running)
-		if err != nil {
-			setErr("units", err)
-		}
-		if len(units) > 0 {
-			mu.Lock()
-			rep.Units = units
-			mu.Unlock()
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		e, err := health.Etcd(ctx, target)
-		if err != nil {
-			setErr("etcd", err)
-		}
-		mu.Lock()
-		rep.Etcd = e
-		mu.Unlock()
-	}()
-	go func() {
-		defer wg.Done()
-		r := health.APIServers(ctx, target, adminKubeconfig)
-		mu.Lock()
-		rep.APIServers = r
-		mu.Unlock()
-	}()
-	go func() {
-		defer wg.Done()
-		l, err := health.Leases(ctx, target, adminKubeconfig)
-		if err != nil {
-			setErr("leases", err)
-		}
-		mu.Lock()
-		rep.Leases = l
-		mu.Unlock()
-	}()
-	go func() {
-		defer wg.Done()
-		n, err := health.KubeNodes(ctx, target, adminKubeconfig)
-		if err != nil {
-			setErr("kubeNodes", err)
-		}
-		mu.Lock()
-		rep.KubeNodes = n
-		mu.Unlock()
-	}()
-	wg.Wait()
-
-	if len(rep.Units) > 0 || len(rep.Leases) > 0 || rep.KubeNodes != nil {
-		read = true
-	}
-	if rep.Etcd != nil {
-		for _, e := range rep.Etcd.Endpoints {
-			read = read || e.OK
-		}
-	}
-	answered := false
-	for _, r := range rep.APIServers {
-		answered = answered || r.HTTPStatus != 0
-	}
-	read = read || answered
-	if !answered && len(rep.APIServers) > 0 {
-		rep.Errors["apiservers"] = "no apiserver answered"
-	}
-	return rep, read
-}
-
-// joinErrors lists the section errors on one line, sections sorted.
-func joinErrors(errs map[string]string) string {
-	var parts []string
-	for _, s := range []string{"nodes", "cluster", "units", "etcd", "apiservers", "leases", "kubeNodes"} {
-		if e, ok := errs[s]; ok {
-			parts = append(parts, s+": "+strings.Join(strings.Fields(e), " "))
-		}
-	}
-	return strings.Join(parts, "; ")
-}
-
-// printStatus writes the text report, section by section.
-func printStatus(w io.Writer, c *config.Cluster, rep statusReport, now time.Time) error {
+func printStatus(w io.Writer, c *config.Cluster, rep cluster.StatusReport, now time.Time) error {
 	var errs []error
 	tw := func() *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
 	flush := func(t *tabwriter.Writer) { errs = append(errs, t.Flush()) }

@@ -82,13 +82,13 @@ func smallCluster(t *testing.T, base string) (string, state.Dir) {
 	return name, d
 }
 
-func statusRows(t *testing.T, base string) []statusRow {
+func statusRows(t *testing.T, base string) []cluster.NodeRow {
 	t.Helper()
 	out, errOut, code := run(t, base, "status", "-o", "json")
 	if code != 0 {
 		t.Fatalf("status -o json: exit %d: %s", code, errOut)
 	}
-	var rep statusReport
+	var rep cluster.StatusReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("status -o json: %v\n%s", err, out)
 	}
@@ -232,8 +232,8 @@ func TestUpStatusDownNspawn(t *testing.T) {
 			t.Errorf("after down: %+v, want absent", r)
 		}
 	}
-	if out, _, code := run(t, base, "status"); code != 0 || !strings.Contains(out, notUp) || strings.Contains(out, "ETCD") {
-		t.Errorf("status after down: exit %d, want 0 with %q and no health sections:\n%s", code, notUp, out)
+	if out, _, code := run(t, base, "status"); code != 0 || !strings.Contains(out, cluster.NotUp) || strings.Contains(out, "ETCD") {
+		t.Errorf("status after down: exit %d, want 0 with %q and no health sections:\n%s", code, cluster.NotUp, out)
 	}
 	if _, err := os.Stat(nsPath); err == nil {
 		t.Errorf("after down: %s still exists", nsPath)
