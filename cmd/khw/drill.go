@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -18,14 +17,10 @@ import (
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/drill"
-	"github.com/khw-dev/khw/internal/health"
 	"github.com/khw-dev/khw/internal/lab"
 	"github.com/khw-dev/khw/internal/lab/labid"
-	"github.com/khw-dev/khw/internal/remote"
-	"github.com/khw-dev/khw/internal/render"
 	"github.com/khw-dev/khw/internal/smoke"
 	"github.com/khw-dev/khw/internal/state"
-	"github.com/khw-dev/khw/internal/vm"
 )
 
 const breakLong = `Run a failover drill: break something real in the cluster, watch what the
@@ -166,15 +161,15 @@ func newHealCmd(a *app) *cobra.Command {
 			} else if err != nil {
 				return err
 			}
-			env, err := openDrill(a, d, c)
+			env, err := openDrill(d, c)
 			if err != nil {
 				return err
 			}
-			defer env.close()
-			env.prober.NodePort = rec.NodePort
+			defer env.S.Close()
+			env.Prober.NodePort = rec.NodePort
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			r := &drill.Runner{Store: store, Prober: env.prober, Act: env.act, Out: a.out}
+			r := &drill.Runner{Store: store, Prober: env.Prober, Act: env.Act, Out: a.out}
 			if rec.HealedAt != nil && rec.WatcherPID != 0 && drill.ProcessAlive(rec.WatcherPID) {
 				fmt.Fprintf(a.out, "Drill %s was healed at %s; khw (pid %d) is recording the recovery and writes the report.\n", rec.ID, rec.HealedAt.Local().Format("15:04:05"), rec.WatcherPID)
 				return nil
@@ -215,43 +210,18 @@ func healLock(a *app, d state.Dir, rec *drill.Record) (func(), error) {
 
 func drillsDir(d state.Dir) string { return filepath.Join(d.Root, "drills") }
 
-// drillEnv is what both commands need: the SSH pool, the provider, the
-// prober and the actuator.
-type drillEnv struct {
-	c      *config.Cluster
-	s      *cluster.Session
-	target health.Target
-	admin  string
-	prober *drill.Prober
-	act    drill.NodeActuator
-}
-
-func (e *drillEnv) close() { e.s.Close() }
-
-func openDrill(a *app, d state.Dir, c *config.Cluster) (*drillEnv, error) {
+// openDrill opens cluster c for a drill (drill.Open); close env.S when done.
+func openDrill(d state.Dir, c *config.Cluster) (*drill.Env, error) {
 	s, err := cluster.Open(c, d, cluster.ReadWrite, nil)
 	if err != nil {
 		return nil, err
 	}
-	target := s.Target()
-	e := &drillEnv{c: c, s: s, target: target, admin: s.AdminKubeconfig()}
-	e.prober = &drill.Prober{Cluster: c, Target: target, AdminKubeconfig: e.admin, Workers: c.Workers()}
-	if lb, ok := c.LB(); ok {
-		node := remote.Node{Name: lb.Name, Addr: lb.IP}
-		e.prober.LBDial = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			cl, err := s.Pool.Get(ctx, node)
-			if err != nil {
-				return nil, err
-			}
-			return cl.DialContext(ctx, network, addr)
-		}
-	}
-	if err := e.prober.Init(); err != nil {
+	env, err := drill.Open(s)
+	if err != nil {
 		s.Close()
 		return nil, err
 	}
-	e.act = drill.NodeActuator{Cluster: c, Pool: s.Pool, Provider: s.Provider}
-	return e, nil
+	return env, nil
 }
 
 // runBreak runs a drill under the cluster lock, held until the drill ends
@@ -278,17 +248,17 @@ func runBreak(parent context.Context, a *app, spec drill.Spec) error {
 	if _, err := drill.Plan(c, spec, drill.Live{}); err != nil {
 		return usageError{err}
 	}
-	env, err := openDrill(a, d, c)
+	env, err := openDrill(d, c)
 	if err != nil {
 		return err
 	}
-	defer env.close()
+	defer env.S.Close()
 
 	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	fmt.Fprintf(a.out, "Checking that cluster %s is healthy…\n", c.Name)
-	live, problems := drillPreflight(ctx, env)
+	live, problems := env.Preflight(ctx)
 	if len(problems) > 0 {
 		if !spec.Force {
 			return fmt.Errorf("cluster %s is not healthy, so a drill would measure the wrong thing:\n  - %s\nfix it (khw status, khw up) or add --force", c.Name, strings.Join(problems, "\n  - "))
@@ -300,7 +270,7 @@ func runBreak(parent context.Context, a *app, spec drill.Spec) error {
 		return usageError{err}
 	}
 
-	cs, err := env.s.Clientset()
+	cs, err := env.S.Clientset()
 	if err != nil {
 		return err
 	}
@@ -309,25 +279,13 @@ func runBreak(parent context.Context, a *app, spec drill.Spec) error {
 		return err
 	}
 	fmt.Fprintf(a.out, "Preparing the probe workload (namespace %s)…\n", drill.Namespace)
-	port, err := drill.EnsureWorkload(ctx, cs, image, env.target.Scaled(2*time.Minute, 6*time.Minute))
+	port, err := drill.EnsureWorkload(ctx, cs, image, env.Prober.Target.Scaled(2*time.Minute, 6*time.Minute))
 	if err != nil {
 		return fmt.Errorf("probe workload: %w", err)
 	}
-	env.prober.NodePort = port
+	env.Prober.NodePort = port
 
-	now := time.Now()
-	rec := &drill.Record{
-		ID: drill.NewID(now, spec, actions), Cluster: c.Name, Spec: spec, Actions: actions,
-		LB: lbName(c), NodePort: port,
-		Facts: drill.Facts{
-			ControlPlanes: len(c.ControlPlanes()), LBInter: c.LoadBalancer.Interval, LBFall: c.LoadBalancer.Fall,
-			LeaseDuration: leaseDuration(c), NodeMonitorGracePeriod: 50 * time.Second,
-			Every: env.prober.Every(),
-		},
-	}
-	for _, n := range c.ControlPlanes() {
-		rec.ControlPlanes = append(rec.ControlPlanes, n.Name)
-	}
+	rec := drill.NewRecord(c, spec, actions, port, env.Prober.Every(), time.Now())
 	if err := store.Save(rec); err != nil {
 		return err
 	}
@@ -339,8 +297,8 @@ func runBreak(parent context.Context, a *app, spec drill.Spec) error {
 		heal = "for " + spec.For.String() + " (Ctrl-C heals early)"
 	}
 	fmt.Fprintf(a.out, "Drill %s: %s, %s\n", rec.ID, describeActions(actions, live), heal)
-	fmt.Fprintf(a.out, "Sampling %s (each every %s)\n", signalList(env.prober), env.prober.Every())
-	r := &drill.Runner{Store: store, Prober: env.prober, Act: env.act, Out: a.out}
+	fmt.Fprintf(a.out, "Sampling %s (each every %s)\n", signalList(env.Prober), env.Prober.Every())
+	r := &drill.Runner{Store: store, Prober: env.Prober, Act: env.Act, Out: a.out}
 	rep, err := r.Run(ctx, rec)
 	if err != nil && rep.ID == "" {
 		return err
@@ -356,86 +314,6 @@ func runBreak(parent context.Context, a *app, spec drill.Spec) error {
 		}
 	}
 	return err
-}
-
-// drillPreflight reads the cluster's health and the facts Plan needs.
-func drillPreflight(ctx context.Context, e *drillEnv) (drill.Live, []string) {
-	var live drill.Live
-	var problems []string
-	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	st, err := e.s.Provider.Status(cctx)
-	if err != nil {
-		problems = append(problems, "provider: "+err.Error())
-	}
-	for _, n := range st {
-		if n.State != vm.StateRunning {
-			problems = append(problems, fmt.Sprintf("node %s is %s (khw power on %s)", n.Name, n.State, n.Name))
-		}
-	}
-	if len(problems) > 0 {
-		return live, problems
-	}
-	rep, err := health.Etcd(cctx, e.target)
-	switch {
-	case err != nil:
-		problems = append(problems, "etcd: "+err.Error())
-	case rep.Leader == "" || rep.Healthy < rep.Size:
-		problems = append(problems, fmt.Sprintf("etcd: %d of %d members healthy, leader %q", rep.Healthy, rep.Size, rep.Leader))
-	}
-	if rep != nil {
-		live.EtcdLeader = rep.Leader
-	}
-	for _, r := range health.APIServers(cctx, e.target, e.admin) {
-		if !r.OK {
-			why := r.Err
-			if why == "" {
-				why = strings.Join(r.Failed, ", ")
-			}
-			problems = append(problems, fmt.Sprintf("apiserver %s not ready: %s", r.Target, why))
-		}
-	}
-	ls, err := health.Leases(cctx, e.target, e.admin)
-	if err != nil {
-		problems = append(problems, "leases: "+err.Error())
-	}
-	for _, l := range ls {
-		live.LeaseHolders = append(live.LeaseHolders, l.HolderNode)
-		if !l.Found || !l.Fresh {
-			problems = append(problems, fmt.Sprintf("the %s Lease is not held (no leader)", l.Name))
-		}
-	}
-	nodes, err := health.KubeNodes(cctx, e.target, e.admin)
-	if err != nil {
-		problems = append(problems, "nodes: "+err.Error())
-	}
-	problems = append(problems, kubeNodeProblems(nodes)...)
-	return live, problems
-}
-
-// kubeNodeProblems lists the Nodes a drill should not start with: not
-// Ready, or under memory/disk/PID pressure or without pod network (a
-// kubelet under pressure evicts the drill's workload pods, and the report
-// would blame the drill).
-func kubeNodeProblems(nodes []health.KubeNode) []string {
-	var out []string
-	for _, n := range nodes {
-		if n.Ready != "True" || len(n.Problems) > 0 {
-			p := fmt.Sprintf("Node %s is %s", n.Name, n.Summary())
-			if n.Message != "" {
-				p += ": " + n.Message
-			}
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func lbName(c *config.Cluster) string {
-	if lb, ok := c.LB(); ok {
-		return lb.Name
-	}
-	return ""
 }
 
 func describeActions(actions []drill.Action, live drill.Live) string {
@@ -504,16 +382,4 @@ func printDrillReport(w io.Writer, store drill.Store, rep drill.Report) error {
 		return fmt.Errorf("drill %s: %d expectation(s) did not hold (see the report)", rep.ID, failed)
 	}
 	return nil
-}
-
-// leaseDuration is the leader-election lease duration the control planes
-// were rendered with: upstream's 15 s, or render.LeaderElectionFor's on
-// emulated control planes.
-func leaseDuration(c *config.Cluster) time.Duration {
-	if le := render.LeaderElectionFor(c); le != nil {
-		if d, err := time.ParseDuration(le.LeaseDuration); err == nil {
-			return d
-		}
-	}
-	return 15 * time.Second
 }

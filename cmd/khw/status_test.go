@@ -183,18 +183,3 @@ func TestStatusNotUpNspawn(t *testing.T) {
 		t.Errorf("text: exit %d\n%s", code, out)
 	}
 }
-
-func TestKubeNodeProblems(t *testing.T) {
-	got := kubeNodeProblems([]health.KubeNode{
-		{Name: "w1", Ready: "True"},
-		{Name: "w2", Ready: "True", Problems: []string{"DiskPressure"}},
-		{Name: "w3", Ready: "Unknown", Reason: "NodeStatusUnknown", Message: "Kubelet stopped posting node status."},
-	})
-	want := []string{
-		"Node w2 is Ready,DiskPressure",
-		"Node w3 is Unknown (NodeStatusUnknown): Kubelet stopped posting node status.",
-	}
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("kubeNodeProblems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-}

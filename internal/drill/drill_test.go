@@ -11,7 +11,7 @@ import (
 	"github.com/khw-dev/khw/internal/health"
 )
 
-func cluster(t *testing.T) *config.Cluster {
+func testCluster(t *testing.T) *config.Cluster {
 	t.Helper()
 	c := config.Default("drill", config.ArchAMD64, config.ProviderNspawn)
 	if _, err := c.Validate(); err != nil {
@@ -21,7 +21,7 @@ func cluster(t *testing.T) *config.Cluster {
 }
 
 func TestPlan(t *testing.T) {
-	c := cluster(t)
+	c := testCluster(t)
 	live := Live{EtcdLeader: "cp2", LeaseHolders: []string{"cp3", "cp1"}}
 	tests := []struct {
 		name    string
