@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/khw-dev/khw/internal/config"
@@ -59,25 +58,18 @@ func (m *Machines) cachedFacts(c *config.Cluster, n config.Node) (render.NodeFac
 
 // allFacts measures every node's facts in parallel.
 func (m *Machines) allFacts(ctx context.Context, c *config.Cluster) (map[string]render.NodeFacts, error) {
+	facts := make([]render.NodeFacts, len(c.Nodes))
+	errs := steps.Parallel(len(c.Nodes), func(i int) error {
+		f, err := m.facts(ctx, c.Nodes[i])
+		facts[i] = f
+		return steps.OnNode(c.Nodes[i].Name, err)
+	})
 	out := map[string]render.NodeFacts{}
-	var mu sync.Mutex
-	errs := make([]error, len(c.Nodes))
-	var wg sync.WaitGroup
 	for i, n := range c.Nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f, err := m.facts(ctx, n)
-			if err != nil {
-				errs[i] = steps.OnNode(n.Name, err)
-				return
-			}
-			mu.Lock()
-			out[n.Name] = f
-			mu.Unlock()
-		}()
+		if errs[i] == nil {
+			out[n.Name] = facts[i]
+		}
 	}
-	wg.Wait()
 	return out, firstErr(errs)
 }
 
@@ -401,17 +393,9 @@ func (s *componentStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Com
 // fixAfterUnits runs, on every node in parallel, the extras that need the
 // units running (image imports).
 func (s *componentStep) fixAfterUnits(ctx context.Context, env *steps.Env, wants []*nodeWant) error {
-	errs := make([]error, len(wants))
-	var wg sync.WaitGroup
-	for i, w := range wants {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = steps.OnNode(w.Node.Name, fixExtras(ctx, env, s.m, w, true))
-		}()
-	}
-	wg.Wait()
-	return firstErr(errs)
+	return firstErr(steps.Parallel(len(wants), func(i int) error {
+		return steps.OnNode(wants[i].Node.Name, fixExtras(ctx, env, s.m, wants[i], true))
+	}))
 }
 
 // rollingApply applies the nodes named in diffs one at a time: install,

@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/khw-dev/khw/internal/cluster"
@@ -88,16 +87,7 @@ func (s *MachinesStep) Check(ctx context.Context, env *steps.Env) ([]steps.Diff,
 	if probe <= 0 {
 		probe = DefaultProbeTimeout * vm.Slowdown(s.M.Provider)
 	}
-	errs := make([]error, len(running))
-	var wg sync.WaitGroup
-	for i, n := range running {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = s.sshTrue(ctx, n, probe)
-		}()
-	}
-	wg.Wait()
+	errs := steps.Parallel(len(running), func(i int) error { return s.sshTrue(ctx, running[i], probe) })
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -243,8 +233,6 @@ func (s *MachinesStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.
 			waitFor = append(waitFor, n)
 		}
 	}
-	errs := make([]error, len(waitFor))
-	var wg sync.WaitGroup
 	if len(waitFor) > 0 && s.M.Provider.Name() != config.ProviderNspawn {
 		// A VM takes a while (cloud-init makes host keys, TCG is slow): say
 		// what is awaited so a quiet terminal does not look hung.
@@ -255,21 +243,17 @@ func (s *MachinesStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.
 		env.Notef("waiting for SSH on %s (boot and cloud-init; at most %v)", strings.Join(names, ", "), boot)
 	}
 	started := time.Now()
-	for i, n := range waitFor {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := s.sshTrue(ctx, n, boot); err != nil {
-				errs[i] = steps.OnNode(n.Name, fmt.Errorf("SSH did not answer within %v after boot: %w", boot, err))
-				return
-			}
-			fmt.Fprintf(env.NodeLog(n.Name), "%s "+labid.Machines+": SSH answers\n", time.Now().Format(time.RFC3339))
-			if s.M.Provider.Name() != config.ProviderNspawn {
-				env.Notef("%s: SSH answers after %v", n.Name, time.Since(started).Round(time.Second))
-			}
-		}()
-	}
-	wg.Wait()
+	errs := steps.Parallel(len(waitFor), func(i int) error {
+		n := waitFor[i]
+		if err := s.sshTrue(ctx, n, boot); err != nil {
+			return steps.OnNode(n.Name, fmt.Errorf("SSH did not answer within %v after boot: %w", boot, err))
+		}
+		fmt.Fprintf(env.NodeLog(n.Name), "%s "+labid.Machines+": SSH answers\n", time.Now().Format(time.RFC3339))
+		if s.M.Provider.Name() != config.ProviderNspawn {
+			env.Notef("%s: SSH answers after %v", n.Name, time.Since(started).Round(time.Second))
+		}
+		return nil
+	})
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -367,17 +367,11 @@ func checkNodes(ctx context.Context, m *Machines, wants []*nodeWant) ([]steps.Di
 		return nil, err
 	}
 	res := make([][]steps.Diff, len(wants))
-	errs := make([]error, len(wants))
-	var wg sync.WaitGroup
-	for i, w := range wants {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d, _, err := checkNode(ctx, m, w)
-			res[i], errs[i] = d, steps.OnNode(w.Node.Name, err)
-		}()
-	}
-	wg.Wait()
+	errs := steps.Parallel(len(wants), func(i int) error {
+		d, _, err := checkNode(ctx, m, wants[i])
+		res[i] = d
+		return steps.OnNode(wants[i].Node.Name, err)
+	})
 	if err := firstErr(errs); err != nil {
 		return nil, err
 	}
@@ -556,17 +550,11 @@ func applyNodes(ctx context.Context, env *steps.Env, m *Machines, stepID string,
 		}
 	}
 	res := make([][]restarted, len(sel))
-	errs := make([]error, len(sel))
-	var wg sync.WaitGroup
-	for i, w := range sel {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := applyNode(ctx, env, m, stepID, w)
-			res[i], errs[i] = r, steps.OnNode(w.Node.Name, err)
-		}()
-	}
-	wg.Wait()
+	errs := steps.Parallel(len(sel), func(i int) error {
+		r, err := applyNode(ctx, env, m, stepID, sel[i])
+		res[i] = r
+		return steps.OnNode(sel[i].Node.Name, err)
+	})
 	if err := firstErr(errs); err != nil {
 		return nil, err
 	}
@@ -595,17 +583,9 @@ func waitActive(ctx context.Context, m *Machines, rs []restarted, timeout time.D
 		}
 		byNode[r.Node.Name] = append(byNode[r.Node.Name], r)
 	}
-	errs := make([]error, len(order))
-	var wg sync.WaitGroup
-	for i, name := range order {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = steps.OnNode(name, waitNodeActive(ctx, m, byNode[name], timeout))
-		}()
-	}
-	wg.Wait()
-	return firstErr(errs)
+	return firstErr(steps.Parallel(len(order), func(i int) error {
+		return steps.OnNode(order[i], waitNodeActive(ctx, m, byNode[order[i]], timeout))
+	}))
 }
 
 func waitNodeActive(ctx context.Context, m *Machines, rs []restarted, timeout time.Duration) error {

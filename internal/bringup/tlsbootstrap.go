@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	certsv1 "k8s.io/api/certificates/v1"
@@ -339,17 +338,9 @@ func (s *TLSBootstrapStep) join(ctx context.Context, env *steps.Env, cs kubernet
 		if err := ops.setup(ctx); err != nil {
 			return err
 		}
-		errs := make([]error, len(nodes))
-		var wg sync.WaitGroup
-		for i, n := range nodes {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[i] = steps.OnNode(n.Name, s.watchCSRs(ctx, env, cs, n, since, ops))
-			}()
-		}
-		wg.Wait()
-		return firstErr(errs)
+		return firstErr(steps.Parallel(len(nodes), func(i int) error {
+			return steps.OnNode(nodes[i].Name, s.watchCSRs(ctx, env, cs, nodes[i], since, ops))
+		}))
 	})
 }
 

@@ -24,6 +24,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/fsutil"
 	"github.com/khw-dev/khw/internal/state"
@@ -384,4 +386,23 @@ func Select(steps []Step, from, until string) ([]Step, error) {
 		return nil, fmt.Errorf("--from %s comes after --until %s: steps run in order %s … %s", steps[lo].ID(), steps[hi].ID(), steps[0].ID(), steps[len(steps)-1].ID())
 	}
 	return steps[lo : hi+1], nil
+}
+
+// Parallel runs fn(i) for every i in [0, n) at once, waits for all, and
+// returns each call's error at its index: the one fan-out of the steps over
+// nodes. One call failing does not stop the others (nothing is cancelled),
+// so every node's outcome is known; fn wraps its error with OnNode when it
+// is about a node. Callers that want one error join them (errors.Join
+// skips the nils).
+func Parallel(n int, fn func(i int) error) []error {
+	errs := make([]error, n)
+	var g errgroup.Group
+	for i := range n {
+		g.Go(func() error {
+			errs[i] = fn(i)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return errs
 }

@@ -660,3 +660,33 @@ func TestSkipWhenUnchanged(t *testing.T) {
 		t.Errorf("dry-run: record changed %v, smoke checked %d times (want 6)", string(again) != string(rec), s.checks)
 	}
 }
+
+// Parallel runs every call at once, keeps each error at its index and
+// does not stop the others when one fails.
+func TestParallel(t *testing.T) {
+	started := make(chan int, 3)
+	release := make(chan struct{})
+	done := make(chan []error)
+	go func() {
+		done <- Parallel(3, func(i int) error {
+			started <- i
+			<-release // all three must be running before any returns
+			if i == 1 {
+				return OnNode("cp2", errors.New("boom"))
+			}
+			return nil
+		})
+	}()
+	for range 3 {
+		<-started
+	}
+	close(release)
+	errs := <-done
+	var ne *NodeError
+	if len(errs) != 3 || errs[0] != nil || errs[2] != nil || !errors.As(errs[1], &ne) || ne.Node != "cp2" {
+		t.Fatalf("errs %v", errs)
+	}
+	if got := Parallel(0, func(int) error { t.Error("called"); return nil }); len(got) != 0 {
+		t.Errorf("n=0: %v", got)
+	}
+}
