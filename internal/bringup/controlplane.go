@@ -14,7 +14,7 @@ import (
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/health"
 	"github.com/khw-dev/khw/internal/kube"
-	"github.com/khw-dev/khw/internal/lab/labid"
+	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/steps"
 	"github.com/khw-dev/khw/internal/vm"
 )

@@ -14,7 +14,7 @@ import (
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/encryption"
 	"github.com/khw-dev/khw/internal/kubeconfig"
-	"github.com/khw-dev/khw/internal/lab/labid"
+	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/pki"
 	"github.com/khw-dev/khw/internal/render"
 	"github.com/khw-dev/khw/internal/state"

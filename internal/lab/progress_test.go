@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/khw-dev/khw/internal/config"
-	"github.com/khw-dev/khw/internal/lab/labid"
+	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
 )

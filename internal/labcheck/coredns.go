@@ -7,7 +7,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/khw-dev/khw/internal/lab/labid"
+	"github.com/khw-dev/khw/internal/labid"
 )
 
 // coreDNS checks the cluster DNS objects: the Service kube-system/kube-dns

@@ -31,7 +31,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/khw-dev/khw/internal/config"
-	"github.com/khw-dev/khw/internal/lab/labid"
+	"github.com/khw-dev/khw/internal/labid"
 )
 
 // Jumpbox is the node name under which a Source serves the jumpbox's state

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/khw-dev/khw/internal/lab/labid"
+	"github.com/khw-dev/khw/internal/labid"
 )
 
 // haLine is one configuration line of haproxy.cfg: its words, and the line

@@ -3,7 +3,7 @@ package labcheck
 import (
 	"fmt"
 
-	"github.com/khw-dev/khw/internal/lab/labid"
+	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/pki"
 )
 
