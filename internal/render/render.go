@@ -254,6 +254,9 @@ type nodeData struct {
 	// LeaderElection is the leader-election timing of kube-controller-manager
 	// and kube-scheduler; nil means the upstream defaults (no flags).
 	LeaderElection *LeaderElection
+	// EtcdCheckTimeout is kube-apiserver's --etcd-healthcheck-timeout and
+	// --etcd-readycheck-timeout; "" means the upstream default (2s, no flag).
+	EtcdCheckTimeout string
 }
 
 // LeaderElection is the leader-election timing of kube-controller-manager and
@@ -281,6 +284,23 @@ func LeaderElectionFor(c *config.Cluster) *LeaderElection {
 		return &le
 	}
 	return nil
+}
+
+// EmulatedEtcdCheckTimeout is the deadline of kube-apiserver's etcd checks
+// (/livez/etcd, /readyz/etcd and etcd-readiness) on QEMU-emulated control
+// planes: four times upstream's 2s. Under TCG one etcd read can take
+// longer than 2s while etcd is healthy; the apiserver then reports itself
+// not ready, and the load balancer takes it out of rotation for nothing.
+const EmulatedEtcdCheckTimeout = "8s"
+
+// EtcdCheckTimeoutFor returns EmulatedEtcdCheckTimeout when cluster.yaml
+// says libvirt.domainType: qemu, else "" (the upstream default), like
+// LeaderElectionFor.
+func EtcdCheckTimeoutFor(c *config.Cluster) string {
+	if LeaderElectionFor(c) != nil {
+		return EmulatedEtcdCheckTimeout
+	}
+	return ""
 }
 
 // PodRoute is one route of the pod network: Dest (a worker's podCIDR) via
@@ -347,6 +367,7 @@ func newNodeData(c *config.Cluster, n config.Node, f NodeFacts) *nodeData {
 		PauseImage:           PauseImage(c),
 		PodRoutes:            PodRoutes(c, n.Name),
 		LeaderElection:       LeaderElectionFor(c),
+		EtcdCheckTimeout:     EtcdCheckTimeoutFor(c),
 	}
 	for _, h := range c.Nodes {
 		names := h.Name
