@@ -322,8 +322,10 @@ func runLab(parent context.Context, a *app, id string, o labOpts) error {
 }
 
 func runLabIn(ctx context.Context, a *app, l lab.Lab, t labs.Lab, e *labEnv, o labOpts) error {
-	// Earlier labs first (a drifted one does not block: it was done, and
-	// khw lab check says whether the drift is a mistake).
+	// The text first, so it can be read ahead; then the earlier labs (a
+	// drifted one does not block: it was done, and khw lab check says
+	// whether the drift is a mistake).
+	renderLab(a.out, t, o.plain)
 	missing, err := e.course.EarlierNotDone(ctx, l, o.force)
 	if err != nil {
 		return err
@@ -334,7 +336,6 @@ func runLabIn(ctx context.Context, a *app, l lab.Lab, t labs.Lab, e *labEnv, o l
 		}
 		fmt.Fprintf(a.errOut, "Warning: earlier labs not done (%s); going on because of --force\n", strings.Join(missing, ", "))
 	}
-	renderLab(a.out, t, o.plain)
 
 	if l.Kind == lab.Drill {
 		return runFailoverLab(ctx, a, l, e)

@@ -113,7 +113,7 @@ func (f *Fetcher) DebIndex(ctx context.Context, a DebArchive, arch string) (*Deb
 		if !ok {
 			if i == 0 {
 				return nil, fmt.Errorf("the pinned mirror manifest %s does not list %s: the mirror has no %s packages "+
-					"(fix: rebuild the mirror with the node packages: hack/build-mirror.sh --node-debs <image manifest>, or `khw mirror export DIR --arch %s`, and pin the new digest)",
+					"(fix: rebuild the mirror with the node packages: `khw mirror export DIR --arch %s --node-debs <the image's .manifest>` on a machine with internet, or hack/build-mirror.sh --node-debs <image manifest> for the stand-in image; then pin the new digest)",
 					src.man.loc, relURL, a, arch)
 			}
 			continue

@@ -19,9 +19,11 @@ import (
 const RootfsSuite = "bookworm"
 
 // RootfsPackages are installed by debootstrap --variant=minbase --include=…:
-// systemd as init, sshd for khw, and the tools the steps use on nodes
-// (iptables/conntrack/socat for kube-proxy and port-forward, haproxy on the
-// load balancer, jq for the mybridge CNI).
+// systemd as init, sshd for khw, the tools the steps use on nodes
+// (iptables for kube-proxy, haproxy on the load balancer, jq for the
+// mybridge CNI), and conntrack and socat, which no component calls any more
+// (kube-proxy >= 1.32, containerd 2) but a learner may use to debug
+// (conntrack -L lists the NAT entries of kube-proxy's rules).
 var RootfsPackages = []string{
 	"systemd", "systemd-sysv", "dbus", "openssh-server", "iproute2", "iptables",
 	"conntrack", "socat", "haproxy", "jq", "sudo", "ca-certificates", "procps", "kmod", "curl",

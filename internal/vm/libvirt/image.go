@@ -29,7 +29,7 @@ const EnvNetns = "KHW_LIBVIRT_NETNS"
 // the pinned mirror manifest). One line to progress says which image was
 // used and, for the fallback, why. When neither can be had the error says
 // so and names the two ways out: libvirt.image in cluster.yaml, or
-// --mirror with a mirror that holds the image.
+// a mirror that holds the image (KHW_MIRROR and its pin; khw fetch --mirror).
 func CatalogImage(c *config.Cluster, from components.Fetcher, progress io.Writer) func(ctx context.Context) (Image, error) {
 	return func(ctx context.Context) (Image, error) {
 		cat, err := components.Load()
@@ -59,9 +59,9 @@ func CatalogImage(c *config.Cluster, from components.Fetcher, progress io.Writer
 			if r.Fallback != nil {
 				what = "neither the pinned " + r.URL + " nor the fallback " + r.Fallback.URL + " could be fetched"
 			}
-			mirror := "or pass --mirror (" + components.EnvMirror + ") with a mirror that holds it"
+			mirror := "or use a mirror that holds it: set " + components.EnvMirror + " and " + components.EnvMirrorDigest + " (khw fetch --mirror … --mirror-digest … checks one)"
 			if f.Mirror != "" {
-				mirror = "or export the mirror " + f.Mirror + " again with the image (--mirror)"
+				mirror = "or export the mirror " + f.Mirror + " again with the image (khw mirror export on a machine with internet; khw fetch --mirror checks it) and set the new pin in " + components.EnvMirrorDigest
 			}
 			return Image{}, fmt.Errorf("base image for %s: %s: %w (fix: set libvirt.image in cluster.yaml to a local qcow2 cloud image with cloud-init, %s)", c.Arch, what, err, mirror)
 		}
