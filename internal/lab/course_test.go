@@ -227,3 +227,26 @@ func (p *statusProvider) Status(context.Context) ([]vm.NodeStatus, error) {
 	}
 	return out, nil
 }
+
+// skipStep is a clean step that khw up may skip when nothing changed.
+type skipStep struct{ *fakeStep }
+
+func (skipStep) SkipWhenUnchanged() {}
+
+// A smoke lab that checks clean in khw lab counts as a pass for the next
+// khw up, which then does not run it again.
+func TestStatusRecordsAPass(t *testing.T) {
+	first := &fakeStep{id: labid.Machines}
+	smoke := skipStep{&fakeStep{id: labid.Smoke}}
+	co, _ := testCourse(t, first, smoke)
+	if st, _, err := co.Status(context.Background(), mustLab(t, labid.Smoke)); err != nil || st.Status != Done {
+		t.Fatalf("status: %+v %v", st, err)
+	}
+	rep, err := steps.NewRunner(co.Env, nil).Run(context.Background(), co.Steps, steps.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if smoke.checks != 1 || rep.Steps[1].Skipped == "" {
+		t.Errorf("khw up after the lab's check: smoke checked %d times, result %+v; want it skipped", smoke.checks, rep.Steps[1])
+	}
+}

@@ -76,6 +76,22 @@ func (e *Env) updateRecord(fn func(*record)) error {
 	return fsutil.WriteFileAtomic(e.recordPath(), append(data, '\n'), 0o600)
 }
 
+// Passed records that step s's Check just found nothing to change, when s
+// is a SkipWhenUnchanged step (other steps are not recorded). The Runner
+// calls it; so does whoever runs such a Check outside a Runner (khw lab).
+// Nothing is written in a dry-run.
+func (e *Env) Passed(s Step) error {
+	if _, ok := s.(SkipWhenUnchanged); !ok {
+		return nil
+	}
+	return e.updateRecord(func(rec *record) {
+		if rec.Passed == nil {
+			rec.Passed = map[string]time.Time{}
+		}
+		rec.Passed[s.ID()] = time.Now()
+	})
+}
+
 // skipReason says why step s need not be checked again, or "" when it
 // must be: s passed after the last change and nothing in this run changed.
 func (e *Env) skipReason(s Step, earlierClean, recheck bool) string {

@@ -263,13 +263,8 @@ func (r *Runner) Run(ctx context.Context, steps []Step, opts Options) (*Report, 
 			return rep, err
 		}
 		earlierClean = earlierClean && res.Clean
-		if _, ok := s.(SkipWhenUnchanged); ok && !opts.DryRun && (res.Clean || res.Applied) {
-			if err := r.Env.updateRecord(func(rec *record) {
-				if rec.Passed == nil {
-					rec.Passed = map[string]time.Time{}
-				}
-				rec.Passed[s.ID()] = time.Now()
-			}); err != nil {
+		if res.Clean || res.Applied {
+			if err := r.Env.Passed(s); err != nil {
 				r.logf("%s: record the pass: %v", s.ID(), err)
 			}
 		}
