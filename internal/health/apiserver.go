@@ -222,9 +222,15 @@ type Lease struct {
 	// DurationSeconds is spec.leaseDurationSeconds (15 by default): how
 	// long the others wait after the last renewal before taking over.
 	DurationSeconds int32 `json:"durationSeconds"`
-	// Fresh is RenewTime + DurationSeconds > now (the jumpbox's clock): the
-	// holder is still leading. A stale Lease means the leader is gone and
-	// no other instance has taken over yet.
+	// Fresh is RenewTime + DurationSeconds > now, now being the answering
+	// apiserver's clock (its HTTP Date header; the jumpbox's clock when the
+	// answer has none): the holder is still leading. A stale Lease means
+	// the leader is gone and no other instance has taken over yet. The
+	// leader writes RenewTime with its node's clock, which can drift from
+	// the jumpbox's (an emulated VM's by minutes), not from its own
+	// apiserver's; client-go's leader election likewise never compares a
+	// renewTime with another machine's clock (leaderelection.go keeps an
+	// observedTime of its own).
 	Fresh bool `json:"fresh"`
 }
 
@@ -261,6 +267,8 @@ func LeasesFrom(ctx context.Context, t Target, kubeconfigPath, server string) ([
 			return nil, err
 		}
 	}
+	clock := &serverClock{dates: map[string]time.Time{}}
+	cfg.Wrap(clock.wrap)
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("client for %s: %w", cfg.Host, err)
@@ -285,7 +293,7 @@ func LeasesFrom(ctx context.Context, t Target, kubeconfigPath, server string) ([
 				}
 				errs[i] = fmt.Errorf("get Lease kube-system/%s via %s: %w", name, cfg.Host, err)
 			default:
-				lease := t.leaseFrom(l, time.Now())
+				lease := t.leaseFrom(l, clock.now(name))
 				leases[i] = &lease
 			}
 		}()
@@ -299,6 +307,42 @@ func LeasesFrom(ctx context.Context, t Target, kubeconfigPath, server string) ([
 	}
 	return out, errors.Join(errs...)
 }
+
+// serverClock keeps the Date header of each response by request path: the
+// answering server's clock at that moment (1 s resolution).
+type serverClock struct {
+	mu    sync.Mutex
+	dates map[string]time.Time
+}
+
+func (s *serverClock) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(r)
+		if err == nil {
+			if d, perr := http.ParseTime(resp.Header.Get("Date")); perr == nil {
+				s.mu.Lock()
+				s.dates[r.URL.Path] = d
+				s.mu.Unlock()
+			}
+		}
+		return resp, err
+	})
+}
+
+// now is the server's time of the answer for the Lease name (kube-system),
+// or the jumpbox's clock when the answer carried no Date.
+func (s *serverClock) now(name string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d, ok := s.dates["/apis/coordination.k8s.io/v1/namespaces/"+metav1.NamespaceSystem+"/leases/"+name]; ok {
+		return d
+	}
+	return time.Now()
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // leaseFrom summarizes l as seen at now.
 func (t Target) leaseFrom(l *coordinationv1.Lease, now time.Time) Lease {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -331,5 +332,43 @@ func TestAPIServersSlowNodes(t *testing.T) {
 	}
 	if got := (Target{Slowdown: 2}).Scaled(HTTPTimeout, 4*HTTPTimeout); got != 2*HTTPTimeout {
 		t.Errorf("Scaled with slowdown 2: %v, want %v", got, 2*HTTPTimeout)
+	}
+}
+
+// A Lease is judged by the answering apiserver's clock (its Date header):
+// a leader renewing every 2 s on a node whose clock runs 10 minutes behind
+// the jumpbox's is fresh, and a Lease that clock says expired is not.
+func TestLeasesJudgedByTheServersClock(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		renewAgo time.Duration // on the server's clock
+		want     bool
+	}{
+		{"renewed 2s ago by a node 10 min behind", 2 * time.Second, true},
+		{"renewed 30s ago by a node 10 min behind", 30 * time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeCluster(t)
+			serverNow := time.Now().Add(-10 * time.Minute)
+			renew := serverNow.Add(-tc.renewAgo).UTC().Format("2006-01-02T15:04:05.000000Z07:00")
+			f.serve(t, "lb", func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Date", serverNow.UTC().Format(http.TimeFormat))
+				w.Header().Set("Content-Type", "application/json")
+				json.NewEncoder(w).Encode(map[string]any{
+					"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+					"metadata": map[string]any{"name": path.Base(r.URL.Path), "namespace": "kube-system"},
+					"spec":     map[string]any{"holderIdentity": "cp1_0b5e", "leaseDurationSeconds": 15, "renewTime": renew},
+				})
+			})
+			got, err := Leases(context.Background(), f.target(), f.kubeconfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range got {
+				if l.Fresh != tc.want {
+					t.Errorf("%s: fresh %v, want %v", l.Name, l.Fresh, tc.want)
+				}
+			}
+		})
 	}
 }
