@@ -56,26 +56,32 @@ type Lab struct {
 	step  func(m *bringup.Machines, c *config.Cluster) steps.Step
 }
 
+// onMachines adapts a step constructor that needs only the machines to
+// the catalogue's signature.
+func onMachines[S steps.Step](f func(*bringup.Machines) S) func(*bringup.Machines, *config.Cluster) steps.Step {
+	return func(m *bringup.Machines, _ *config.Cluster) steps.Step { return f(m) }
+}
+
 // catalogue is every lab, in the order of the course.
 var catalogue = []Lab{
 	{ID: labid.Machines, MakesNodes: true,
 		Up:   "every node of cluster.yaml exists, is powered on and\nanswers SSH (user ubuntu, khw's key <state>/ssh/id_ed25519)",
-		step: func(m *bringup.Machines, _ *config.Cluster) steps.Step { return bringup.NewMachinesStep(m) }},
+		step: onMachines(bringup.NewMachinesStep)},
 	{ID: labid.PKI,
 		Up:   "the CA and every component cert in <state>/pki (cfssl),\nthen each node's certs and keys copied to it",
-		step: func(m *bringup.Machines, _ *config.Cluster) steps.Step { return bringup.NewPKIStep(m) }},
+		step: onMachines(bringup.NewPKIStep)},
 	{ID: labid.Kubeconfig,
 		Up:   "the kubeconfigs and the encryption config for Secrets,\nthen each node's copies",
-		step: func(m *bringup.Machines, _ *config.Cluster) steps.Step { return bringup.NewKubeconfigStep(m) }},
+		step: onMachines(bringup.NewKubeconfigStep)},
 	{ID: labid.Etcd,
 		Up:   "etcd on the control planes, started together; every member\nlisted and one leader (asked with the etcd v3 client)",
-		step: func(m *bringup.Machines, _ *config.Cluster) steps.Step { return bringup.NewEtcdStep(m) }},
+		step: onMachines(bringup.NewEtcdStep)},
 	{ID: labid.ControlPlane,
 		Up:   "kube-apiserver, kube-controller-manager, kube-scheduler on\nthe control planes; each /readyz ok; both leader-election\nLeases held; the RBAC that lets the apiserver reach kubelets",
-		step: func(m *bringup.Machines, _ *config.Cluster) steps.Step { return bringup.NewControlPlaneStep(m) }},
+		step: onMachines(bringup.NewControlPlaneStep)},
 	{ID: labid.LB,
 		Up:   "HAProxy on lb (TCP passthrough, HTTPS /readyz health\nchecks); /readyz through lb:6443 with the admin kubeconfig",
-		step: func(m *bringup.Machines, _ *config.Cluster) steps.Step { return bringup.NewLBStep(m) }},
+		step: onMachines(bringup.NewLBStep)},
 	{ID: labid.Workers,
 		Up:   "w1, w2: kernel prerequisites, containerd, runc, CNI,\nkubelet, kube-proxy, images imported; Nodes Ready",
 		step: bringup.NewWorkersStep},
@@ -84,13 +90,13 @@ var catalogue = []Lab{
 		step: bringup.NewPodNetworkStep},
 	{ID: labid.CoreDNS,
 		Up:   "CoreDNS (Service kube-dns at the cluster DNS IP) Available",
-		step: func(m *bringup.Machines, _ *config.Cluster) steps.Step { return bringup.NewCoreDNSStep(m) }},
+		step: onMachines(bringup.NewCoreDNSStep)},
 	{ID: labid.TLSBootstrap,
 		Up:   "w3 joins with a bootstrap token: its client CSR is\napproved by the controller-manager, its serving CSR by\nkhw after checking requestor and SANs; token deleted",
 		step: bringup.NewTLSBootstrapStep},
 	{ID: labid.Smoke, Kind: Test,
 		Up:   "encryption at rest, a Deployment, logs, exec,\nport-forward, NodePort on every worker, DNS, a pod on w3\n(also: khw smoke)",
-		step: func(m *bringup.Machines, _ *config.Cluster) steps.Step { return bringup.NewSmokeStep(m) }},
+		step: onMachines(bringup.NewSmokeStep)},
 	{ID: labid.Failover, Kind: Drill, title: "Break the cluster and watch it heal"},
 }
 
