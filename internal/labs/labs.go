@@ -78,12 +78,6 @@ type Block struct {
 // Markdown returns the lab's whole text as it is in the file.
 func (l Lab) Markdown() string { return l.raw }
 
-// Name returns the part of the ID after the number, e.g. "etcd".
-func (l Lab) Name() string {
-	_, name, _ := strings.Cut(l.ID, "-")
-	return name
-}
-
 var (
 	fileRE  = regexp.MustCompile(`^([0-9]{2})-([a-z0-9]+(?:-[a-z0-9]+)*)\.md$`)
 	titleRE = regexp.MustCompile(`^# ([0-9]{2}) · (\S.*)$`)

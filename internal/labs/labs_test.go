@@ -185,8 +185,8 @@ func TestParseGood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.ID != "04-etcd" || l.Number != 4 || l.Title != "etcd: the cluster's memory" || l.Name() != "etcd" {
-		t.Errorf("got ID %q Number %d Title %q Name %q", l.ID, l.Number, l.Title, l.Name())
+	if l.ID != "04-etcd" || l.Number != 4 || l.Title != "etcd: the cluster's memory" {
+		t.Errorf("got ID %q Number %d Title %q", l.ID, l.Number, l.Title)
 	}
 	if l.Summary != "One paragraph that wraps." {
 		t.Errorf("Summary %q", l.Summary)
