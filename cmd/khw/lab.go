@@ -122,11 +122,15 @@ shell. Lab 12 runs a failover drill (khw break etcd --count 1 --for 20s).`,
 		Long: `Grade a step on the live nodes. khw reads what is really there (certificates,
 unit files and their flags, kernel settings, the CNI config, routes, API
 objects) and names each mistake with the evidence, the fix, and the lab it
-belongs to. A hand-made file that differs from khw's own but is correct is
-not a mistake: such differences are listed apart, for information. Every
-node must be running. Labs without detectors are graded by their step's own
-check alone (01: every machine runs and answers SSH; 11: the smoke tests);
-lab 12 passes once a drill has passed its verdict since the last reset.
+belongs to. A config file that differs from khw's own is compared setting by
+setting (a unit flag by flag; YAML, TOML, HAProxy key by key): a setting that
+breaks the cluster, weakens its security, or differs from the node's peers
+(every control plane, every worker) is a mistake, with what it breaks; any
+other difference is a correct hand-made variant, listed apart with what the
+setting does (the comment of khw's template). Every node must be running.
+Labs without detectors are graded by their step's own check alone (01: every
+machine runs and answers SSH; 11: the smoke tests); lab 12 passes once a
+drill has passed its verdict since the last reset.
 
 ` + detectorList(),
 		Args:              exactArgs(1),
@@ -543,6 +547,15 @@ func labCheckIn(ctx context.Context, a *app, l lab.Lab, e *labEnv) error {
 	}
 	for _, m := range g.Mistakes {
 		fmt.Fprintf(a.out, "✗ %s\n", m.String())
+	}
+	if len(g.Variants) > 0 {
+		fmt.Fprintf(a.out, "Variants of khw's reference (information: they work as they are):\n")
+		for _, v := range g.Variants {
+			fmt.Fprintf(a.out, "  ~ %s: %s\n", v.Node, v.What)
+			if v.Why != "" {
+				fmt.Fprintf(a.out, "      what it does: %s\n", v.Why)
+			}
+		}
 	}
 	if len(g.Differences) > 0 {
 		label := "Differences from khw's reference (information; a correct hand-made variant may differ)"

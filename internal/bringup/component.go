@@ -172,7 +172,7 @@ func (m *Machines) componentWants(ctx context.Context, env *steps.Env, spec *com
 				if found == nil {
 					return nil, fmt.Errorf("%s: render produced no %s (a khw bug)", n.Name, p)
 				}
-				wf := &wantFile{What: "the file rendered from " + found.Source, Src: filepath.Join(env.State.NodesDir(), n.Name, filepath.FromSlash(p))}
+				wf := &wantFile{What: "the file rendered from " + found.Source, Src: filepath.Join(env.State.NodesDir(), n.Name, filepath.FromSlash(p)), origin: fromTemplate}
 				wf.Path, wf.Data, wf.Mode = found.Path, found.Data, found.Mode
 				w.Files = append(w.Files, wf)
 			}
@@ -267,6 +267,29 @@ func (s *componentStep) Check(ctx context.Context, env *steps.Env) ([]steps.Diff
 		return diffs, err
 	}
 	return s.health(ctx, env)
+}
+
+// References returns the rendered and copied files of the step on each of
+// its nodes (not the binaries).
+func (s *componentStep) References(ctx context.Context, env *steps.Env) ([]steps.Reference, error) {
+	wants, err := s.m.componentWants(ctx, env, s.spec, false)
+	if err != nil {
+		return nil, err
+	}
+	return references(wants), nil
+}
+
+func references(wants []*nodeWant) []steps.Reference {
+	var out []steps.Reference
+	for _, w := range wants {
+		for _, f := range w.Files {
+			if f.origin == fromCatalog || f.Data == nil {
+				continue
+			}
+			out = append(out, steps.Reference{Node: w.Node.Name, Path: f.Path, Input: f.origin == fromState, Data: f.Data, Source: f.Src})
+		}
+	}
+	return out
 }
 
 func (s *componentStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.Diff) error {

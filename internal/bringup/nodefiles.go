@@ -31,6 +31,8 @@ type wantFile struct {
 	// Fetch, if set, is the shell that puts Src on the jumpbox (a download
 	// and an extraction), shown by Commands before the copy.
 	Fetch string
+	// origin says where the content comes from, for References.
+	origin fileOrigin
 
 	sum string // hex SHA-256 of the content, filled by sumOf
 	// load reads the content when Data is nil (a large binary is read from
@@ -38,6 +40,19 @@ type wantFile struct {
 	load func() ([]byte, error)
 	mu   sync.Mutex
 }
+
+// fileOrigin is where a wantFile's content comes from.
+type fileOrigin int
+
+const (
+	// fromCatalog: a binary or image of the catalog (the download cache).
+	fromCatalog fileOrigin = iota
+	// fromTemplate: rendered from templates/ for this node.
+	fromTemplate
+	// fromState: copied from the state directory (a certificate, a key, a
+	// kubeconfig, the encryption config).
+	fromState
+)
 
 // sumOf returns the hex SHA-256 of the content.
 func (f *wantFile) sumOf() string {

@@ -78,6 +78,13 @@ func (s *TLSBootstrapStep) ID() string { return s.inner.spec.id }
 // Title returns "Join w3 by TLS bootstrap".
 func (s *TLSBootstrapStep) Title() string { return s.inner.spec.title }
 
+// References returns the worker files of the TLS-bootstrap nodes (the
+// bootstrap kubeconfig, which holds a token and is removed after the join,
+// is not one).
+func (s *TLSBootstrapStep) References(ctx context.Context, env *steps.Env) ([]steps.Reference, error) {
+	return s.inner.References(ctx, env)
+}
+
 func bootstrapNodes(c *config.Cluster) []config.Node {
 	var out []config.Node
 	for _, n := range c.Workers() {

@@ -36,7 +36,7 @@ func stateFile(d state.Dir, src, p string, mode fs.FileMode, what string) (*want
 	if err != nil {
 		return nil, false, err
 	}
-	wf := &wantFile{What: what, Src: local}
+	wf := &wantFile{What: what, Src: local, origin: fromState}
 	wf.Path, wf.Data, wf.Mode = p, data, mode
 	return wf, true, nil
 }

@@ -1,10 +1,12 @@
 package lab
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/khw-dev/khw/internal/bringup"
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/lab/grade"
 	"github.com/khw-dev/khw/internal/labcheck"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/steps"
@@ -158,13 +161,18 @@ func (c *Course) TakeSnapshot(ctx context.Context, l Lab) (Snapshot, error) {
 type Grade struct {
 	// Status is the step's own Check (Unknown when it failed).
 	Status LabStatus
-	// Mistakes are the detectors' findings and the step's unit-state
-	// differences (a unit not running is a mistake whatever the files say),
-	// sorted by lab.
+	// Mistakes are the step's unit-state differences (a unit not running
+	// is a mistake whatever the files say), the settings of the step's
+	// files that break, weaken or disagree (grade.Judge) and the detectors'
+	// findings, sorted by lab.
 	Mistakes []labcheck.Mistake
-	// Differences are the step's other differences from khw's reference:
-	// information when the lab has detectors (a hand-made variant may
-	// differ), the problems themselves when it has none.
+	// Variants are the other settings in which the step's files differ
+	// from khw's reference, each with what the setting does: information.
+	Variants []grade.Finding
+	// Differences are the step's other differences from khw's reference
+	// (a binary, a file's mode): information when the lab has detectors (a
+	// hand-made variant may differ), the problems themselves when it has
+	// none.
 	Differences []steps.Diff
 	// Detectors is how many detectors ran.
 	Detectors int
@@ -174,17 +182,19 @@ type Grade struct {
 }
 
 // Pass reports whether the lab passes: no mistake, the step's Check ran,
-// and for a lab without detectors no difference either.
+// and for a lab without detectors no unexplained difference either.
 func (g *Grade) Pass() bool {
 	return len(g.Mistakes) == 0 && g.Status.Status != Unknown && (g.Detectors > 0 || len(g.Differences) == 0)
 }
 
-// Grade grades lab l on the live cluster: the step's own Check, then the
-// lab's detectors over SSH and the API. It records the lab as done when it
-// passes. Errors: a node is not running (except for the lab that makes the
-// nodes, whose grading is exactly that: nothing on a node can be read, and
-// waiting for SSH would take minutes per node); l is a Drill (see
-// DrillDone); the progress file cannot be read or written.
+// Grade grades lab l on the live cluster: the step's own Check; the
+// step's files that differ from khw's reference, read from the nodes and
+// judged setting by setting (grade.Judge); then the lab's detectors over
+// SSH and the API. It records the lab as done when it passes. Errors: a
+// node is not running (except for the lab that makes the nodes, whose
+// grading is exactly that: nothing on a node can be read, and waiting for
+// SSH would take minutes per node); l is a Drill (see DrillDone); the
+// progress file cannot be read or written.
 func (c *Course) Grade(ctx context.Context, l Lab) (*Grade, error) {
 	if !l.MakesNodes {
 		if err := c.nodesRunning(ctx, l); err != nil {
@@ -196,13 +206,17 @@ func (c *Course) Grade(ctx context.Context, l Lab) (*Grade, error) {
 		return nil, err
 	}
 	g := &Grade{Status: st}
+	src := Source{Pool: c.S.Pool, Nodes: map[string]remote.Node{}, State: c.S.Dir}
+	for _, n := range c.S.Config.Nodes {
+		src.Nodes[n.Name] = remote.Node{Name: n.Name, Addr: n.IP}
+	}
+	diffs, err = c.judgeFiles(ctx, l, diffs, src, g)
+	if err != nil {
+		g.Warnings = append(g.Warnings, "the step's files could not be compared setting by setting: "+err.Error())
+	}
 	detectors := l.Detectors()
 	g.Detectors = len(detectors)
 	if len(detectors) > 0 {
-		src := Source{Pool: c.S.Pool, Nodes: map[string]remote.Node{}, State: c.S.Dir}
-		for _, n := range c.S.Config.Nodes {
-			src.Nodes[n.Name] = remote.Node{Name: n.Name, Addr: n.IP}
-		}
 		cs, cerr := c.S.Clientset()
 		if cerr != nil {
 			g.Warnings = append(g.Warnings, fmt.Sprintf("no API client (%v): the checks of API objects are skipped", cerr))
@@ -211,7 +225,7 @@ func (c *Course) Grade(ctx context.Context, l Lab) (*Grade, error) {
 		if err != nil {
 			g.Warnings = append(g.Warnings, err.Error())
 		}
-		g.Mistakes = ms
+		g.Mistakes = append(g.Mistakes, ms...)
 	}
 	g.addStepDiffs(l, diffs)
 	if g.Pass() {
@@ -220,6 +234,73 @@ func (c *Course) Grade(ctx context.Context, l Lab) (*Grade, error) {
 		}
 	}
 	return g, nil
+}
+
+// judgeFiles reads from the nodes each file of l's step whose content the
+// step's Check found different, judges the step's files with grade.Judge
+// (the unchanged ones are their own reference), adds the findings to g,
+// and returns the differences it did not explain. A step without
+// references (steps.Referencer) or without such differences is left as
+// it is.
+func (c *Course) judgeFiles(ctx context.Context, l Lab, diffs []steps.Diff, src labcheck.Source, g *Grade) ([]steps.Diff, error) {
+	key := func(node, p string) string { return node + "\x00" + p }
+	differs := map[string]bool{}
+	for _, d := range diffs {
+		if d.Kind == steps.DiffContent && d.Node != "" && strings.HasPrefix(d.Subject, "/") {
+			differs[key(d.Node, d.Subject)] = true
+		}
+	}
+	s, err := c.step(l)
+	if err != nil || len(differs) == 0 {
+		return diffs, err
+	}
+	r, ok := s.(steps.Referencer)
+	if !ok {
+		return diffs, nil
+	}
+	refs, err := r.References(ctx, c.Env)
+	if err != nil {
+		return diffs, err
+	}
+	explained := map[string]bool{}
+	var files []grade.File
+	for _, ref := range refs {
+		n, _ := c.S.Config.Node(ref.Node)
+		f := grade.File{Lab: l.ID, Node: n, Path: ref.Path, Input: ref.Input, Ref: ref.Data, Got: ref.Data, Source: ref.Source}
+		if k := key(ref.Node, ref.Path); differs[k] {
+			data, err := src.ReadFile(ctx, ref.Node, ref.Path)
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				f.Got, f.Missing = nil, true
+			case err != nil:
+				return diffs, err
+			default:
+				f.Got = data
+			}
+			// A file whose content is khw's differs in its mode or owner:
+			// that difference stays as the step said it.
+			explained[k] = f.Missing || !bytes.Equal(f.Got, f.Ref)
+		}
+		files = append(files, f)
+	}
+	found, err := grade.Judge(c.S.Config, files)
+	if err != nil {
+		return diffs, err
+	}
+	for _, f := range found {
+		if f.Mistake() {
+			g.Mistakes = append(g.Mistakes, f)
+		} else {
+			g.Variants = append(g.Variants, f)
+		}
+	}
+	var rest []steps.Diff
+	for _, d := range diffs {
+		if d.Kind != steps.DiffContent || !explained[key(d.Node, d.Subject)] {
+			rest = append(rest, d)
+		}
+	}
+	return rest, nil
 }
 
 // nodesRunning returns an error naming the nodes the provider reports as

@@ -290,12 +290,6 @@ func TestDetectors(t *testing.T) {
 		{"ip_forward 0", "07-workers", func(t *testing.T, f *fixture) {
 			f.src.set("w1", "/proc/sys/net/ipv4/ip_forward", "0\n")
 		}, []want{{"07-workers", "w1", "ip_forward is not 1"}}},
-		{"containerd cgroupfs, kubelet systemd", "07-workers", func(t *testing.T, f *fixture) {
-			f.src.edit(t, "w2", "/etc/containerd/config.toml", "SystemdCgroup = true", "SystemdCgroup = false")
-		}, []want{{"07-workers", "w2", "the kubelet uses the systemd cgroup driver and containerd cgroupfs"}}},
-		{"kubelet without cgroupDriver", "07-workers", func(t *testing.T, f *fixture) {
-			f.src.edit(t, "w1", "/var/lib/kubelet/kubelet-config.yaml", "cgroupDriver: systemd", "")
-		}, []want{{"07-workers", "w1", "the kubelet uses the cgroupfs cgroup driver and containerd systemd"}}},
 		{"no CNI config", "07-workers", func(t *testing.T, f *fixture) {
 			f.src.del("w2", "/etc/cni/net.d/10-bridge.conf")
 			f.src.del("w2", "/etc/cni/net.d/99-loopback.conf")

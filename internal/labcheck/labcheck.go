@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/lab/grade"
 	"github.com/khw-dev/khw/internal/labid"
 )
 
@@ -40,32 +41,9 @@ import (
 // Node == Jumpbox.
 const Jumpbox = "jumpbox"
 
-// Mistake is one thing a hand-done lab got wrong.
-type Mistake struct {
-	// Lab is the lab whose step made the mistake ("02-pki"); it can be
-	// earlier than the lab being checked (a cert of 02-pki found wrong while
-	// checking 04-etcd).
-	Lab string
-	// Node is the node the evidence was read on ("cp1"), Jumpbox for a file
-	// of the state directory, or "" for a cluster-wide API object.
-	Node string
-	// What names the mistake in one sentence.
-	What string
-	// Evidence is what was read that shows it: a path and the offending
-	// value, a flag, a line. It never holds a private key or a token secret.
-	Evidence string
-	// Fix is the concrete repair: a command, or the field to set and its value.
-	Fix string
-}
-
-// String formats m on one line per field, for terminals and logs.
-func (m Mistake) String() string {
-	where := m.Node
-	if where == "" {
-		where = "cluster"
-	}
-	return fmt.Sprintf("[%s] %s: %s\n    evidence: %s\n    fix: %s", m.Lab, where, m.What, m.Evidence, m.Fix)
-}
+// Mistake is one thing a hand-done lab got wrong: a grade.Finding whose
+// Kind is grade.Wrong unless the detector says more.
+type Mistake = grade.Finding
 
 // Source reads the live nodes. The lead implements it over internal/remote's
 // SSH Pool; tests use a map.
@@ -242,13 +220,13 @@ var registry = []Detector{
 	{Name: "encryption-config", Lab: labid.ControlPlane, Doc: "--encryption-provider-config on every apiserver, same file, kind/apiVersion, identity not first, key sizes", run: encryptionConfig},
 	{Name: "lb-health-check", Lab: labid.LB, Doc: "haproxy.cfg: mode tcp on the apiserver port, every cp a server, an HTTP check that can pass (check-ssl, verify, path, port)", run: lbHealthCheck},
 	{Name: "worker-host", Lab: labid.Workers, Doc: "swap off, br_netfilter loaded, bridge-nf-call-iptables and ip_forward = 1", run: workerHost(false)},
-	{Name: "worker-runtime", Lab: labid.Workers, Doc: "cgroup driver of containerd = kubelet's; CNI config present, its plugin binaries exist, its subnet = the podCIDR", run: workerRuntime(false)},
+	{Name: "worker-runtime", Lab: labid.Workers, Doc: "containerd's config present; CNI config present, its plugin binaries exist, its subnet = the podCIDR", run: workerRuntime(false)},
 	{Name: "worker-dns", Lab: labid.Workers, Doc: "kubelet clusterDNS = the kube-dns Service IP", run: workerDNS(false)},
 	{Name: "worker-identity", Lab: labid.Workers, Doc: "node name = cluster.yaml = kubelet client cert CN system:node:<name>; kubeconfigs via the lb with the cluster CA; serving cert SANs; kube-proxy identity", run: workerIdentity(false)},
 	{Name: "pod-routes", Lab: labid.PodNetwork, Doc: "every worker routes each other worker's podCIDR via that worker's IP", run: podRoutes},
 	{Name: "coredns", Lab: labid.CoreDNS, Doc: "Service kube-dns at the clusterDNS IP, the Corefile serving the cluster domain (API)", run: coreDNS},
 	{Name: "bootstrap-host", Lab: labid.TLSBootstrap, Doc: "the TLS-bootstrap workers' kernel settings (as worker-host)", run: workerHost(true)},
-	{Name: "bootstrap-runtime", Lab: labid.TLSBootstrap, Doc: "the TLS-bootstrap workers' cgroup driver and CNI config (as worker-runtime)", run: workerRuntime(true)},
+	{Name: "bootstrap-runtime", Lab: labid.TLSBootstrap, Doc: "the TLS-bootstrap workers' containerd and CNI config (as worker-runtime)", run: workerRuntime(true)},
 	{Name: "bootstrap-dns", Lab: labid.TLSBootstrap, Doc: "the TLS-bootstrap workers' clusterDNS (as worker-dns)", run: workerDNS(true)},
 	{Name: "bootstrap-identity", Lab: labid.TLSBootstrap, Doc: "the TLS-bootstrap workers' node name and kubeconfigs once bootstrapped (as worker-identity)", run: workerIdentity(true)},
 	{Name: "bootstrap-token", Lab: labid.TLSBootstrap, Doc: "bootstrap token Secrets: name, type, id/secret format, expiration, usage, extra groups; the worker's token has a Secret (API)", run: bootstrapTokens},

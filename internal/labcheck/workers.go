@@ -229,11 +229,8 @@ func stripTOMLComments(s string) string {
 	return strings.Join(out, "\n")
 }
 
-// workerRuntime checks that containerd and the kubelet agree on the cgroup
-// driver (https://kubernetes.io/docs/setup/production-environment/container-runtimes/#cgroup-drivers:
-// both must use the same cgroup driver; a kubelet with KEP-4033's cgroup
-// driver discovery over the CRI follows containerd's instead of its own
-// setting, older ones run pods in cgroups the runtime does not expect),
+// workerRuntime checks that containerd has its config (whether it agrees
+// with the kubelet on the cgroup driver is a rule of internal/lab/grade),
 // and that the CNI config containerd loads (the first file of its
 // conf_dir, in name order, as libcni's ConfFiles sorts them) names plugin
 // binaries that exist in its bin dirs and gives pods addresses from the
@@ -243,7 +240,7 @@ func workerRuntime(bootstrap bool) func(*env) ([]Mistake, error) {
 		lab := labOf(bootstrap)
 		var out []Mistake
 		for _, n := range workerSel(bootstrap)(e) {
-			k, ms, err := e.readKubelet(lab, n.Name)
+			_, ms, err := e.readKubelet(lab, n.Name)
 			if err != nil {
 				return nil, err
 			}
@@ -254,25 +251,6 @@ func workerRuntime(bootstrap bool) func(*env) ([]Mistake, error) {
 			}
 			if !cc.found {
 				out = append(out, missing(lab, n.Name, cc.path, "containerd's config; containerd then runs with runc's cgroupfs driver", "write it with SystemdCgroup = true in the runc options (containerd config default > "+cc.path+" gives a start)"))
-			}
-			if k != nil && k.cfgEv != "" {
-				kd := k.cfg.CgroupDriver
-				if kd == "" {
-					kd = "cgroupfs"
-				}
-				cd := "cgroupfs"
-				if cc.systemdCgroup {
-					cd = "systemd"
-				}
-				if kd != cd {
-					cev := cc.path + ": no SystemdCgroup (default false: cgroupfs)"
-					if cc.systemdCgroupLine != "" {
-						cev = cc.path + ": " + cc.systemdCgroupLine
-					}
-					out = append(out, Mistake{Lab: lab, Node: n.Name, What: fmt.Sprintf("the kubelet uses the %s cgroup driver and containerd %s: they must agree, or pods land in cgroups the kubelet does not manage", kd, cd),
-						Evidence: k.cfgEv + ": cgroupDriver " + orDefault(k.cfg.CgroupDriver, "(unset: cgroupfs)") + "; " + cev,
-						Fix:      "use systemd in both: cgroupDriver: systemd in " + orDefault(k.cfgPath, "the kubelet config") + " and SystemdCgroup = true in " + cc.path + " ([plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]), then restart containerd and kubelet"})
-				}
 			}
 			ms, err = e.cniConfig(lab, n, cc)
 			if err != nil {

@@ -66,6 +66,30 @@ type Step interface {
 	Commands(env *Env, diffs []Diff) []Command
 }
 
+// Referencer is a Step that installs config files on nodes and can give
+// khw's version of each, so that grading can say how a node's file differs
+// and what the difference does (internal/lab/grade). References must not
+// change anything; it may read the nodes (the facts a file is rendered
+// from). Its errors are those of Check.
+type Referencer interface {
+	References(ctx context.Context, env *Env) ([]Reference, error)
+}
+
+// Reference is khw's version of one file that a step installs on a node.
+type Reference struct {
+	Node string
+	// Path is the absolute path on the node.
+	Path string
+	// Input marks a file copied from the state directory (a certificate, a
+	// key, a kubeconfig, the encryption config): it may hold a secret and is
+	// compared as bytes, never shown.
+	Input bool
+	Data  []byte
+	// Source is the jumpbox's copy of it (a path under the state
+	// directory), "" when there is none.
+	Source string
+}
+
 // Diff is one difference between desired and actual state.
 type Diff struct {
 	// Kind says what sort of difference this is, for code that acts on it

@@ -1,0 +1,272 @@
+package grade
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/render"
+)
+
+// clusterFiles renders every node file of c, each as its own reference and
+// the node's content, plus one input file per control plane.
+func clusterFiles(t *testing.T, c *config.Cluster) []File {
+	t.Helper()
+	facts, err := render.DefaultFacts(c.Provider)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []File
+	for _, n := range c.Nodes {
+		files, err := render.Node(c, n.Name, facts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			out = append(out, File{Lab: "test", Node: n, Path: f.Path, Ref: f.Data, Got: f.Data})
+		}
+		if n.Role == config.RoleControlPlane {
+			key := []byte("-----BEGIN PRIVATE KEY-----\nSECRETSECRET\n-----END PRIVATE KEY-----\n")
+			out = append(out, File{Lab: "test", Node: n, Path: "/var/lib/kubernetes/service-account-key.pem", Input: true, Ref: key, Got: key})
+		}
+	}
+	return out
+}
+
+// edit changes the node's content of path on node.
+func edit(t *testing.T, files []File, node, path string, change func(string) string) {
+	t.Helper()
+	for i := range files {
+		if files[i].Node.Name == node && files[i].Path == path {
+			before := string(files[i].Got)
+			after := change(before)
+			if after == before {
+				t.Fatalf("the edit of %s on %s changed nothing", path, node)
+			}
+			files[i].Got = []byte(after)
+			return
+		}
+	}
+	t.Fatalf("no %s on %s", path, node)
+}
+
+func replace(old, new string) func(string) string {
+	return func(s string) string { return strings.Replace(s, old, new, 1) }
+}
+
+func mistakes(fs []Finding) []Finding {
+	var out []Finding
+	for _, f := range fs {
+		if f.Mistake() {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func defaultCluster(provider string) *config.Cluster {
+	return config.Default("khw", config.ArchAMD64, provider)
+}
+
+func TestJudgeCleanClusterFindsNothing(t *testing.T) {
+	for _, p := range []string{config.ProviderNspawn, config.ProviderLibvirt} {
+		c := defaultCluster(p)
+		got, err := Judge(c, clusterFiles(t, c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range got {
+			t.Errorf("%s: clean cluster: %s", p, f)
+		}
+	}
+}
+
+func TestJudgeBreakOneThing(t *testing.T) {
+	type edit1 struct{ node, path, old, new string }
+	cases := []struct {
+		name  string
+		edits []edit1
+		node  string
+		kind  Kind
+		what  string // in What
+		fix   string // in Fix
+	}{
+		{"etcd client cert auth off", []edit1{{"cp2", etcdUnit, "  --client-cert-auth \\\n", ""}}, "cp2", Weakens, "--client-cert-auth in etcd.service not set", "--client-cert-auth in " + etcdUnit},
+		{"etcd clients on loopback only", []edit1{{"cp1", etcdUnit, "--listen-client-urls=https://192.168.122.11:2379,", "--listen-client-urls="}}, "cp1", Breaks, "nothing listens on https://192.168.122.11:2379", "--listen-client-urls=https://192.168.122.11:2379,https://127.0.0.1:2379"},
+		{"etcd clients without TLS", []edit1{{"cp1", etcdUnit, "--listen-client-urls=https://192.168.122.11:2379", "--listen-client-urls=http://192.168.122.11:2379"}}, "cp1", Breaks, "without TLS", ""},
+		{"etcd token on one member", []edit1{{"cp3", etcdUnit, "--initial-cluster-token=etcd-khw", "--initial-cluster-token=other"}}, "cp3", Inconsistent, "--initial-cluster-token in etcd.service is other on cp3 but not on its peers (cp1 etcd-khw, cp2 etcd-khw)", "--initial-cluster-token=etcd-khw"},
+		{"apiserver allows everything", []edit1{{"cp2", apiserverUnit, "--authorization-mode=Node,RBAC \\", "--authorization-mode=AlwaysAllow \\"}}, "cp2", Weakens, "AlwaysAllow authorizes every request", "--authorization-mode=Node,RBAC"},
+		{"apiserver without NodeRestriction", []edit1{{"cp1", apiserverUnit, "NodeRestriction,", ""}}, "cp1", Weakens, "without NodeRestriction", ""},
+		{"apiserver on loopback", []edit1{{"cp1", apiserverUnit, "--bind-address=0.0.0.0 \\", "--bind-address=127.0.0.1 \\"}}, "cp1", Breaks, "--bind-address in kube-apiserver.service is 127.0.0.1", "systemctl daemon-reload && systemctl restart kube-apiserver.service"},
+		{"apiserver issuer on one cp", []edit1{{"cp3", apiserverUnit, "--service-account-issuer=https://lb:6443", "--service-account-issuer=https://cp3:6443"}}, "cp3", Inconsistent, "is https://cp3:6443 on cp3 but not on its peers", ""},
+		{"apiserver without encryption", []edit1{{"cp2", apiserverUnit, "  --encryption-provider-config=/var/lib/kubernetes/encryption-config.yaml \\\n", ""}}, "cp2", Weakens, "--encryption-provider-config in kube-apiserver.service not set", ""},
+		{"apiserver advertises another IP", []edit1{{"cp2", apiserverUnit, "--advertise-address=192.168.122.12", "--advertise-address=192.168.122.11"}}, "cp2", Breaks, "not cp2's IP 192.168.122.12", ""},
+		{"controllers share one identity", []edit1{{"cp1", cmUnit, "--use-service-account-credentials=true", "--use-service-account-credentials=false"}}, "cp1", Weakens, "is false, want true", ""},
+		{"kubelet anonymous", []edit1{{"w1", kubeletYAML, "anonymous:\n    enabled: false", "anonymous:\n    enabled: true"}}, "w1", Weakens, "authentication.anonymous.enabled in kubelet-config.yaml is true, want false", "authentication.anonymous.enabled: false"},
+		{"kubelet AlwaysAllow", []edit1{{"w2", kubeletYAML, "mode: Webhook", "mode: AlwaysAllow"}}, "w2", Weakens, "authorization.mode", "systemctl restart kubelet"},
+		{"kubelet cgroupfs", []edit1{{"w2", kubeletYAML, "cgroupDriver: systemd", "cgroupDriver: cgroupfs"}}, "w2", Inconsistent, "cgroupDriver is cgroupfs but containerd's SystemdCgroup is true", ""},
+		{"kubelet without cgroupDriver", []edit1{{"w1", kubeletYAML, "cgroupDriver: systemd\n", ""}}, "w1", Inconsistent, "cgroupDriver is cgroupfs but containerd's SystemdCgroup is true", "cgroupDriver: systemd"},
+		{"containerd cgroupfs", []edit1{{"w1", containerdTOML, "SystemdCgroup = true", "SystemdCgroup = false"}}, "w1", Inconsistent, "containerd's SystemdCgroup is false", ""},
+		{"kubelet DNS on one worker", []edit1{{"w3", kubeletYAML, "- 10.32.0.10", "- 10.32.0.53"}}, "w3", Breaks, "clusterDNS in kubelet-config.yaml is 10.32.0.53, want 10.32.0.10", "clusterDNS: 10.32.0.10"},
+		{"haproxy on loopback", []edit1{{"lb", haproxyCfg, "bind *:6443", "bind 127.0.0.1:6443"}}, "lb", Breaks, "nothing listens on 192.168.122.10:6443", "bind *:6443 (in frontend kube-apiserver)"},
+		{"haproxy mode http", []edit1{{"lb", haproxyCfg, "mode tcp", "mode http"}}, "lb", Breaks, "defaults: mode in haproxy.cfg is http, want tcp", "systemctl reload haproxy"},
+		{"no forwarding", []edit1{{"w1", sysctlConf, "net.ipv4.ip_forward = 1", "net.ipv4.ip_forward = 0"}}, "w1", Breaks, "net.ipv4.ip_forward", "sysctl --system"},
+		{"kube-proxy pod range", []edit1{{"w2", kubeProxyYAML, "clusterCIDR: 10.200.0.0/16", "clusterCIDR: 10.200.0.0/24"}}, "w2", Breaks, "clusterCIDR", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := defaultCluster(config.ProviderNspawn)
+			files := clusterFiles(t, c)
+			for _, e := range tc.edits {
+				edit(t, files, e.node, e.path, replace(e.old, e.new))
+			}
+			got, err := Judge(c, files)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms := mistakes(got)
+			found := false
+			for _, m := range ms {
+				if m.Node == tc.node && m.Kind == tc.kind && strings.Contains(m.What, tc.what) && strings.Contains(m.Fix, tc.fix) {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("want a %q mistake on %s with %q (fix %q); got:", tc.kind, tc.node, tc.what, tc.fix)
+				for _, m := range got {
+					t.Errorf("  %s (kind %q)", m, m.Kind)
+				}
+			}
+			for _, m := range ms {
+				if m.Why == "" || m.Evidence == "" || m.Fix == "" || m.Lab == "" {
+					t.Errorf("mistake without why, evidence, fix or lab: %+v", m)
+				}
+			}
+		})
+	}
+}
+
+func TestJudgeResolverStub(t *testing.T) {
+	c := defaultCluster(config.ProviderLibvirt)
+	files := clusterFiles(t, c)
+	edit(t, files, "w1", kubeletYAML, replace("resolvConf: /run/systemd/resolve/resolv.conf", "resolvConf: /etc/resolv.conf"))
+	got, err := Judge(c, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := mistakes(got)
+	if len(ms) != 1 || ms[0].Kind != Breaks || !strings.Contains(ms[0].What, "stub") || !strings.Contains(ms[0].Why, "loop") {
+		t.Fatalf("want one Breaks finding about the stub resolver; got %v", got)
+	}
+}
+
+// A correct hand-made variant is no mistake, and says what the setting does.
+func TestJudgeVariants(t *testing.T) {
+	cases := []struct {
+		name       string
+		node, path string
+		change     func(string) string
+		variants   []string // in the Variant findings' What
+		meaning    string   // in one Variant's Why
+	}{
+		{"log level", "cp1", apiserverUnit, replace("--v=2", "--v=4"), []string{"kube-apiserver.service: --v: 2 → 4"}, ""},
+		{"bind to own IP", "cp2", apiserverUnit, replace("--bind-address=0.0.0.0 \\", "--bind-address=192.168.122.12 \\"), []string{"--bind-address: 0.0.0.0 → 192.168.122.12"}, "listens on every interface"},
+		{"spelling and order", "cp1", etcdUnit, func(s string) string {
+			s = strings.Replace(s, "--name=cp1", "--name cp1", 1)
+			s = strings.Replace(s, "  --client-cert-auth \\\n", "", 1)
+			return strings.Replace(s, "--data-dir=/var/lib/etcd \\\n", "--data-dir=/var/lib/etcd \\\n  --client-cert-auth=true \\\n", 1)
+		}, nil, ""},
+		{"haproxy connect timeout", "lb", haproxyCfg, replace("timeout connect 1s", "timeout connect 2s"), []string{"defaults: timeout connect: 1s → 2s"}, "a connect that takes longer than 1 s goes to a dead host"},
+		{"kubelet timeout", "w1", kubeletYAML, replace("runtimeRequestTimeout: 15m", "runtimeRequestTimeout: 10m"), []string{"runtimeRequestTimeout: 15m → 10m"}, ""},
+		{"kubelet added address", "w1", kubeletYAML, replace("registerNode: true", "registerNode: true\naddress: 0.0.0.0"), []string{"address: added (0.0.0.0)"}, ""},
+		{"comments", "cp1", apiserverUnit, replace("[Service]", "[Service]\n# my own note"), nil, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := defaultCluster(config.ProviderNspawn)
+			files := clusterFiles(t, c)
+			edit(t, files, tc.node, tc.path, tc.change)
+			got, err := Judge(c, files)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ms := mistakes(got); len(ms) > 0 {
+				t.Errorf("a correct variant is a mistake: %v", ms)
+			}
+			if len(got) != len(tc.variants) {
+				t.Errorf("want %d variants, got %v", len(tc.variants), got)
+			}
+			for i, w := range tc.variants {
+				if i < len(got) && (got[i].Kind != Variant || !strings.Contains(got[i].What, w)) {
+					t.Errorf("variant %d: want %q, got %q (%s)", i, w, got[i].What, got[i].Kind)
+				}
+			}
+			if tc.meaning != "" && (len(got) == 0 || !strings.Contains(got[0].Why, tc.meaning)) {
+				t.Errorf("want the template's meaning %q; got %v", tc.meaning, got)
+			}
+		})
+	}
+}
+
+// The same new value on every peer is a consistent variant.
+func TestJudgeConsistentChangeOnEveryPeer(t *testing.T) {
+	c := defaultCluster(config.ProviderNspawn)
+	files := clusterFiles(t, c)
+	for _, n := range []string{"cp1", "cp2", "cp3"} {
+		edit(t, files, n, apiserverUnit, replace("--service-account-issuer=https://lb:6443", "--service-account-issuer=https://api.example:6443"))
+	}
+	got, err := Judge(c, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms := mistakes(got); len(ms) > 0 || len(got) != 3 {
+		t.Fatalf("want 3 variants and no mistake; got %v", got)
+	}
+}
+
+func TestJudgeInputsAndMissing(t *testing.T) {
+	c := defaultCluster(config.ProviderNspawn)
+	files := clusterFiles(t, c)
+	for i := range files {
+		f := &files[i]
+		if f.Node.Name == "cp2" && f.Input {
+			f.Got = []byte("-----BEGIN PRIVATE KEY-----\nOTHERKEY\n-----END PRIVATE KEY-----\n")
+		}
+		if f.Node.Name == "w1" && f.Path == kubeProxyYAML {
+			f.Got, f.Missing = nil, true
+		}
+	}
+	got, err := Judge(c, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, f := range got {
+		kinds = append(kinds, f.Node+" "+string(f.Kind)+" "+f.What)
+		for _, s := range []string{f.What, f.Why, f.Evidence, f.Fix} {
+			if strings.Contains(s, "SECRET") || strings.Contains(s, "OTHERKEY") {
+				t.Errorf("a finding shows key material: %s", f)
+			}
+		}
+	}
+	want := []string{
+		"cp2 inconsistent /var/lib/kubernetes/service-account-key.pem is not the file that cp1, cp3 have",
+		"w1 breaks " + kubeProxyYAML + " is missing",
+	}
+	if strings.Join(kinds, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got\n%s\nwant\n%s", strings.Join(kinds, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestJudgeUnparsable(t *testing.T) {
+	c := defaultCluster(config.ProviderNspawn)
+	files := clusterFiles(t, c)
+	edit(t, files, "w2", kubeletYAML, replace("clusterDNS:\n", "clusterDNS: [\n"))
+	got, err := Judge(c, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Kind != Breaks || !strings.Contains(got[0].What, "cannot be read") {
+		t.Fatalf("want one Breaks finding for the YAML error; got %v", got)
+	}
+}

@@ -1,0 +1,92 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"strings"
+	"testing"
+
+	"github.com/khw-dev/khw/internal/lab/grade"
+	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/steps"
+)
+
+// refStep is a step of lab 04 with two files on cp1 and cp2.
+type refStep struct{ refs []steps.Reference }
+
+func (s refStep) ID() string    { return labid.Etcd }
+func (s refStep) Title() string { return "etcd" }
+func (s refStep) Check(context.Context, *steps.Env) ([]steps.Diff, error) {
+	return nil, nil
+}
+func (s refStep) Apply(context.Context, *steps.Env, []steps.Diff) error { return nil }
+func (s refStep) Commands(*steps.Env, []steps.Diff) []steps.Command     { return nil }
+func (s refStep) References(context.Context, *steps.Env) ([]steps.Reference, error) {
+	return s.refs, nil
+}
+
+// nodeFiles serves files per node; a read of anything else fails the test.
+type nodeFiles struct {
+	t     *testing.T
+	files map[string]string
+	reads []string
+}
+
+func (n *nodeFiles) ReadFile(_ context.Context, node, p string) ([]byte, error) {
+	n.reads = append(n.reads, node+":"+p)
+	s, ok := n.files[node+":"+p]
+	if !ok {
+		return nil, fmt.Errorf("%s: %w", p, fs.ErrNotExist)
+	}
+	return []byte(s), nil
+}
+func (n *nodeFiles) Run(context.Context, string, string) (string, error) {
+	n.t.Fatal("Run called")
+	return "", nil
+}
+
+const unitRef = `[Service]
+ExecStart=/usr/local/bin/etcd \
+  --client-cert-auth \
+  --v=2
+`
+
+func TestJudgeFilesExplainsOnlyWhatDiffers(t *testing.T) {
+	const unit = "/etc/systemd/system/etcd.service"
+	step := refStep{refs: []steps.Reference{
+		{Node: "cp1", Path: unit, Data: []byte(unitRef)},
+		{Node: "cp2", Path: unit, Data: []byte(unitRef)},
+		{Node: "cp1", Path: "/etc/etcd/ca.pem", Input: true, Data: []byte("CA")},
+	}}
+	co, _ := testCourse(t, step)
+	src := &nodeFiles{t: t, files: map[string]string{
+		"cp2:" + unit:          strings.Replace(unitRef, "  --client-cert-auth \\\n", "", 1),
+		"cp1:/etc/etcd/ca.pem": "CA",
+	}}
+	diffs := []steps.Diff{
+		{Kind: steps.DiffContent, Node: "cp2", Subject: unit, What: "differs"},
+		{Kind: steps.DiffContent, Node: "cp1", Subject: "/etc/etcd/ca.pem", What: "mode 0600, want 0644"},
+		{Kind: steps.DiffUnit, Node: "cp2", Subject: "etcd.service", What: "not active"},
+	}
+	g := &Grade{}
+	rest, err := co.judgeFiles(context.Background(), mustLab(t, labid.Etcd), diffs, src, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(src.reads, " ") != "cp2:"+unit+" cp1:/etc/etcd/ca.pem" {
+		t.Errorf("read %v, want only the files the step found different", src.reads)
+	}
+	if len(g.Mistakes) != 1 || g.Mistakes[0].Kind != grade.Weakens || g.Mistakes[0].Node != "cp2" || g.Mistakes[0].Lab != labid.Etcd {
+		t.Errorf("mistakes %v, want cp2's --client-cert-auth", g.Mistakes)
+	}
+	// ca.pem has khw's content: its mode difference stays, as does the
+	// unit's.
+	var left []string
+	for _, d := range rest {
+		left = append(left, d.Node+" "+d.Subject)
+	}
+	if strings.Join(left, ",") != "cp1 /etc/etcd/ca.pem,cp2 etcd.service" {
+		t.Errorf("left %v", left)
+	}
+}
