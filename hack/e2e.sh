@@ -11,11 +11,16 @@
 #     status, khw up again (must be a no-op: every step clean — after the
 #     labs this also shows that the labs built what khw up builds);
 #   E2E_DRILLS=1: three failover drills, each must pass its verdict;
-#   E2E_LABS=1: two mistakes made by hand the way a student would, which
-#     `khw lab check` must name with their lab (net.ipv4.ip_forward=0 on w1:
-#     07-workers; on cp1 an apiserver certificate without the lb SAN, made
-#     with openssl and signed by the cluster CA: 02-pki), then
-#     `khw lab reset 04-etcd` must leave 01-03 done and 04-12 not done;
+#   E2E_LABS=1: mistakes made by hand the way a student would, each on one
+#     node, which `khw lab check` must name with their lab, evidence and fix
+#     (net.ipv4.ip_forward=0 on w1: 07-workers; on cp1 an apiserver
+#     certificate without the lb SAN, made with openssl and signed by the
+#     cluster CA: 02-pki; --authorization-mode=AlwaysAllow on cp2; etcd on
+#     cp3 listening for clients on 127.0.0.1 only; another
+#     --initial-cluster-token on cp2; the kubelet on w2 allowing anonymous
+#     requests), a correct variant that must pass (HAProxy's timeout connect
+#     on lb), then `khw lab reset 04-etcd` must leave 01-03 done and 04-12
+#     not done;
 #   khw down, and a check that nothing is left (network namespace, nspawn
 #     processes, node roots). It cleans up on failure and Ctrl-C too.
 #
@@ -204,6 +209,43 @@ break_apiserver_cert() {
   expect_mistake 05 "[02-pki] cp1" "lacks the SANs lb"
 }
 
+# on NODE SHELL: run SHELL as root on NODE through khw shell (the script
+# goes on stdin, so it needs no quoting for ssh).
+on() {
+  local node=$1; shift
+  # shellcheck disable=SC2016 # expanded by the shell inside khw shell
+  printf '%s\n' "$*" | "$KHW" shell -- sh -c 'ssh -F "$KHW_SSH_CONFIG" "$0" sudo sh' "$node"
+}
+
+# The kinds of mistake that khw lab check reads from the meaning of a
+# setting, each made on one node only and restarted as a student would.
+break_authorization() { # a security setting weakened
+  on cp2 "sed -i 's/^  --authorization-mode=Node,RBAC /  --authorization-mode=AlwaysAllow /' /etc/systemd/system/kube-apiserver.service && systemctl daemon-reload && systemctl restart kube-apiserver"
+  expect_mistake 05 "[05-control-plane] cp2: --authorization-mode in kube-apiserver.service is AlwaysAllow" \
+    "on cp2: --authorization-mode=AlwaysAllow" "fix: set --authorization-mode=Node,RBAC"
+}
+
+break_etcd_listener() { # a listener on the wrong address, and a flag that differs on one member
+  on cp3 "sed -i 's|--listen-client-urls=https://[0-9.]*:2379,|--listen-client-urls=|' /etc/systemd/system/etcd.service && systemctl daemon-reload && systemctl restart etcd"
+  on cp2 "sed -i 's/--initial-cluster-token=[^ ]*/--initial-cluster-token=mine/' /etc/systemd/system/etcd.service && systemctl daemon-reload && systemctl restart etcd"
+  expect_mistake 04 "[04-etcd] cp3: --listen-client-urls in etcd.service is https://127.0.0.1:2379: nothing listens on https://192.168.122.13:2379" \
+    "[04-etcd] cp2: --initial-cluster-token in etcd.service is mine on cp2 but not on its peers"
+}
+
+break_kubelet_anonymous() { # a security setting weakened in a YAML config
+  on w2 "sed -i '/^  anonymous:/{n;s/enabled: false/enabled: true/}' /var/lib/kubelet/kubelet-config.yaml && systemctl restart kubelet"
+  expect_mistake 07 "[07-workers] w2: authentication.anonymous.enabled in kubelet-config.yaml is true, want false" \
+    "fix: set authentication.anonymous.enabled: false in /var/lib/kubelet/kubelet-config.yaml"
+}
+
+variant_passes() { # a correct hand-made variant: a variant, not a mistake
+  on lb "sed -i 's/timeout connect 1s/timeout connect 2s/' /etc/haproxy/haproxy.cfg && systemctl reload haproxy"
+  local out
+  out=$("$KHW" lab check 06 2>&1) || { echo "$out"; echo "e2e: a correct variant failed khw lab check 06" >&2; return 1; }
+  echo "$out"
+  grep -qF "lb: haproxy.cfg: defaults: timeout connect: 1s → 2s" <<<"$out" || { echo "e2e: khw lab check 06 does not list the variant" >&2; return 1; }
+}
+
 reset_04() {
   "$KHW" lab reset 04-etcd --yes
   local out
@@ -262,6 +304,10 @@ fi
 if [ "${E2E_LABS:-}" = 1 ]; then
   phase "w1 ip_forward=0" break_ip_forward
   phase "cp1 cert no lb"  break_apiserver_cert
+  phase "cp2 AlwaysAllow" break_authorization
+  phase "cp3 etcd lo"     break_etcd_listener
+  phase "w2 anonymous"    break_kubelet_anonymous
+  phase "lb variant"      variant_passes
   phase "lab reset 04"    reset_04
   du -sh "$STATE/$NAME/nspawn/snapshots" | sed 's/^/snapshots on disk: /'
 fi
