@@ -96,6 +96,9 @@ type componentSpec struct {
 	extras func(n config.Node) []nodeExtra
 	// unitsFor, when set, replaces units for one node.
 	unitsFor func(n config.Node) []wantUnit
+	// keepFile, when set, chooses which of the files above node n gets
+	// (by node path).
+	keepFile func(n config.Node, path string) bool
 }
 
 // wants builds what spec wants on each node of its role.
@@ -198,6 +201,15 @@ func (m *Machines) componentWants(ctx context.Context, env *steps.Env, spec *com
 				}
 				w.Files = append(w.Files, wf)
 			}
+		}
+		if spec.keepFile != nil {
+			kept := w.Files[:0:0]
+			for _, f := range w.Files {
+				if spec.keepFile(n, f.Path) {
+					kept = append(kept, f)
+				}
+			}
+			w.Files = kept
 		}
 		wants = append(wants, w)
 	}

@@ -46,7 +46,8 @@ func tokenDescription(node string) string { return "khw: TLS bootstrap of " + no
 // apiserver accepts bootstrap tokens; three RBAC bindings let the token's
 // group create node CSRs and have them approved; khw creates a token Secret
 // (expiring), gives the node only ca.pem and a bootstrap kubeconfig holding
-// the token, and starts its kubelet. The kubelet asks for its client cert
+// the token, and starts its kubelet (07-workers already prepared its host
+// and container runtime). The kubelet asks for its client cert
 // (signer kube-apiserver-client-kubelet: the controller-manager approves and
 // signs it) and then for its serving cert (signer kubelet-serving: nothing
 // upstream approves it; khw does, only after checking that the requestor is

@@ -46,6 +46,23 @@ func workerRendered(c *config.Cluster) []string {
 	return append(files, "/etc/cni/net.d/10-bridge.conf", "/etc/cni/net.d/99-loopback.conf")
 }
 
+// kubeletSide reports whether node path p belongs to the kubelet or
+// kube-proxy (their binaries, units, configs, certs and kubeconfigs) rather
+// than to the host and its container runtime.
+func kubeletSide(p string) bool {
+	switch p {
+	case "/usr/local/bin/kubelet", "/usr/local/bin/kube-proxy",
+		"/etc/systemd/system/kubelet.service", "/etc/systemd/system/kube-proxy.service":
+		return true
+	}
+	for _, d := range []string{"/var/lib/kubelet/", "/var/lib/kube-proxy/", "/var/lib/kubernetes/"} {
+		if strings.HasPrefix(p, d) {
+			return true
+		}
+	}
+	return false
+}
+
 // workerUnits are the units of a worker and what each reads at start. A
 // TLS-bootstrap worker's kubelet reads a bootstrap kubeconfig only until it
 // has its own cert, so that file is not a restart reason.
@@ -247,15 +264,30 @@ func workerSpec(m *Machines, c *config.Cluster, id, title string, only func(conf
 	}
 }
 
-// NewWorkersStep returns lab 07-workers: on every worker that does not join
-// by TLS bootstrap (w1, w2), the kernel prerequisites, containerd, runc, the
-// CNI plugins and config, crictl, kubelet and kube-proxy with their configs,
-// certs and kubeconfigs, the images imported; then each Node registered and
-// Ready.
+// NewWorkersStep returns lab 07-workers: on every worker the kernel
+// prerequisites, containerd, runc, the CNI plugins and config, crictl and
+// the images imported; on the workers that do not join by TLS bootstrap
+// (w1, w2) also kubelet and kube-proxy with their configs, certs and
+// kubeconfigs, then each Node registered and Ready. The TLS-bootstrap
+// workers (w3) get their kubelet in 10-tls-bootstrap, as a node gets
+// `kubeadm join` once its runtime is installed.
 func NewWorkersStep(m *Machines, c *config.Cluster) steps.Step {
 	spec := workerSpec(m, c, labid.Workers, "Bootstrap the worker nodes",
-		func(n config.Node) bool { return !n.TLSBootstrap },
-		func(in render.Input) bool { return !strings.HasSuffix(in.Path, "/bootstrap-kubeconfig") })
+		nil, func(in render.Input) bool { return !strings.HasSuffix(in.Path, "/bootstrap-kubeconfig") })
+	spec.keepFile = func(n config.Node, p string) bool { return !n.TLSBootstrap || !kubeletSide(p) }
+	spec.unitsFor = func(n config.Node) []wantUnit {
+		us := workerUnits(n)
+		if !n.TLSBootstrap {
+			return us
+		}
+		var runtime []wantUnit
+		for _, u := range us {
+			if u.Name == "containerd.service" {
+				runtime = append(runtime, u)
+			}
+		}
+		return runtime
+	}
 	s := &componentStep{m: m, spec: spec, wait: WorkerWait}
 	s.health = func(ctx context.Context, env *steps.Env) ([]steps.Diff, error) {
 		var names []string
