@@ -197,10 +197,18 @@ func judgePeers(all []*parsed, judged map[string]bool, mark func(node, p, key st
 				What:     fmt.Sprintf("%s in %s is %s on %s but not on its peers (%s)", r.key, path.Base(p.f.Path), orUnset(v), p.f.Node.Name, strings.Join(others, ", ")),
 				Why:      r.why,
 				Evidence: evidence(p.got, p.f, r.key),
-				Fix:      "use one value on every " + p.f.Node.Role + ": set " + spell(p.ref, r.key, want) + " in " + p.f.Path + ", then " + restart(p.f.Path)})
+				Fix:      "use one value on every " + roleName(p.f.Node.Role) + ": set " + spell(p.ref, r.key, want) + " in " + p.f.Path + ", then " + restart(p.f.Path)})
 		}
 	}
 	return out
+}
+
+// roleName is how a role reads in a sentence.
+func roleName(role string) string {
+	if role == config.RoleControlPlane {
+		return "control plane"
+	}
+	return role
 }
 
 func orUnset(v string) string {
@@ -230,9 +238,16 @@ func judgeInputs(files []File) []Finding {
 	var out []Finding
 	for _, k := range order {
 		g := groups[k]
+		// Only a file that is the same on every node of the group (a key,
+		// the CA, the encryption config; not a node's own certificate) can
+		// be inconsistent with the peers.
+		shared := true
+		for _, f := range g {
+			shared = shared && bytes.Equal(f.Ref, g[0].Ref)
+		}
 		var same []string
 		for _, f := range g {
-			if !f.Missing && bytes.Equal(f.Got, f.Ref) {
+			if shared && !f.Missing && bytes.Equal(f.Got, f.Ref) {
 				same = append(same, f.Node.Name)
 			}
 		}
@@ -251,7 +266,7 @@ func judgeInputs(files []File) []Finding {
 			case len(same) > 0:
 				fd.Kind = Inconsistent
 				fd.What = f.Path + " is not the file that " + strings.Join(same, ", ") + " have"
-				fd.Why = "what one node signs, encrypts or trusts with it, its peers must accept: the same file on every " + f.Node.Role
+				fd.Why = "what one node signs, encrypts or trusts with it, its peers must accept: the same file on every " + roleName(f.Node.Role)
 			default:
 				fd.What = f.Path + " is not the state directory's copy"
 			}

@@ -25,6 +25,10 @@ func clusterFiles(t *testing.T, c *config.Cluster) []File {
 		for _, f := range files {
 			out = append(out, File{Lab: "test", Node: n, Path: f.Path, Ref: f.Data, Got: f.Data})
 		}
+		if n.Role == config.RoleWorker {
+			cert := []byte("CERT OF " + n.Name)
+			out = append(out, File{Lab: "test", Node: n, Path: "/var/lib/kubelet/kubelet.pem", Input: true, Ref: cert, Got: cert})
+		}
 		if n.Role == config.RoleControlPlane {
 			key := []byte("-----BEGIN PRIVATE KEY-----\nSECRETSECRET\n-----END PRIVATE KEY-----\n")
 			out = append(out, File{Lab: "test", Node: n, Path: "/var/lib/kubernetes/service-account-key.pem", Input: true, Ref: key, Got: key})
@@ -232,6 +236,9 @@ func TestJudgeInputsAndMissing(t *testing.T) {
 		if f.Node.Name == "cp2" && f.Input {
 			f.Got = []byte("-----BEGIN PRIVATE KEY-----\nOTHERKEY\n-----END PRIVATE KEY-----\n")
 		}
+		if f.Node.Name == "w2" && f.Path == "/var/lib/kubelet/kubelet.pem" {
+			f.Got = []byte("ANOTHER CERT")
+		}
 		if f.Node.Name == "w1" && f.Path == kubeProxyYAML {
 			f.Got, f.Missing = nil, true
 		}
@@ -251,6 +258,7 @@ func TestJudgeInputsAndMissing(t *testing.T) {
 	}
 	want := []string{
 		"cp2 inconsistent /var/lib/kubernetes/service-account-key.pem is not the file that cp1, cp3 have",
+		"w2  /var/lib/kubelet/kubelet.pem is not the state directory's copy",
 		"w1 breaks " + kubeProxyYAML + " is missing",
 	}
 	if strings.Join(kinds, "\n") != strings.Join(want, "\n") {
