@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/khw-dev/khw/internal/lab/grade"
 	tb "github.com/khw-dev/khw/internal/tlsbootstrap"
 )
 
@@ -600,7 +601,7 @@ ExecStart=/usr/local/bin/kubelet \
 ExecStart=
 ExecStart=-/usr/local/bin/kubelet --config=/b.yaml --hostname-override "w 1" --v
 `
-	u := unitCmd{unit: "kubelet.service", argv: parseExecStart(unit)}
+	u := unitCmd{unit: "kubelet.service", argv: grade.ExecStart(unit)}
 	for _, c := range []struct{ flag, want string }{{"config", "/b.yaml"}, {"hostname-override", "w 1"}, {"v", "true"}} {
 		if v, ok := u.flag(c.flag); !ok || v != c.want {
 			t.Errorf("--%s = %q %v, want %q", c.flag, v, ok, c.want)

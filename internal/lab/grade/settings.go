@@ -250,6 +250,57 @@ func parseFlags(words []string, lines []int, exec int) []Setting {
 	return out
 }
 
+// ExecStart returns the argv of the effective ExecStart= of a unit's text
+// (`systemctl cat` output with its drop-ins included): continuation lines
+// joined, an empty `ExecStart=` resetting the list (as a drop-in does), the
+// last one kept, systemd's prefixes (-@:+!) dropped; nil when there is
+// none (systemd.service(5), "ExecStart=").
+func ExecStart(text string) []string {
+	var argv []string
+	section := ""
+	lines := strings.Split(text, "\n")
+	for i := 0; i < len(lines); i++ {
+		l := strings.TrimSpace(lines[i])
+		for strings.HasSuffix(l, `\`) && i+1 < len(lines) {
+			i++
+			next := strings.TrimSpace(lines[i])
+			if isComment(next) {
+				next = `\`
+			}
+			l = strings.TrimSuffix(l, `\`) + " " + next
+		}
+		l = strings.TrimSpace(strings.TrimSuffix(l, `\`))
+		if strings.HasPrefix(l, "[") {
+			section = l
+			continue
+		}
+		if v, ok := strings.CutPrefix(l, "ExecStart="); ok && section == "[Service]" {
+			words, err := splitWords(strings.TrimLeft(strings.TrimSpace(v), "-@:+!"))
+			if err == nil {
+				argv = words
+			}
+		}
+	}
+	return argv
+}
+
+// Flag returns the value of flag name ("client-ca-file", without dashes)
+// in argv (argv[0] is the program): "--name=v" or "--name v", a bare
+// boolean "--name" is "true", single-dash spellings count too, and the last
+// one wins, as in spf13/pflag.
+func Flag(argv []string, name string) (string, bool) {
+	if len(argv) < 2 {
+		return "", false
+	}
+	val, found := "", false
+	for _, s := range parseFlags(argv[1:], make([]int, len(argv)-1), 0) {
+		if s.Key == "--"+name {
+			val, found = s.Value, true
+		}
+	}
+	return val, found
+}
+
 // splitWords splits a command line as systemd does for what units use:
 // whitespace, with single or double quotes grouping.
 func splitWords(s string) ([]string, error) {
