@@ -24,7 +24,7 @@ build:
 ## haproxy (haproxy -c on the rendered config), jq + iproute2 + iptables (the
 ## mybridge CNI plugin run in a throwaway network namespace), shellcheck, and
 ## openssh-server + sudo (internal/remote runs against a real sshd on 127.0.0.1),
-## systemd-container + debootstrap (internal/vm boots real nspawn nodes in a
+## systemd-container + debootstrap (internal/vm/nspawn boots real nspawn nodes in a
 ## network namespace of their own).
 DEB_TEST_DEPS := openssl haproxy jq iproute2 iptables shellcheck util-linux openssh-server sudo rsync \
                  systemd-container debootstrap
@@ -46,7 +46,7 @@ deps:
 ## internal/bringup skip when it is not there yet.
 TEST_MIRROR_ONLY ?= kubernetes,etcd
 test: deps testbins
-	[ "$$(id -u)" != 0 ] || $(GO) test -count=1 -run '^TestNspawnOneNodeBootSSHPowerOff$$' ./internal/vm
+	[ "$$(id -u)" != 0 ] || $(GO) test -count=1 -run '^TestNspawnOneNodeBootSSHPowerOff$$' ./internal/vm/nspawn
 	KHW_MIRROR="$(MIRROR_DIR)" KHW_MIRROR_DIGEST="$$(hack/mirror-pin.sh "$(MIRROR_DIR)")" $(GO) test -count=1 $(PKGS)
 
 ## test-unit: the tests that need no built binaries (the control-plane test skips)

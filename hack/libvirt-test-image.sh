@@ -7,7 +7,7 @@
 # direct kernel boot.
 #
 # Base: the nspawn node root file system khw already caches
-# (internal/vm EnsureRootfs: ~/.cache/khw/nspawn/rootfs-bookworm-<arch>, it
+# (internal/vm/nspawn EnsureRootfs: ~/.cache/khw/nspawn/rootfs-bookworm-<arch>, it
 # holds every package khw nodes need: haproxy, iptables, conntrack, socat …)
 # copied and completed in a chroot; without it, debootstrap makes one.
 #

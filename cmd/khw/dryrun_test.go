@@ -8,14 +8,14 @@ import (
 	"testing"
 
 	"github.com/khw-dev/khw/internal/state"
-	"github.com/khw-dev/khw/internal/vm"
+	"github.com/khw-dev/khw/internal/vm/nspawn"
 )
 
 // TestUpDryRunChangesNothing: khw up --dry-run on a fresh state directory
 // (cluster.yaml only, as written by hand: no lock file yet) leaves every
 // byte, mode and mtime of it as it was: no SSH key, no log, no lock file.
 func TestUpDryRunChangesNothing(t *testing.T) {
-	if err := vm.CheckHost(); err != nil {
+	if err := nspawn.CheckHost(); err != nil {
 		t.Skipf("SKIP: %v", err)
 	}
 	base := filepath.Join(t.TempDir(), "state")

@@ -11,7 +11,7 @@ import (
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/health"
-	"github.com/khw-dev/khw/internal/vm"
+	"github.com/khw-dev/khw/internal/vm/nspawn"
 )
 
 // A cluster with no node running prints the nodes and the notice, and no
@@ -155,7 +155,7 @@ func TestStatusHelpers(t *testing.T) {
 // TestStatusNotUpNspawn runs the real command on a fresh nspawn cluster
 // (nothing created): exit 0, the nodes absent, the health sections skipped.
 func TestStatusNotUpNspawn(t *testing.T) {
-	if err := vm.CheckHost(); err != nil {
+	if err := nspawn.CheckHost(); err != nil {
 		t.Skipf("SKIP: %v", err)
 	}
 	base := t.TempDir()

@@ -18,26 +18,27 @@ import (
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/vm"
+	"github.com/khw-dev/khw/internal/vm/nspawn"
 )
 
 // requireNspawnHost skips unless the host can boot nspawn nodes quickly: the
-// same conditions as internal/vm's tests (root, systemd-nspawn and nsenter
+// same conditions as internal/vm/nspawn's tests (root, systemd-nspawn and nsenter
 // on PATH), plus the node image already in the cache (building it with
-// debootstrap takes minutes; run the internal/vm tests once to make it).
+// debootstrap takes minutes; run the internal/vm/nspawn tests once to make it).
 func requireNspawnHost(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP (needs root): khw up with provider nspawn creates network namespaces, cgroups and containers")
 	}
-	if err := vm.CheckHost(); err != nil {
+	if err := nspawn.CheckHost(); err != nil {
 		t.Skipf("SKIP: %v", err)
 	}
-	cache, err := vm.CacheDir()
+	cache, err := nspawn.CacheDir()
 	if err != nil {
 		t.Skipf("SKIP: %v", err)
 	}
-	if _, err := os.Stat(vm.RootfsPath(cache, runtime.GOARCH)); err != nil {
-		t.Skipf("SKIP: no node image at %s (build it once: go test ./internal/vm -run Nspawn, ~3-5 min with debootstrap)", vm.RootfsPath(cache, runtime.GOARCH))
+	if _, err := os.Stat(nspawn.RootfsPath(cache, runtime.GOARCH)); err != nil {
+		t.Skipf("SKIP: no node image at %s (build it once: go test ./internal/vm/nspawn -run Nspawn, ~3-5 min with debootstrap)", nspawn.RootfsPath(cache, runtime.GOARCH))
 	}
 }
 

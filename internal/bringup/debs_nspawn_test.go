@@ -21,7 +21,7 @@ import (
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
-	"github.com/khw-dev/khw/internal/vm"
+	"github.com/khw-dev/khw/internal/vm/nspawn"
 )
 
 // rootfsArchive lays out, in mirror, Debian's bookworm archive as the node
@@ -105,17 +105,17 @@ func TestOfflinePackagesNspawn(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP (needs root): nspawn nodes need network namespaces and cgroups")
 	}
-	if err := vm.CheckHost(); err != nil {
+	if err := nspawn.CheckHost(); err != nil {
 		t.Skipf("SKIP: %v", err)
 	}
-	cache, err := vm.CacheDir()
+	cache, err := nspawn.CacheDir()
 	if err != nil {
 		t.Skipf("SKIP: %v", err)
 	}
 	arch := runtime.GOARCH
-	rootfs := vm.RootfsPath(cache, arch)
+	rootfs := nspawn.RootfsPath(cache, arch)
 	if _, err := os.Stat(rootfs); err != nil {
-		t.Skipf("SKIP: no node image at %s (go test ./internal/vm -run Nspawn builds it)", rootfs)
+		t.Skipf("SKIP: no node image at %s (go test ./internal/vm/nspawn -run Nspawn builds it)", rootfs)
 	}
 	good, bad := t.TempDir(), t.TempDir()
 	goodPin := rootfsArchive(t, rootfs, good, arch)
@@ -225,14 +225,14 @@ func TestOfflineAptChroot(t *testing.T) {
 			t.Skipf("SKIP: no %s", tool)
 		}
 	}
-	cache, err := vm.CacheDir()
+	cache, err := nspawn.CacheDir()
 	if err != nil {
 		t.Skipf("SKIP: %v", err)
 	}
 	arch := runtime.GOARCH
-	rootfs := vm.RootfsPath(cache, arch)
+	rootfs := nspawn.RootfsPath(cache, arch)
 	if _, err := os.Stat(filepath.Join(rootfs, "usr/bin/apt-get")); err != nil {
-		t.Skipf("SKIP: no node image at %s (go test ./internal/vm -run Nspawn builds it)", rootfs)
+		t.Skipf("SKIP: no node image at %s (go test ./internal/vm/nspawn -run Nspawn builds it)", rootfs)
 	}
 	mirror := t.TempDir()
 	pin := rootfsArchive(t, rootfs, mirror, arch)

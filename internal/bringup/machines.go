@@ -18,6 +18,7 @@ import (
 	"github.com/khw-dev/khw/internal/steps"
 	"github.com/khw-dev/khw/internal/vm"
 	"github.com/khw-dev/khw/internal/vm/libvirt"
+	"github.com/khw-dev/khw/internal/vm/nspawn"
 )
 
 // Default timeouts of MachinesStep.
@@ -275,7 +276,7 @@ func (s *MachinesStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.
 }
 
 // Commands returns the shell equivalent of Apply for the nspawn provider
-// (what vm.Nspawn does through netlink and exec): the namespace and bridge,
+// (what nspawn.Provider does through netlink and exec): the namespace and bridge,
 // one root directory per node copied from the cached image, the boot with
 // systemd-nspawn, and an SSH probe. With diffs, only the nodes named in them
 // (and the network when a node must be created). Other providers get a
@@ -315,10 +316,10 @@ func (s *MachinesStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Comm
 				ns, ns, ns, vm.BridgeName, ns, gw, vm.BridgeName, ns, vm.BridgeName),
 		})
 	}
-	cache, _ := vm.CacheDir()
-	image := vm.RootfsPath(cache, c.Arch)
+	cache, _ := nspawn.CacheDir()
+	image := nspawn.RootfsPath(cache, c.Arch)
 	if c.Arch == "" {
-		image = vm.RootfsPath(cache, runtime.GOARCH)
+		image = nspawn.RootfsPath(cache, runtime.GOARCH)
 	}
 	key := cluster.KeyPath(env.State)
 	for _, n := range c.Nodes {

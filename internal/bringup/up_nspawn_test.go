@@ -21,7 +21,7 @@ import (
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
-	"github.com/khw-dev/khw/internal/vm"
+	"github.com/khw-dev/khw/internal/vm/nspawn"
 )
 
 // requireRealCluster skips unless this host can run a real nspawn cluster
@@ -32,15 +32,15 @@ func requireRealCluster(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP (needs root): nspawn nodes need network namespaces and cgroups")
 	}
-	if err := vm.CheckHost(); err != nil {
+	if err := nspawn.CheckHost(); err != nil {
 		t.Skipf("SKIP: %v", err)
 	}
-	cache, err := vm.CacheDir()
+	cache, err := nspawn.CacheDir()
 	if err != nil {
 		t.Skipf("SKIP: %v", err)
 	}
-	if _, err := os.Stat(vm.RootfsPath(cache, runtime.GOARCH)); err != nil {
-		t.Skipf("SKIP: no node image at %s (go test ./internal/vm -run Nspawn builds it)", vm.RootfsPath(cache, runtime.GOARCH))
+	if _, err := os.Stat(nspawn.RootfsPath(cache, runtime.GOARCH)); err != nil {
+		t.Skipf("SKIP: no node image at %s (go test ./internal/vm/nspawn -run Nspawn builds it)", nspawn.RootfsPath(cache, runtime.GOARCH))
 	}
 	if os.Getenv(components.EnvMirror) == "" {
 		t.Skipf("SKIP: $%s is not set (make test builds the offline mirror and sets it)", components.EnvMirror)

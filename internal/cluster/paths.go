@@ -11,6 +11,7 @@ import (
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/vm"
 	"github.com/khw-dev/khw/internal/vm/libvirt"
+	"github.com/khw-dev/khw/internal/vm/nspawn"
 )
 
 // KeyPath is <state>/ssh/id_ed25519, khw's SSH private key for the nodes
@@ -57,7 +58,7 @@ func NewProvider(c *config.Cluster, d state.Dir, authorizedKey string, log io.Wr
 	hostKeys := func(node string) (*remote.HostKey, error) { return EnsureHostKey(d, node) }
 	switch c.Provider {
 	case config.ProviderNspawn:
-		p, err := vm.NewNspawn(c, vm.NspawnOptions{StateDir: d.Root, AuthorizedKey: authorizedKey, HostKey: hostKeys, Log: log})
+		p, err := nspawn.New(c, nspawn.Options{StateDir: d.Root, AuthorizedKey: authorizedKey, HostKey: hostKeys, Log: log})
 		if err != nil {
 			return nil, err
 		}

@@ -268,7 +268,7 @@ func DeleteNetwork(cluster string) error {
 	return nil
 }
 
-// removeStaleVeth deletes the host side of a node's veth pair, named
+// RemoveStaleVeth deletes the host side of a node's veth pair, named
 // "vb-<machine>" by systemd-nspawn (when that fits the 15-character interface
 // name limit; longer names are hashed and left to Start's retry), from the
 // cluster's network namespace. After a forced power-off the kernel frees the
@@ -276,7 +276,7 @@ func DeleteNetwork(cluster string) error {
 // later (longer on a worker with many pods); until then a new
 // systemd-nspawn for the node fails with "File exists". Call it only for a
 // node that is not running. A missing link is not an error.
-func removeStaleVeth(nsPath, machine string) error {
+func RemoveStaleVeth(nsPath, machine string) error {
 	name := "vb-" + machine
 	if len(name) > 15 {
 		return nil

@@ -1,7 +1,9 @@
-// Package vm makes and runs the machines of a cluster: the nodes khw then
-// reaches over SSH. Two providers implement Provider: libvirt (VMs; not in
-// this package yet) and nspawn (systemd-nspawn system containers on a bridge
-// inside the cluster's own network namespace khw-<cluster>, see
+// Package vm is what the steps know of the machines of a cluster: the
+// Provider interface and what its two implementations share (the network
+// namespace helpers, the node user, the node address). The providers are
+// its sub-packages: vm/libvirt (VMs from a cloud image and cloud-init) and
+// vm/nspawn (systemd-nspawn system containers on a bridge inside the
+// cluster's own network namespace khw-<cluster>, see
 // shared/design/test-environment.md).
 //
 // Both give the steps the same thing: nodes with a static IP from
@@ -12,6 +14,7 @@ package vm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"time"
 
@@ -127,4 +130,15 @@ func Slowdown(p Provider) time.Duration {
 // failure is still reported within limit.
 func Scaled(p Provider, d, limit time.Duration) time.Duration {
 	return max(d, min(d*Slowdown(p), limit))
+}
+
+// ForeignOwnerError says that the cluster's network namespace and nodes
+// belong to another state directory.
+type ForeignOwnerError struct {
+	Cluster, Namespace, Owner, StateDir string
+}
+
+func (e *ForeignOwnerError) Error() string {
+	return fmt.Sprintf("cluster %s: the network namespace %s and the nodes %s-* on this host belong to the cluster in %s, not to this state directory (%s); give this cluster another name (khw init --name <other> in a new state directory) or run khw down with --state-dir for that one",
+		e.Cluster, e.Namespace, e.Cluster, e.Owner, e.StateDir)
 }

@@ -1,4 +1,4 @@
-package vm
+package nspawn
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/khw-dev/khw/internal/remote"
+	"github.com/khw-dev/khw/internal/vm"
 )
 
 // TestNspawnHostKeyPinnedBeforeFirstBoot boots one real node whose SSH
@@ -65,7 +66,7 @@ func TestNspawnHostKeyPinnedBeforeFirstBoot(t *testing.T) {
 			t.Logf("%s: no ssh-keyscan on this host (openssh-client): offered keys not scanned", round)
 			return
 		}
-		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", NetnsName(p.c.Name), "ssh-keyscan", "-T", "10", lb.IP).Output()
+		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", vm.NetnsName(p.c.Name), "ssh-keyscan", "-T", "10", lb.IP).Output()
 		if err != nil {
 			t.Fatalf("%s: ssh-keyscan: %v", round, err)
 		}
@@ -83,7 +84,7 @@ func TestNspawnHostKeyPinnedBeforeFirstBoot(t *testing.T) {
 
 	// OpenSSH, as `ssh -F $KHW_SSH_CONFIG` runs it: only the pinned key.
 	key := filepath.Join(state, "ssh", "id_ed25519")
-	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", NetnsName(p.c.Name), "ssh", "-i", key, "-o", "IdentitiesOnly=yes",
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", vm.NetnsName(p.c.Name), "ssh", "-i", key, "-o", "IdentitiesOnly=yes",
 		"-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "UserKnownHostsFile="+kh, "-o", "GlobalKnownHostsFile=/dev/null",
 		"-o", "HostKeyAlgorithms=ssh-ed25519", "-o", "ConnectTimeout=15", remote.DefaultUser+"@"+lb.IP, "hostname").CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "lb" {

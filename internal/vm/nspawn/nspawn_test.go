@@ -1,4 +1,4 @@
-package vm
+package nspawn
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/remote"
+	"github.com/khw-dev/khw/internal/vm"
 )
 
 type testLog struct{ t *testing.T }
@@ -48,7 +49,7 @@ func TestNspawnOneNodeBootSSHPowerOff(t *testing.T) {
 	hostPanicB, _ := os.ReadFile("/proc/sys/kernel/panic")
 	hostPanic := string(hostPanicB)
 
-	p, err := NewNspawn(c, NspawnOptions{StateDir: state, AuthorizedKey: authLine, HostKey: testHostKeys(state), Log: testLog{t}})
+	p, err := New(c, Options{StateDir: state, AuthorizedKey: authLine, HostKey: testHostKeys(state), Log: testLog{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func TestNspawnOneNodeBootSSHPowerOff(t *testing.T) {
 	if err := p.Create(ctx); err != nil {
 		t.Fatalf("second Create must be a no-op: %v", err)
 	}
-	wantState(t, p, StateStopped)
+	wantState(t, p, vm.StateStopped)
 
 	pool, err := remote.NewPool(remote.Config{
 		Signer:         signer,
@@ -93,7 +94,7 @@ func TestNspawnOneNodeBootSSHPowerOff(t *testing.T) {
 		if err := p.Start(ctx, lb.Name); err != nil {
 			t.Fatal(err)
 		}
-		wantState(t, p, StateRunning)
+		wantState(t, p, vm.StateRunning)
 		cl, err := pool.Get(ctx, rn)
 		if err != nil {
 			log, _ := os.ReadFile(filepath.Join(p.nodeDir(lb.Name), "console.log"))
@@ -175,7 +176,7 @@ func TestNspawnOneNodeBootSSHPowerOff(t *testing.T) {
 		!strings.Contains(string(console), "Reached target shutdown.target") && !strings.Contains(string(console), "System Shutdown") {
 		t.Errorf("console log shows no orderly shutdown:\n%s", lastLines(string(console), 15))
 	}
-	wantState(t, p, StateStopped)
+	wantState(t, p, vm.StateStopped)
 
 	// Second boot (same host keys, pinned in known_hosts) then pull the plug.
 	cl = boot("boot 2")
@@ -189,7 +190,7 @@ func TestNspawnOneNodeBootSSHPowerOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("forced power-off: %v", time.Since(t3).Round(time.Millisecond))
-	wantState(t, p, StateStopped)
+	wantState(t, p, vm.StateStopped)
 	if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
 		t.Errorf("systemd-nspawn pid %d still exists after forced stop", pid)
 	}
@@ -206,14 +207,14 @@ func TestNspawnOneNodeBootSSHPowerOff(t *testing.T) {
 	if err := p.Destroy(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wantState(t, p, StateAbsent)
+	wantState(t, p, vm.StateAbsent)
 	for _, f := range leftovers {
 		if _, err := os.Stat(f); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("systemd-nspawn runtime file %s left after Destroy", f)
 		}
 	}
-	if _, err := os.Stat(NetnsPath(name)); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("%s left after Destroy", NetnsPath(name))
+	if _, err := os.Stat(vm.NetnsPath(name)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("%s left after Destroy", vm.NetnsPath(name))
 	}
 	if _, err := os.Stat(filepath.Join(state, "nspawn")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("%s left after Destroy", filepath.Join(state, "nspawn"))
@@ -229,7 +230,7 @@ func TestNspawnOneNodeBootSSHPowerOff(t *testing.T) {
 	}
 }
 
-func wantState(t *testing.T, p *Nspawn, want State) {
+func wantState(t *testing.T, p *Provider, want vm.State) {
 	t.Helper()
 	st, err := p.Status(context.Background())
 	if err != nil {
@@ -239,7 +240,7 @@ func wantState(t *testing.T, p *Nspawn, want State) {
 		if s.State != want {
 			t.Errorf("node %s is %s, want %s", s.Name, s.State, want)
 		}
-		if want == StateRunning && s.PID == 0 {
+		if want == vm.StateRunning && s.PID == 0 {
 			t.Errorf("node %s running without a pid", s.Name)
 		}
 	}
@@ -247,7 +248,7 @@ func wantState(t *testing.T, p *Nspawn, want State) {
 
 // nodeJournal returns the node's journal (failed units first) for failure
 // messages, read by entering the namespaces of the node's init.
-func nodeJournal(p *Nspawn, node string) string {
+func nodeJournal(p *Provider, node string) string {
 	pid := p.nspawnPid(node)
 	kids, _ := exec.Command("pgrep", "-P", strconv.Itoa(pid)).Output()
 	f := strings.Fields(string(kids))
@@ -273,7 +274,7 @@ func lastLines(s string, n int) string {
 // testCluster makes an nspawn provider for a fresh cluster holding only the
 // named nodes of config.Default, a Pool dialing through its namespace, and
 // a cleanup that destroys it.
-func testCluster(t *testing.T, nodes ...string) (*Nspawn, *remote.Pool) {
+func testCluster(t *testing.T, nodes ...string) (*Provider, *remote.Pool) {
 	t.Helper()
 	requireNspawnHost(t)
 	c := config.Default(randomCluster(t), runtime.GOARCH, config.ProviderNspawn)
@@ -291,7 +292,7 @@ func testCluster(t *testing.T, nodes ...string) (*Nspawn, *remote.Pool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewNspawn(c, NspawnOptions{StateDir: state, AuthorizedKey: authLine, HostKey: testHostKeys(state), Log: testLog{t}})
+	p, err := New(c, Options{StateDir: state, AuthorizedKey: authLine, HostKey: testHostKeys(state), Log: testLog{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +325,7 @@ func testHostKeys(state string) func(string) (*remote.HostKey, error) {
 
 // pinHostKeys pins every node's generated host key in the pool's
 // known_hosts, as bringup's 01-machines does before the first boot.
-func pinHostKeys(t *testing.T, p *Nspawn, pool *remote.Pool) {
+func pinHostKeys(t *testing.T, p *Provider, pool *remote.Pool) {
 	t.Helper()
 	for _, n := range p.c.Nodes {
 		hk, err := p.opts.HostKey(n.Name)
@@ -337,7 +338,7 @@ func pinHostKeys(t *testing.T, p *Nspawn, pool *remote.Pool) {
 	}
 }
 
-func run(t *testing.T, ctx context.Context, pool *remote.Pool, p *Nspawn, node, cmd string) string {
+func run(t *testing.T, ctx context.Context, pool *remote.Pool, p *Provider, node, cmd string) string {
 	t.Helper()
 	n, _ := p.c.Node(node)
 	cl, err := pool.Get(ctx, remote.Node{Name: node, Addr: n.IP})
@@ -360,7 +361,7 @@ func TestNspawnTwoClustersSameAddresses(t *testing.T) {
 	b, poolB := testCluster(t, "lb")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	for _, p := range []*Nspawn{a, b} {
+	for _, p := range []*Provider{a, b} {
 		if err := p.Create(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -371,7 +372,7 @@ func TestNspawnTwoClustersSameAddresses(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		p    *Nspawn
+		p    *Provider
 		pool *remote.Pool
 	}{{a, poolA}, {b, poolB}} {
 		want, err := os.ReadFile(filepath.Join(tc.p.NodeRoot("lb"), "etc/machine-id"))
@@ -395,7 +396,7 @@ func TestNspawnTwoClustersSameAddresses(t *testing.T) {
 		t.Errorf("lb cannot reach cp1:22 over the bridge: %q", got)
 	}
 	seen := map[string]string{}
-	for _, p := range []*Nspawn{a, b} {
+	for _, p := range []*Provider{a, b} {
 		for _, n := range p.c.Nodes {
 			cg, err := os.ReadFile("/proc/" + strconv.Itoa(p.nspawnPid(n.Name)) + "/cgroup")
 			if err != nil {

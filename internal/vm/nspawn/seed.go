@@ -1,4 +1,4 @@
-package vm
+package nspawn
 
 import (
 	"bytes"
@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,14 +17,11 @@ import (
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/fsutil"
 	"github.com/khw-dev/khw/internal/remote"
+	"github.com/khw-dev/khw/internal/vm"
 )
 
-// NodeUser is the login user khw creates on nspawn nodes (uid/gid 1000,
-// sudo NOPASSWD), matching remote.DefaultUser.
-const (
-	NodeUser = "ubuntu"
-	nodeUID  = 1000
-)
+// nodeUID is the uid and gid of vm.NodeUser on nspawn nodes.
+const nodeUID = 1000
 
 // Unit files written into every nspawn node (see
 // shared/design/test-environment.md for why each is needed).
@@ -126,7 +122,7 @@ func seedNode(root string, c *config.Cluster, n config.Node, authorizedKey, imag
 		}
 		return nil
 	}
-	prefix, err := nodePrefix(c, n)
+	prefix, err := vm.NodePrefix(c, n)
 	if err != nil {
 		return false, err
 	}
@@ -220,7 +216,7 @@ const (
 // `khw down`. kept reports that case.
 func seedHostKey(root, node string, hostKey *remote.HostKey) (kept bool, err error) {
 	if hostKey == nil || len(hostKey.Private) == 0 || hostKey.Public == nil {
-		return false, fmt.Errorf("node %s: no SSH host key to install; pass remote.EnsureHostKey's key (NspawnOptions.HostKey)", node)
+		return false, fmt.Errorf("node %s: no SSH host key to install; pass remote.EnsureHostKey's key (Options.HostKey)", node)
 	}
 	priv := filepath.Join(root, nodeHostKeyPath)
 	if cur, err := os.ReadFile(priv); err == nil {
@@ -265,7 +261,7 @@ func seedHostKey(root, node string, hostKey *remote.HostKey) (kept bool, err err
 	return false, nil
 }
 
-// seedUser adds NodeUser (uid/gid 1000, home /home/ubuntu, no password,
+// seedUser adds vm.NodeUser (uid/gid 1000, home /home/ubuntu, no password,
 // login by key only) to passwd/shadow/group/gshadow unless present, installs
 // authorizedKey and a sudoers.d NOPASSWD rule.
 func seedUser(root, node, authorizedKey string) error {
@@ -274,10 +270,10 @@ func seedUser(root, node, authorizedKey string) error {
 	}
 	ids := strconv.Itoa(nodeUID)
 	entries := []struct{ file, line string }{
-		{"etc/passwd", NodeUser + ":x:" + ids + ":" + ids + ":khw:/home/" + NodeUser + ":/bin/bash"},
-		{"etc/shadow", NodeUser + ":*:19000:0:99999:7:::"},
-		{"etc/group", NodeUser + ":x:" + ids + ":"},
-		{"etc/gshadow", NodeUser + ":!::"},
+		{"etc/passwd", vm.NodeUser + ":x:" + ids + ":" + ids + ":khw:/home/" + vm.NodeUser + ":/bin/bash"},
+		{"etc/shadow", vm.NodeUser + ":*:19000:0:99999:7:::"},
+		{"etc/group", vm.NodeUser + ":x:" + ids + ":"},
+		{"etc/gshadow", vm.NodeUser + ":!::"},
 	}
 	for _, e := range entries {
 		p := filepath.Join(root, e.file)
@@ -285,7 +281,7 @@ func seedUser(root, node, authorizedKey string) error {
 		if err != nil {
 			return fmt.Errorf("node %s: read %s: %w", node, e.file, err)
 		}
-		if hasEntry(string(data), NodeUser) {
+		if hasEntry(string(data), vm.NodeUser) {
 			continue
 		}
 		st, err := os.Stat(p)
@@ -297,10 +293,10 @@ func seedUser(root, node, authorizedKey string) error {
 			s += "\n"
 		}
 		if err := fsutil.WriteFileAtomic(p, []byte(s+e.line+"\n"), st.Mode().Perm()); err != nil {
-			return fmt.Errorf("node %s: add %s to %s: %w", node, NodeUser, e.file, err)
+			return fmt.Errorf("node %s: add %s to %s: %w", node, vm.NodeUser, e.file, err)
 		}
 	}
-	home := filepath.Join(root, "home", NodeUser)
+	home := filepath.Join(root, "home", vm.NodeUser)
 	sshDir := filepath.Join(home, ".ssh")
 	if err := os.MkdirAll(sshDir, 0o700); err != nil {
 		return fmt.Errorf("node %s: %w", node, err)
@@ -320,7 +316,7 @@ func seedUser(root, node, authorizedKey string) error {
 		return err
 	}
 	if _, err := fsutil.WriteIfChanged(filepath.Join(root, "etc/sudoers.d/khw"),
-		[]byte("# khw: the login user runs root steps through sudo -n\n"+NodeUser+" ALL=(ALL) NOPASSWD:ALL\n"), 0o440); err != nil {
+		[]byte("# khw: the login user runs root steps through sudo -n\n"+vm.NodeUser+" ALL=(ALL) NOPASSWD:ALL\n"), 0o440); err != nil {
 		return fmt.Errorf("node %s: write sudoers rule: %w", node, err)
 	}
 	return nil
@@ -333,24 +329,4 @@ func hasEntry(file, name string) bool {
 		}
 	}
 	return false
-}
-
-// nodePrefix is the node IP with the node network's prefix length.
-func nodePrefix(c *config.Cluster, n config.Node) (string, error) {
-	_, bits, err := networkBits(c)
-	if err != nil {
-		return "", err
-	}
-	if !n.Addr().IsValid() {
-		return "", fmt.Errorf("node %s: ip %q is not an IPv4 address; fix nodes[].ip in cluster.yaml", n.Name, n.IP)
-	}
-	return n.Addr().String() + "/" + strconv.Itoa(bits), nil
-}
-
-func networkBits(c *config.Cluster) (string, int, error) {
-	p, err := netip.ParsePrefix(c.Network.CIDR)
-	if err != nil {
-		return "", 0, fmt.Errorf("network.cidr %q: %w; set it like 192.168.122.0/24", c.Network.CIDR, err)
-	}
-	return p.String(), p.Bits(), nil
 }

@@ -1,4 +1,4 @@
-package vm
+package nspawn
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/vm"
 )
 
 // TestNamespaceOwnership: two state directories with a cluster of the same
@@ -21,11 +22,11 @@ func TestNamespaceOwnership(t *testing.T) {
 		t.Skipf("SKIP: %v", err)
 	}
 	c := config.Default("own"+strings.ReplaceAll(t.Name()[len(t.Name())-4:], "/", ""), runtime.GOARCH, config.ProviderNspawn)
-	a, err := NewNspawn(c, NspawnOptions{StateDir: t.TempDir()})
+	a, err := New(c, Options{StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewNspawn(c, NspawnOptions{StateDir: t.TempDir()})
+	b, err := New(c, Options{StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,9 +40,9 @@ func TestNamespaceOwnership(t *testing.T) {
 	if err := a.checkOwner(); err != nil {
 		t.Errorf("owner's own check: %v", err)
 	}
-	var fe *ForeignOwnerError
+	var fe *vm.ForeignOwnerError
 	if err := b.Destroy(context.Background()); !errors.As(err, &fe) || !strings.Contains(err.Error(), "give this cluster another name") {
-		t.Errorf("Destroy from another state dir: %v, want a ForeignOwnerError", err)
+		t.Errorf("Destroy from another state dir: %v, want a vm.ForeignOwnerError", err)
 	}
 	if err := b.Start(context.Background(), "cp1"); !errors.As(err, &fe) {
 		t.Errorf("Start from another state dir: %v", err)
@@ -51,7 +52,7 @@ func TestNamespaceOwnership(t *testing.T) {
 	}
 	st, _ := b.Status(context.Background())
 	for _, n := range st {
-		if n.State != StateAbsent {
+		if n.State != vm.StateAbsent {
 			t.Errorf("the other state dir sees %s as %s", n.Name, n.State)
 		}
 	}

@@ -1,4 +1,9 @@
-package vm
+// Package nspawn is the provider that runs a cluster's nodes as
+// systemd-nspawn system containers (Debian from debootstrap, booted by
+// systemd) on a bridge inside the cluster's own network namespace
+// khw-<cluster>: for hosts without KVM and for khw's own end-to-end runs.
+// It implements vm.Provider, as vm/libvirt does for VMs.
+package nspawn
 
 import (
 	"bytes"
@@ -21,16 +26,17 @@ import (
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/fsutil"
 	"github.com/khw-dev/khw/internal/remote"
+	"github.com/khw-dev/khw/internal/vm"
 )
 
-// NspawnOptions configures the nspawn provider.
-type NspawnOptions struct {
+// Options configures the nspawn provider.
+type Options struct {
 	// StateDir is the cluster's state directory D; the provider keeps
 	// D/nspawn/<node>/{root/,pid,cgroups,console.log}.
 	StateDir string
 	// CacheDir holds the shared node image (default CacheDir()).
 	CacheDir string
-	// AuthorizedKey is the authorized_keys line for NodeUser (from
+	// AuthorizedKey is the authorized_keys line for vm.NodeUser (from
 	// remote.EnsureKey). Required by Create.
 	AuthorizedKey string
 	// HostKey returns the SSH host key khw generated for a node
@@ -45,14 +51,14 @@ type NspawnOptions struct {
 	Log io.Writer
 }
 
-// Nspawn runs the nodes of one cluster as systemd-nspawn system containers on
-// bridge BridgeName inside network namespace khw-<cluster>. Each node is a
+// Provider runs the nodes of one cluster as systemd-nspawn system containers on
+// bridge vm.BridgeName inside network namespace khw-<cluster>. Each node is a
 // systemd-nspawn process started by khw (not by systemd: --register=no
 // --keep-unit), detached into its own session so it outlives the khw
 // command; its pid is kept in D/nspawn/<node>/pid.
-type Nspawn struct {
+type Provider struct {
 	c    *config.Cluster
-	opts NspawnOptions
+	opts Options
 
 	mu    sync.Mutex
 	procs map[string]*exec.Cmd // started by this process, reaped by a goroutine
@@ -62,12 +68,12 @@ type Nspawn struct {
 	lastFrozenFor time.Duration
 }
 
-var _ Provider = (*Nspawn)(nil)
+var _ vm.Provider = (*Provider)(nil)
 
-// NewNspawn returns the provider for c. It checks that the host can run it
+// New returns the provider for c. It checks that the host can run it
 // (root, systemd-nspawn and nsenter on PATH, node arch = host arch) but
 // changes nothing.
-func NewNspawn(c *config.Cluster, opts NspawnOptions) (*Nspawn, error) {
+func New(c *config.Cluster, opts Options) (*Provider, error) {
 	if c == nil || c.Name == "" {
 		return nil, errors.New("nspawn: cluster has no name")
 	}
@@ -88,7 +94,7 @@ func NewNspawn(c *config.Cluster, opts NspawnOptions) (*Nspawn, error) {
 	if err := CheckHost(); err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", c.Name, err)
 	}
-	return &Nspawn{c: c, opts: opts, procs: map[string]*exec.Cmd{}}, nil
+	return &Provider{c: c, opts: opts, procs: map[string]*exec.Cmd{}}, nil
 }
 
 // CheckHost reports why this host cannot run nspawn nodes, or nil: khw must
@@ -107,22 +113,22 @@ func CheckHost() error {
 }
 
 // Name returns config.ProviderNspawn.
-func (p *Nspawn) Name() string { return config.ProviderNspawn }
+func (p *Provider) Name() string { return config.ProviderNspawn }
 
-func (p *Nspawn) nodeDir(node string) string {
+func (p *Provider) nodeDir(node string) string {
 	return filepath.Join(p.opts.StateDir, "nspawn", node)
 }
 
 // NodeRoot is the node's root directory D/nspawn/<node>/root.
-func (p *Nspawn) NodeRoot(node string) string { return filepath.Join(p.nodeDir(node), "root") }
+func (p *Provider) NodeRoot(node string) string { return filepath.Join(p.nodeDir(node), "root") }
 
 // MachineName is the systemd-nspawn machine name: <cluster>-<node>.
-func (p *Nspawn) MachineName(node string) string { return p.c.Name + "-" + node }
+func (p *Provider) MachineName(node string) string { return p.c.Name + "-" + node }
 
-func (p *Nspawn) node(name string) (config.Node, error) {
+func (p *Provider) node(name string) (config.Node, error) {
 	n, ok := p.c.Node(name)
 	if !ok {
-		return n, fmt.Errorf("cluster %s: node %q: %w", p.c.Name, name, ErrUnknownNode)
+		return n, fmt.Errorf("cluster %s: node %q: %w", p.c.Name, name, vm.ErrUnknownNode)
 	}
 	return n, nil
 }
@@ -136,12 +142,12 @@ func (p *Nspawn) node(name string) (config.Node, error) {
 // sshd offers). Running nodes are not touched beyond their seed files. A
 // node root made by an older khw, with an ed25519 host key of its own,
 // keeps that key (and its pin) until Destroy; Log says so.
-func (p *Nspawn) Create(ctx context.Context) error {
+func (p *Provider) Create(ctx context.Context) error {
 	if p.opts.AuthorizedKey == "" {
-		return fmt.Errorf("cluster %s: no SSH public key for the nodes; pass remote.EnsureKey's authorized_keys line in NspawnOptions.AuthorizedKey", p.c.Name)
+		return fmt.Errorf("cluster %s: no SSH public key for the nodes; pass remote.EnsureKey's authorized_keys line in Options.AuthorizedKey", p.c.Name)
 	}
 	if p.opts.HostKey == nil {
-		return fmt.Errorf("cluster %s: no SSH host keys for the nodes; set NspawnOptions.HostKey (remote.EnsureHostKey per node)", p.c.Name)
+		return fmt.Errorf("cluster %s: no SSH host keys for the nodes; set Options.HostKey (remote.EnsureHostKey per node)", p.c.Name)
 	}
 	image, err := EnsureRootfs(ctx, p.opts.CacheDir, p.c.Arch, p.opts.Mirror, p.opts.Log)
 	if err != nil {
@@ -158,7 +164,7 @@ func (p *Nspawn) Create(ctx context.Context) error {
 	if err := p.checkOwner(); err != nil {
 		return err
 	}
-	if err := EnsureNetwork(p.c.Name, netip.PrefixFrom(gw, cidr.Bits())); err != nil {
+	if err := vm.EnsureNetwork(p.c.Name, netip.PrefixFrom(gw, cidr.Bits())); err != nil {
 		return err
 	}
 	if err := p.claim(); err != nil {
@@ -187,7 +193,7 @@ func (p *Nspawn) Create(ctx context.Context) error {
 	return nil
 }
 
-func (p *Nspawn) ensureNodeRoot(ctx context.Context, image, node string) error {
+func (p *Provider) ensureNodeRoot(ctx context.Context, image, node string) error {
 	root := p.NodeRoot(node)
 	if _, err := os.Stat(filepath.Join(root, "usr/bin/systemctl")); err == nil {
 		return nil
@@ -224,7 +230,7 @@ func (p *Nspawn) ensureNodeRoot(ctx context.Context, image, node string) error {
 // live systemd-nspawn (or the nsenter about to exec it) for this machine,
 // else 0. A recycled pid is not mistaken for the node: its command line must
 // name the machine.
-func (p *Nspawn) nspawnPid(node string) int {
+func (p *Provider) nspawnPid(node string) int {
 	data, err := os.ReadFile(filepath.Join(p.nodeDir(node), "pid"))
 	if err != nil {
 		return 0
@@ -248,7 +254,7 @@ func (p *Nspawn) nspawnPid(node string) int {
 	return pid
 }
 
-func (p *Nspawn) cgroupDirs(node string) []string {
+func (p *Provider) cgroupDirs(node string) []string {
 	data, err := os.ReadFile(filepath.Join(p.nodeDir(node), "cgroups"))
 	if err != nil {
 		return nil
@@ -267,7 +273,7 @@ func (p *Nspawn) cgroupDirs(node string) []string {
 // hierarchy when one is mounted (so nodes do not share one cgroup), detached (own
 // session, output appended to D/nspawn/<node>/console.log). It returns once
 // the process runs; the node is reachable over SSH ~1-2 s later.
-func (p *Nspawn) Start(ctx context.Context, node string) error {
+func (p *Provider) Start(ctx context.Context, node string) error {
 	if _, err := p.node(node); err != nil {
 		return err
 	}
@@ -282,8 +288,8 @@ func (p *Nspawn) Start(ctx context.Context, node string) error {
 	if _, err := os.Stat(filepath.Join(root, "usr/bin/systemctl")); err != nil {
 		return fmt.Errorf("node %s: no root directory at %s; run Create (khw up) first", node, root)
 	}
-	if _, err := os.Stat(NetnsPath(p.c.Name)); err != nil {
-		return fmt.Errorf("node %s: network namespace %s missing; run Create (khw up) first", node, NetnsPath(p.c.Name))
+	if _, err := os.Stat(vm.NetnsPath(p.c.Name)); err != nil {
+		return fmt.Errorf("node %s: network namespace %s missing; run Create (khw up) first", node, vm.NetnsPath(p.c.Name))
 	}
 	// Leftovers of an earlier boot (the node's systemd made sub-cgroups).
 	if old := p.cgroupDirs(node); len(old) > 0 {
@@ -317,7 +323,7 @@ func (p *Nspawn) Start(ctx context.Context, node string) error {
 	// freed): systemd-nspawn then exits at once with "Failed to add new veth
 	// interfaces … File exists". Remove that veth when its name is known,
 	// else try again for a while.
-	if err := removeStaleVeth(NetnsPath(p.c.Name), p.MachineName(node)); err != nil {
+	if err := vm.RemoveStaleVeth(vm.NetnsPath(p.c.Name), p.MachineName(node)); err != nil {
 		return fmt.Errorf("node %s: %w", node, err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -344,15 +350,15 @@ func consoleTail(nodeDir string) string {
 }
 
 // launch starts systemd-nspawn once; exited is true when it exited at once.
-func (p *Nspawn) launch(ctx context.Context, node, root string, dirs []string, unified string) (exited bool, err error) {
+func (p *Provider) launch(ctx context.Context, node, root string, dirs []string, unified string) (exited bool, err error) {
 	logf, err := os.OpenFile(filepath.Join(p.nodeDir(node), "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, fsutil.SecretMode)
 	if err != nil {
 		return false, fmt.Errorf("node %s: open console log: %w", node, err)
 	}
 	defer logf.Close()
-	cmd := exec.Command("nsenter", "--net="+NetnsPath(p.c.Name), "systemd-nspawn",
+	cmd := exec.Command("nsenter", "--net="+vm.NetnsPath(p.c.Name), "systemd-nspawn",
 		"--register=no", "--keep-unit", "-M", p.MachineName(node), "-D", root, "--boot",
-		"--network-bridge="+BridgeName, "--console=read-only", "--capability=all", "--bind=/dev/kmsg")
+		"--network-bridge="+vm.BridgeName, "--console=read-only", "--capability=all", "--bind=/dev/kmsg")
 	cmd.Env = append(os.Environ(), "SYSTEMD_SECCOMP=0", "SYSTEMD_NSPAWN_API_VFS_WRITABLE=1")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -401,7 +407,7 @@ func (p *Nspawn) launch(ctx context.Context, node, root string, dirs []string, u
 // processes and systemd-nspawn itself), like pulling the plug.
 //
 // Either way the node's cgroups are removed afterwards.
-func (p *Nspawn) Stop(ctx context.Context, node string, force bool) error {
+func (p *Provider) Stop(ctx context.Context, node string, force bool) error {
 	if _, err := p.node(node); err != nil {
 		return err
 	}
@@ -450,18 +456,18 @@ func (p *Nspawn) Stop(ctx context.Context, node string, force bool) error {
 
 // Status reports each node: running (live systemd-nspawn from the pid
 // file), stopped (root directory exists) or absent.
-func (p *Nspawn) Status(ctx context.Context) ([]NodeStatus, error) {
-	var out []NodeStatus
+func (p *Provider) Status(ctx context.Context) ([]vm.NodeStatus, error) {
+	var out []vm.NodeStatus
 	foreign := p.checkOwner() != nil
 	for _, n := range p.c.Nodes {
-		s := NodeStatus{Name: n.Name, IP: n.Addr(), State: StateAbsent}
+		s := vm.NodeStatus{Name: n.Name, IP: n.Addr(), State: vm.StateAbsent}
 		if foreign {
 			// The running machines of that name are another state
 			// directory's (see OwnerDir); Create says so.
 		} else if pid := p.nspawnPid(n.Name); pid != 0 {
-			s.State, s.PID = StateRunning, pid
+			s.State, s.PID = vm.StateRunning, pid
 		} else if _, err := os.Stat(filepath.Join(p.NodeRoot(n.Name), "usr/bin/systemctl")); err == nil {
-			s.State = StateStopped
+			s.State = vm.StateStopped
 		}
 		out = append(out, s)
 	}
@@ -469,7 +475,7 @@ func (p *Nspawn) Status(ctx context.Context) ([]NodeStatus, error) {
 }
 
 // Addresses maps node names to their cluster.yaml IPs.
-func (p *Nspawn) Addresses() map[string]netip.Addr {
+func (p *Provider) Addresses() map[string]netip.Addr {
 	m := map[string]netip.Addr{}
 	for _, n := range p.c.Nodes {
 		m[n.Name] = n.Addr()
@@ -482,7 +488,7 @@ func (p *Nspawn) Addresses() map[string]netip.Addr {
 // Destroy force-stops every node, removes D/nspawn (node roots, pid files,
 // logs) and the network namespace. The shared image in CacheDir stays. It
 // refuses to delete a node root that still has something mounted below it.
-func (p *Nspawn) Destroy(ctx context.Context) error {
+func (p *Provider) Destroy(ctx context.Context) error {
 	if err := p.checkOwner(); err != nil {
 		return err
 	}
@@ -500,7 +506,7 @@ func (p *Nspawn) Destroy(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("cluster %s: remove %s: %w", p.c.Name, base, err))
 		}
 	}
-	if err := DeleteNetwork(p.c.Name); err != nil {
+	if err := vm.DeleteNetwork(p.c.Name); err != nil {
 		errs = append(errs, err)
 	} else if err := os.Remove(ownerPath(p.c.Name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		errs = append(errs, err)
@@ -517,7 +523,7 @@ func (p *Nspawn) Destroy(ctx context.Context) error {
 // other's nodes. /run is a tmpfs, like the namespaces themselves.
 const OwnerDir = "/run/khw"
 
-func ownerPath(cluster string) string { return filepath.Join(OwnerDir, NetnsName(cluster)+".owner") }
+func ownerPath(cluster string) string { return filepath.Join(OwnerDir, vm.NetnsName(cluster)+".owner") }
 
 // owner returns the state directory recorded for the cluster's namespace,
 // or "" when none is.
@@ -529,28 +535,17 @@ func owner(cluster string) string {
 	return strings.TrimSpace(string(data))
 }
 
-// ForeignOwnerError says that the cluster's network namespace and nodes
-// belong to another state directory.
-type ForeignOwnerError struct {
-	Cluster, Namespace, Owner, StateDir string
-}
-
-func (e *ForeignOwnerError) Error() string {
-	return fmt.Sprintf("cluster %s: the network namespace %s and the nodes %s-* on this host belong to the cluster in %s, not to this state directory (%s); give this cluster another name (khw init --name <other> in a new state directory) or run khw down with --state-dir for that one",
-		e.Cluster, e.Namespace, e.Cluster, e.Owner, e.StateDir)
-}
-
 // checkOwner fails with *ForeignOwnerError when another state directory
 // made the namespace.
-func (p *Nspawn) checkOwner() error {
+func (p *Provider) checkOwner() error {
 	if o := owner(p.c.Name); o != "" && o != p.opts.StateDir {
-		return &ForeignOwnerError{Cluster: p.c.Name, Namespace: NetnsName(p.c.Name), Owner: o, StateDir: p.opts.StateDir}
+		return &vm.ForeignOwnerError{Cluster: p.c.Name, Namespace: vm.NetnsName(p.c.Name), Owner: o, StateDir: p.opts.StateDir}
 	}
 	return nil
 }
 
 // claim records this state directory as the namespace's owner.
-func (p *Nspawn) claim() error {
+func (p *Provider) claim() error {
 	if err := os.MkdirAll(OwnerDir, 0o755); err != nil {
 		return err
 	}
@@ -606,7 +601,7 @@ func mountsBelow(dir string) []string {
 }
 
 // Dialer dials inside the cluster's namespace (NetnsDialer).
-func (p *Nspawn) Dialer() remote.DialFunc { return NetnsDialer(NetnsPath(p.c.Name)) }
+func (p *Provider) Dialer() remote.DialFunc { return vm.NetnsDialer(vm.NetnsPath(p.c.Name)) }
 
 // NspawnRunDir is where systemd-nspawn keeps per-machine runtime files on the
 // host.
@@ -616,7 +611,7 @@ const NspawnRunDir = "/run/systemd/nspawn"
 // node exits when the host's /run is not a tmpfs it may clean: the empty
 // mount-propagation directory propagate/<machine> and the image lock file
 // locks/inode-<st_dev>:<st_ino> of the node root.
-func (p *Nspawn) nspawnRunLeftovers(node string) []string {
+func (p *Provider) nspawnRunLeftovers(node string) []string {
 	out := []string{filepath.Join(NspawnRunDir, "propagate", p.MachineName(node))}
 	var st syscall.Stat_t
 	if err := syscall.Stat(p.NodeRoot(node), &st); err == nil {
@@ -628,7 +623,7 @@ func (p *Nspawn) nspawnRunLeftovers(node string) []string {
 // removeRunLeftovers removes nspawnRunLeftovers of a stopped node. os.Remove
 // never deletes a non-empty directory, so a propagation directory still in
 // use is kept.
-func (p *Nspawn) removeRunLeftovers(node string) {
+func (p *Provider) removeRunLeftovers(node string) {
 	for _, f := range p.nspawnRunLeftovers(node) {
 		_ = os.Remove(f)
 	}

@@ -1,4 +1,4 @@
-package vm
+package nspawn
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/fsutil"
+	"github.com/khw-dev/khw/internal/vm"
 )
 
 // TestNspawnSnapshotRevert boots two real nodes, writes a file on one,
@@ -66,7 +67,7 @@ func TestNspawnSnapshotRevert(t *testing.T) {
 		t.Fatalf("%v\nconsole.log:\n%s", err, string(log[max(0, len(log)-3000):]))
 	}
 	t.Logf("revert of 2 nodes: %v", time.Since(t0).Round(time.Millisecond))
-	wantState(t, p, StateRunning)
+	wantState(t, p, vm.StateRunning)
 	// The pool redials: the old connections died with the nodes.
 	if got := run(t, ctx, pool, p, "cp1", "cat /etc/khw-lab; test -e /etc/khw-new && echo NEW-STILL-THERE; cat /etc/hostname"); got != "before\ncp1" {
 		t.Errorf("after revert: %q, want the snapshot's files (before, no khw-new, hostname cp1)", got)
@@ -117,7 +118,7 @@ func TestSnapshotVanishedFiles(t *testing.T) {
 	c := config.Default(randomCluster(t), runtime.GOARCH, config.ProviderNspawn)
 	c.Nodes = c.Nodes[:2]
 	state := t.TempDir()
-	p := &Nspawn{c: c, opts: NspawnOptions{StateDir: state, CacheDir: t.TempDir()}, procs: map[string]*exec.Cmd{}}
+	p := &Provider{c: c, opts: Options{StateDir: state, CacheDir: t.TempDir()}, procs: map[string]*exec.Cmd{}}
 	for _, n := range c.Nodes {
 		for f, data := range map[string]string{"usr/bin/systemctl": "bin", "etc/ssh/ssh_host_ed25519_key": "key " + n.Name} {
 			path := filepath.Join(p.NodeRoot(n.Name), f)

@@ -1,4 +1,4 @@
-package vm
+package nspawn
 
 import (
 	"context"
@@ -35,12 +35,12 @@ const runningFile = "RUNNING"
 // snapshotName is what Snapshot accepts: it becomes a directory name.
 var snapshotName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
-func (p *Nspawn) snapshotDir(name string) string {
+func (p *Provider) snapshotDir(name string) string {
 	return filepath.Join(p.opts.StateDir, "nspawn", "snapshots", name)
 }
 
 // Snapshots lists the snapshot names, oldest first.
-func (p *Nspawn) Snapshots() ([]string, error) {
+func (p *Provider) Snapshots() ([]string, error) {
 	dir := filepath.Join(p.opts.StateDir, "nspawn", "snapshots")
 	ents, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
@@ -85,7 +85,7 @@ func runRsync(ctx context.Context, args ...string) error {
 }
 
 // freezerDir is the node's cgroup in the v1 freezer hierarchy, "" if none.
-func (p *Nspawn) freezerDir(node string) string {
+func (p *Provider) freezerDir(node string) string {
 	for _, d := range p.cgroupDirs(node) {
 		if _, err := os.Stat(filepath.Join(d, "freezer.state")); err == nil {
 			return d
@@ -127,7 +127,7 @@ func setFrozen(dir string, frozen bool) error {
 // existing snapshot of that name is replaced. Errors: a bad name, rsync
 // missing (the fix names the package), a node not created, a copy failing
 // (the partial snapshot is removed; the nodes are always thawed).
-func (p *Nspawn) Snapshot(ctx context.Context, name string) error {
+func (p *Provider) Snapshot(ctx context.Context, name string) error {
 	if !snapshotName.MatchString(name) {
 		return fmt.Errorf("snapshot name %q: use lower-case letters, digits, '.', '_' and '-' (at most 63)", name)
 	}
@@ -263,7 +263,7 @@ func isDir(p string) bool {
 // were running when the snapshot was taken are started again. Errors: no such snapshot (the message
 // lists the ones there are), rsync failing (the node stays off; run Revert
 // again).
-func (p *Nspawn) Revert(ctx context.Context, name string) error {
+func (p *Provider) Revert(ctx context.Context, name string) error {
 	if err := p.checkOwner(); err != nil {
 		return err
 	}
@@ -301,7 +301,7 @@ func (p *Nspawn) Revert(ctx context.Context, name string) error {
 }
 
 // DeleteSnapshot removes snapshot name (no error if it does not exist).
-func (p *Nspawn) DeleteSnapshot(ctx context.Context, name string) error {
+func (p *Provider) DeleteSnapshot(ctx context.Context, name string) error {
 	if !snapshotName.MatchString(name) {
 		return fmt.Errorf("snapshot name %q is not valid", name)
 	}
@@ -313,4 +313,4 @@ func (p *Nspawn) DeleteSnapshot(ctx context.Context, name string) error {
 
 // LastFreeze returns how long the nodes stood frozen during the last
 // Snapshot of this provider value (0 before any).
-func (p *Nspawn) LastFreeze() time.Duration { return p.lastFrozenFor }
+func (p *Provider) LastFreeze() time.Duration { return p.lastFrozenFor }
