@@ -38,3 +38,13 @@ func networkBits(c *config.Cluster) (string, int, error) {
 	}
 	return p.String(), p.Bits(), nil
 }
+
+// Addresses maps the node names of c to their cluster.yaml IPs: what
+// every provider's Addresses returns.
+func Addresses(c *config.Cluster) map[string]netip.Addr {
+	m := map[string]netip.Addr{}
+	for _, n := range c.Nodes {
+		m[n.Name] = n.Addr()
+	}
+	return m
+}

@@ -141,13 +141,7 @@ func (p *Provider) Status(ctx context.Context) ([]vm.NodeStatus, error) {
 }
 
 // Addresses maps node names to their cluster.yaml IPs.
-func (p *Provider) Addresses() map[string]netip.Addr {
-	m := map[string]netip.Addr{}
-	for _, n := range p.c.Nodes {
-		m[n.Name] = n.Addr()
-	}
-	return m
-}
+func (p *Provider) Addresses() map[string]netip.Addr { return vm.Addresses(p.c) }
 
 // Dialer connects directly (the host routes the node network through the
 // libvirt bridge), or from inside Options.NetnsPath when set.

@@ -475,13 +475,7 @@ func (p *Provider) Status(ctx context.Context) ([]vm.NodeStatus, error) {
 }
 
 // Addresses maps node names to their cluster.yaml IPs.
-func (p *Provider) Addresses() map[string]netip.Addr {
-	m := map[string]netip.Addr{}
-	for _, n := range p.c.Nodes {
-		m[n.Name] = n.Addr()
-	}
-	return m
-}
+func (p *Provider) Addresses() map[string]netip.Addr { return vm.Addresses(p.c) }
 
 // Snapshot, Revert and DeleteSnapshot: see snapshot.go.
 
