@@ -317,3 +317,26 @@ func TestAddedControlPlaneStaysValid(t *testing.T) {
 		t.Fatalf("5 control planes: %v %v", warns, err)
 	}
 }
+
+// A libvirt cluster.yaml without a libvirt section shows the section's
+// fields commented out, and loads back the same.
+func TestMarshalLibvirtExample(t *testing.T) {
+	c := Default("khw", ArchARM64, ProviderLibvirt)
+	data, err := c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "#libvirt:\n#  uri: qemu:///system") {
+		t.Fatalf("no commented libvirt section:\n%s", data)
+	}
+	back, _, err := Parse(data, "cluster.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Libvirt != nil {
+		t.Fatalf("the commented section was read: %+v", back.Libvirt)
+	}
+	if n, _ := Default("khw", ArchARM64, ProviderNspawn).Marshal(); strings.Contains(string(n), "#libvirt:") {
+		t.Fatal("an nspawn cluster.yaml shows the libvirt section")
+	}
+}

@@ -213,8 +213,21 @@ func (c *Cluster) Marshal() ([]byte, error) {
 	if err := enc.Close(); err != nil {
 		return nil, err
 	}
+	if c.Provider == ProviderLibvirt && c.Libvirt == nil {
+		buf.WriteString(libvirtExample)
+	}
 	return buf.Bytes(), nil
 }
+
+// libvirtExample ends a libvirt cluster.yaml that has no libvirt section:
+// the section's fields, commented out, with their defaults.
+const libvirtExample = `# The libvirt provider's settings; every one is optional (remove the # to set one):
+#libvirt:
+#  uri: qemu:///system      # the libvirtd to use
+#  image: /abs/base.qcow2   # default: the catalog's Ubuntu 24.04 cloud image for arch (from the mirror if set)
+#  network: default         # an existing libvirt network; default: the one on network.cidr, else khw-<name>
+#  domainType: kvm          # kvm, or qemu (TCG, ~15x slower, for hosts without KVM); default: probe KVM
+`
 
 func annotate(n *yaml.Node, path string) {
 	switch n.Kind {
