@@ -341,3 +341,34 @@ func TestMirrorExportServeFetch(t *testing.T) {
 		t.Errorf("serve of a non-mirror: %d %s", code, e)
 	}
 }
+
+// A bad --node-debs, --distro or --debs-keyring is refused before anything
+// is fetched or written.
+func TestMirrorExportNodeDebsFlagsCheckedFirst(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "state")
+	run(t, base, "init", "--arch", "amd64", "--provider", "libvirt")
+	manifest := filepath.Join(t.TempDir(), "img.manifest")
+	if err := os.WriteFile(manifest, []byte("bash\t5.2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--node-debs", filepath.Join(t.TempDir(), "none")}, "--node-debs: open"},
+		{[]string{"--node-debs", manifest, "--distro", "noble"}, "want ID/VERSION_CODENAME"},
+		{[]string{"--node-debs", manifest, "--distro", "ubuntu/jammy"}, "khw knows no package archive for ubuntu jammy amd64"},
+		{[]string{"--node-debs", manifest, "--debs-keyring", filepath.Join(t.TempDir(), "none.gpg")}, "--debs-keyring: open"},
+	} {
+		// The mirror is unreachable: a fetch would fail with another error.
+		dir := filepath.Join(t.TempDir(), "export")
+		args := append([]string{"mirror", "export", dir, "--mirror", "http://127.0.0.1:1", "--mirror-digest", "sha256:" + strings.Repeat("0", 64)}, tc.args...)
+		_, e, code := run(t, base, args...)
+		if code != exitUsage || !strings.Contains(e, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want usage error %q", tc.args, code, e, tc.want)
+		}
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("%v: the export directory was made", tc.args)
+		}
+	}
+}

@@ -113,6 +113,12 @@ khw pins for that archive, found in --debs-keyring.`,
 				"export into a directory of its own, e.g. /srv/khw-mirror"); err != nil {
 				return usageError{err}
 			}
+			var plans []debsPlan
+			if nodeDebs != "" {
+				if plans, err = planNodeDebs(arches, nodeDebs, distro, debsKeyring); err != nil {
+					return err
+				}
+			}
 			ctx, stop := signalContext(cmd)
 			defer stop()
 			res, err := f.Fetch(ctx, rs)
@@ -134,7 +140,7 @@ khw pins for that archive, found in --debs-keyring.`,
 			fmt.Fprintf(a.out, "Exported %d artifacts (%s, linux/%s) to %s: %d files written, %d unchanged\n",
 				len(res), components.HumanBytes(total), strings.Join(arches, ", linux/"), dir, len(rep.Written), len(rep.Unchanged))
 			if nodeDebs != "" {
-				if rep.Digest, err = exportNodeDebs(ctx, a, f, dir, arches, nodeDebs, distro, debsKeyring); err != nil {
+				if rep.Digest, err = exportNodeDebs(ctx, a, f, dir, plans); err != nil {
 					return err
 				}
 			}
@@ -152,24 +158,33 @@ khw pins for that archive, found in --debs-keyring.`,
 	return cmd
 }
 
-// exportNodeDebs adds the node packages for the image manifest to the
-// mirror dir for each arch (components.Fetcher.ExportNodeDebs) and returns
-// the mirror's new pin.
-func exportNodeDebs(ctx context.Context, a *app, f *components.Fetcher, dir string, arches []string, manifest, distro, keyringPath string) (string, error) {
+// debsPlan is what --node-debs exports for one arch: the archive, the
+// pinned keyring and the image manifest, all read and checked before
+// anything is downloaded.
+type debsPlan struct {
+	ar       components.DebArchive
+	arch     string
+	manifest []byte
+	keyring  []byte
+}
+
+// planNodeDebs checks --node-debs, --distro and --debs-keyring for every
+// arch; its errors are usage errors naming the flag and the fix.
+func planNodeDebs(arches []string, manifest, distro, keyringPath string) ([]debsPlan, error) {
 	osID, codename, ok := strings.Cut(distro, "/")
 	if !ok {
-		return "", usagef("--distro %q: want ID/VERSION_CODENAME as in the image's /etc/os-release, e.g. ubuntu/noble", distro)
+		return nil, usagef("--distro %q: want ID/VERSION_CODENAME as in the image's /etc/os-release, e.g. ubuntu/noble", distro)
 	}
 	man, err := os.ReadFile(manifest)
 	if err != nil {
-		return "", usagef("--node-debs: %v", err)
+		return nil, usagef("--node-debs: %v", err)
 	}
-	digest := ""
+	var plans []debsPlan
 	for _, arch := range arches {
 		arch = strings.TrimSpace(arch)
 		ar, err := components.FindDebArchive(osID, codename, arch)
 		if err != nil {
-			return "", usageError{fmt.Errorf("--distro %s: %w", distro, err)}
+			return nil, usageError{fmt.Errorf("--distro %s: %w", distro, err)}
 		}
 		kp := keyringPath
 		if kp == "" {
@@ -177,11 +192,21 @@ func exportNodeDebs(ctx context.Context, a *app, f *components.Fetcher, dir stri
 		}
 		kr, err := os.ReadFile(kp)
 		if err != nil {
-			return "", usagef("--debs-keyring: %v (fix: install the distribution's keyring package, e.g. apt-get install ubuntu-keyring, or pass --debs-keyring FILE)", err)
+			return nil, usagef("--debs-keyring: %v (fix: install the distribution's keyring package, e.g. apt-get install ubuntu-keyring, or pass --debs-keyring FILE)", err)
 		}
-		rep, err := f.ExportNodeDebs(ctx, dir, ar, arch, man, kr, nil)
+		plans = append(plans, debsPlan{ar: ar, arch: arch, manifest: man, keyring: kr})
+	}
+	return plans, nil
+}
+
+// exportNodeDebs adds the node packages of each plan to the mirror dir
+// (components.Fetcher.ExportNodeDebs) and returns the mirror's new pin.
+func exportNodeDebs(ctx context.Context, a *app, f *components.Fetcher, dir string, plans []debsPlan) (string, error) {
+	digest := ""
+	for _, pl := range plans {
+		rep, err := f.ExportNodeDebs(ctx, dir, pl.ar, pl.arch, pl.manifest, pl.keyring, nil)
 		if err != nil {
-			return "", fmt.Errorf("mirror export: node packages for %s %s: %w", ar, arch, err)
+			return "", fmt.Errorf("mirror export: node packages for %s %s: %w", pl.ar, pl.arch, err)
 		}
 		var size int64
 		var names []string
@@ -190,7 +215,7 @@ func exportNodeDebs(ctx context.Context, a *app, f *components.Fetcher, dir stri
 			names = append(names, p.Name)
 		}
 		fmt.Fprintf(a.out, "Exported %d node package(s) (%s, %s %s: %s) to %s: %d files written, %d unchanged\n",
-			len(rep.Debs), components.HumanBytes(size), ar, arch, strings.Join(names, " "), dir, len(rep.Written), len(rep.Unchanged))
+			len(rep.Debs), components.HumanBytes(size), pl.ar, pl.arch, strings.Join(names, " "), dir, len(rep.Written), len(rep.Unchanged))
 		digest = rep.Digest
 	}
 	return digest, nil
