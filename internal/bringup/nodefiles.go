@@ -236,19 +236,21 @@ func unitDiffs(w *nodeWant, st nodeState, changing map[string]bool) []steps.Diff
 			diffs = append(diffs, steps.Diff{Kind: steps.DiffUnit, Subject: u.Name, Node: node, What: fmt.Sprintf("%s%s (%s/%s)", u.Name, unitNotRunning, got.Active, got.Sub), Fix: "systemctl restart " + u.Name})
 			continue
 		}
-		var stale []string
+		var stale, replaced []string
 		for _, dep := range u.Deps {
-			if changing[dep] {
-				stale = append(stale, dep)
-				continue
-			}
 			if fst, ok := st.Files[dep]; ok && fst.Present && !got.Started.IsZero() && fst.MTime.After(got.Started) {
 				stale = append(stale, dep)
+			} else if changing[dep] {
+				replaced = append(replaced, dep)
 			}
 		}
 		if len(stale) > 0 {
-			diffs = append(diffs, steps.Diff{Node: node,
-				What: fmt.Sprintf("%s runs with an old %s (changed or changing after it started)", u.Name, strings.Join(stale, ", ")),
+			diffs = append(diffs, steps.Diff{Node: node, Subject: u.Name,
+				What: fmt.Sprintf("%s runs with an old %s (changed after it started)", u.Name, strings.Join(stale, ", ")),
+				Fix:  "systemctl restart " + u.Name})
+		} else if len(replaced) > 0 {
+			diffs = append(diffs, steps.Diff{Kind: steps.DiffFollows, Node: node, Subject: u.Name,
+				What: fmt.Sprintf("%s must restart to read khw's %s", u.Name, strings.Join(replaced, ", ")),
 				Fix:  "systemctl restart " + u.Name})
 		}
 	}

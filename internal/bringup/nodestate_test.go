@@ -113,7 +113,7 @@ func TestUnitDiffs(t *testing.T) {
 	}{
 		{"clean", unitState{Load: "loaded", Active: "active", Enabled: "enabled", Started: start}, start.Add(-time.Second), nil, ""},
 		{"cert newer than process", unitState{Load: "loaded", Active: "active", Enabled: "enabled", Started: start}, start.Add(time.Millisecond), nil, "runs with an old /etc/etcd/kubernetes.pem"},
-		{"binary about to change", unitState{Load: "loaded", Active: "active", Enabled: "enabled", Started: start}, start.Add(-time.Second), map[string]bool{"/usr/local/bin/etcd": true}, "runs with an old /usr/local/bin/etcd"},
+		{"binary about to change", unitState{Load: "loaded", Active: "active", Enabled: "enabled", Started: start}, start.Add(-time.Second), map[string]bool{"/usr/local/bin/etcd": true}, "etcd.service must restart to read khw's /usr/local/bin/etcd"},
 		{"failed", unitState{Load: "loaded", Active: "failed", Sub: "failed", Enabled: "enabled"}, start, nil, "is not running (failed/failed)"},
 		{"not found", unitState{Load: "not-found"}, start, nil, "is not known to systemd"},
 	}

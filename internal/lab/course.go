@@ -339,6 +339,8 @@ func (c *Course) nodesRunning(ctx context.Context, l Lab) error {
 func (g *Grade) addStepDiffs(l Lab, diffs []steps.Diff) {
 	for _, d := range diffs {
 		switch d.Kind {
+		case steps.DiffFollows:
+			continue
 		case steps.DiffUnit:
 			g.Mistakes = append(g.Mistakes, labcheck.Mistake{Lab: l.ID, Node: d.Node, What: d.What,
 				Evidence: "systemctl show " + d.Subject + " on " + d.Node + " (khw status shows every unit)",

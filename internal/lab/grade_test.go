@@ -90,3 +90,17 @@ func TestJudgeFilesExplainsOnlyWhatDiffers(t *testing.T) {
 		t.Errorf("left %v", left)
 	}
 }
+
+// A restart that follows from a file khw would replace is no difference of
+// its own; a unit that does not run is a mistake.
+func TestAddStepDiffsLeavesOutWhatFollows(t *testing.T) {
+	g := &Grade{}
+	g.addStepDiffs(mustLab(t, labid.Etcd), []steps.Diff{
+		{Kind: steps.DiffFollows, Node: "cp1", Subject: "etcd.service", What: "etcd.service must restart to read khw's /etc/systemd/system/etcd.service"},
+		{Kind: steps.DiffUnit, Node: "cp2", Subject: "etcd.service", What: "etcd.service is not running"},
+		{Node: "cp3", Subject: "/usr/local/bin/etcd", What: "/usr/local/bin/etcd differs"},
+	})
+	if len(g.Mistakes) != 1 || g.Mistakes[0].Node != "cp2" || len(g.Differences) != 1 || g.Differences[0].Node != "cp3" {
+		t.Fatalf("mistakes %v, differences %v", g.Mistakes, g.Differences)
+	}
+}

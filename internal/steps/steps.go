@@ -129,11 +129,17 @@ const (
 	// DiffUnit is a systemd unit that is unknown to systemd, not enabled or
 	// not running: never a correct variant.
 	DiffUnit
+	// DiffFollows is what Apply will do only because of another
+	// difference (restart a unit whose file it replaces): not a difference
+	// of its own, so grading leaves it out.
+	DiffFollows
 )
 
 // NotRunning reports whether d says something that must run does not: a
 // machine or a systemd unit.
-func (d Diff) NotRunning() bool { return d.Kind != DiffContent }
+func (d Diff) NotRunning() bool {
+	return d.Kind == DiffMachineAbsent || d.Kind == DiffMachineStopped || d.Kind == DiffUnit
+}
 
 // String renders "cp1: etcd.service is not active (fix: start etcd.service)";
 // the node prefix is left out for Node == "" and the fix part for Fix == "".
