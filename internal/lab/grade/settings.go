@@ -9,6 +9,23 @@
 // (templates/node/...): the comment block right above the line that sets it,
 // or for a unit's flags the flag table at the top of the unit. The rules
 // (rules.go) cite the upstream source of each.
+//
+// The rule for what goes where:
+//   - A step's Check (internal/steps) says whether the nodes are as khw
+//     builds them: files byte for byte, units enabled, active and started
+//     after their files, the cluster's health. It is what `khw up` acts on.
+//   - Grading (`khw lab check`, internal/lab) starts from that Check: a
+//     machine or unit that does not run is a mistake as it stands; a file
+//     whose bytes differ is read from the node and judged here, setting by
+//     setting, against the step's own reference (steps.Referencer); what
+//     follows only from another difference (steps.DiffFollows) is left out.
+//   - The detectors (internal/labcheck) add what no single file shows:
+//     certificates and their chain, RBAC, bootstrap tokens, CSRs, routes.
+//     They must not judge a setting that a rule here judges.
+//
+// Grading and Check share their probes: the reference files come from the
+// step (the same rendering `khw up` installs), and node files are read
+// through the session's SSH pool (lab.Source).
 package grade
 
 import (
