@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,7 +9,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -408,7 +406,7 @@ var powerProvider = cluster.NewProvider
 // skips nodes already in the wanted state, runs act on the others in
 // parallel and prints one line per node as it finishes.
 func powerNodes(ctx context.Context, a *app, names []string, want string,
-	act func(context.Context, vm.Provider, string) (string, error)) error {
+	act cluster.PowerAct) error {
 	d, c, unlock, err := a.loadForWrite()
 	if err != nil {
 		return err
@@ -424,62 +422,11 @@ func powerNodes(ctx context.Context, a *app, names []string, want string,
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	st, err := p.Status(ctx)
-	if err != nil {
-		return err
-	}
-	now := map[string]vm.State{}
-	for _, s := range st {
-		now[s.Name] = s.State
-	}
-	var (
-		mu   sync.Mutex
-		wg   sync.WaitGroup
-		errs []error
-		done int // nodes act handled without error
-	)
-	say := func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
+	done, err := cluster.Power(ctx, p, nodes, want, act, func(format string, args ...any) {
 		fmt.Fprintf(a.out, format+"\n", args...)
-	}
-	for _, n := range nodes {
-		switch {
-		case now[n] == vm.StateAbsent:
-			say("%s: absent, not powered %s", n, want)
-			mu.Lock()
-			errs = append(errs, fmt.Errorf("node %s does not exist (fix: khw up creates it)", n))
-			mu.Unlock()
-			continue
-		case want == "off" && now[n] == vm.StateStopped:
-			say("%s: already off", n)
-			continue
-		case want == "on" && now[n] == vm.StateRunning:
-			say("%s: already running", n)
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			start := time.Now()
-			what, err := act(ctx, p, n)
-			took := time.Since(start).Round(10 * time.Millisecond)
-			if err != nil {
-				say("%s: FAILED after %s", n, took)
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-				return
-			}
-			say("%s: %s in %s", n, what, took)
-			mu.Lock()
-			done++
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	if len(errs) > 0 {
-		return fmt.Errorf("power %s: %w", want, errors.Join(errs...))
+	})
+	if err != nil {
+		return fmt.Errorf("power %s: %w", want, err)
 	}
 	if want == "on" && done > 0 {
 		fmt.Fprintln(a.out, "booting; `khw status` shows when the nodes run, their services take a few seconds more")
