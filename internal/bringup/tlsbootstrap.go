@@ -64,6 +64,19 @@ func NewTLSBootstrapStep(m *Machines, c *config.Cluster) steps.Step {
 	spec := workerSpec(m, c, labid.TLSBootstrap, "Join w3 by TLS bootstrap",
 		func(n config.Node) bool { return n.TLSBootstrap },
 		func(in render.Input) bool { return in.Path != bootstrapKubeconfig })
+	// The host and container runtime are 07-workers'; this step adds the
+	// kubelet and kube-proxy.
+	spec.keepFile = func(_ config.Node, p string) bool { return kubeletSide(p) }
+	spec.unitsFor = func(n config.Node) []wantUnit {
+		var out []wantUnit
+		for _, u := range workerUnits(n) {
+			if u.Name != "containerd.service" {
+				out = append(out, u)
+			}
+		}
+		return out
+	}
+	spec.packages, spec.extras = nil, nil
 	for _, n := range c.Workers() {
 		if n.TLSBootstrap {
 			spec.title = "Join " + n.Name + " by TLS bootstrap"

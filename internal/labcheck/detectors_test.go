@@ -433,9 +433,9 @@ func TestDetectors(t *testing.T) {
 		{"bootstrap kubeconfig without a token", "10-tls-bootstrap", func(t *testing.T, f *fixture) {
 			f.src.edit(t, "w3", "/var/lib/kubelet/bootstrap-kubeconfig", "token: "+f.token.Value(), "token: \"\"")
 		}, []want{{"10-tls-bootstrap", "w3", "holds no token"}}},
-		{"w3 swap on (host checks run for the bootstrap worker)", "10-tls-bootstrap", func(t *testing.T, f *fixture) {
+		{"w3 swap on (07 prepares every worker's host)", "07-workers", func(t *testing.T, f *fixture) {
 			f.src.set("w3", "/proc/swaps", "Filename Type Size Used Priority\n/dev/vda3 partition 1048572 0 -2\n")
-		}, []want{{"10-tls-bootstrap", "w3", "swap is on"}}},
+		}, []want{{"07-workers", "w3", "swap is on"}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -110,11 +110,11 @@ func (e *env) readKubelet(lab, node string) (*kubelet, []Mistake, error) {
 // br_netfilter loaded with net.bridge.bridge-nf-call-iptables = 1 and
 // net.ipv4.ip_forward = 1 (https://kubernetes.io/docs/setup/production-environment/container-runtimes/#network-configuration),
 // read from /proc.
-func workerHost(bootstrap bool) func(*env) ([]Mistake, error) {
+func workerHost() func(*env) ([]Mistake, error) {
 	return func(e *env) ([]Mistake, error) {
-		lab := labOf(bootstrap)
+		lab := labid.Workers
 		var out []Mistake
-		for _, n := range workerSel(bootstrap)(e) {
+		for _, n := range e.c.Workers() {
 			k, _, err := e.readKubelet(lab, n.Name)
 			if err != nil {
 				return nil, err
@@ -235,16 +235,18 @@ func stripTOMLComments(s string) string {
 // conf_dir, in name order, as libcni's ConfFiles sorts them) names plugin
 // binaries that exist in its bin dirs and gives pods addresses from the
 // node's podCIDR (https://www.cni.dev/docs/spec/).
-func workerRuntime(bootstrap bool) func(*env) ([]Mistake, error) {
+func workerRuntime() func(*env) ([]Mistake, error) {
 	return func(e *env) ([]Mistake, error) {
-		lab := labOf(bootstrap)
+		lab := labid.Workers
 		var out []Mistake
-		for _, n := range workerSel(bootstrap)(e) {
+		for _, n := range e.c.Workers() {
 			_, ms, err := e.readKubelet(lab, n.Name)
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, ms...)
+			if !n.TLSBootstrap { // w3's kubelet is lab 10's (bootstrap-identity)
+				out = append(out, ms...)
+			}
 			cc, err := e.readContainerd(n.Name)
 			if err != nil {
 				return nil, err

@@ -2,6 +2,7 @@ package grade
 
 import (
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -71,15 +72,35 @@ func Compare(ref, got *Config) []Change {
 		g, ok := have[s.Key]
 		switch {
 		case !ok:
-			out = append(out, Change{Op: Missing, Key: s.Key, Ref: s.Value, Meaning: ref.Meaning(s)})
-		case g.Value != s.Value:
-			out = append(out, Change{Op: Changed, Key: s.Key, Ref: s.Value, Got: g.Value, Meaning: ref.Meaning(s)})
+			out = append(out, Change{Op: Missing, Key: s.Key, Ref: shown(s.Key, s.Value), Meaning: ref.Meaning(s)})
+		case !sameValue(g.Value, s.Value):
+			out = append(out, Change{Op: Changed, Key: s.Key, Ref: shown(s.Key, s.Value), Got: shown(s.Key, g.Value), Meaning: ref.Meaning(s)})
 		}
 	}
 	for _, s := range got.Settings {
 		if !want[s.Key] {
-			out = append(out, Change{Op: Added, Key: s.Key, Got: s.Value, Meaning: got.Meaning(s)})
+			out = append(out, Change{Op: Added, Key: s.Key, Got: shown(s.Key, s.Value), Meaning: got.Meaning(s)})
 		}
 	}
 	return out
+}
+
+// hidden stands for a value that may be a secret.
+const hidden = "<hidden: may be a secret>"
+
+// secretWords mark a setting whose value may be a credential: HAProxy's
+// stats auth and userlist passwords, a unit's Environment= (proxy URLs with
+// a password), anything named like a secret, token or password.
+var secretWords = []string{"secret", "token", "password", "passwd", "stats auth", "environment", "credential"}
+
+// shown returns v, or hidden when the setting or its value may hold a
+// secret: findings never show one.
+func shown(key, v string) string {
+	k, lv := strings.ToLower(key), strings.ToLower(v)
+	for _, w := range secretWords {
+		if strings.Contains(k, w) || strings.Contains(lv, w) {
+			return hidden
+		}
+	}
+	return v
 }

@@ -313,7 +313,7 @@ func spell(c *Config, key, v string) string {
 func evidence(got *Config, f File, key string) string {
 	for _, s := range got.Settings {
 		if s.Key == key {
-			return fmt.Sprintf("%s line %d on %s: %s", f.Path, s.Line, f.Node.Name, spell(got, key, s.Value))
+			return fmt.Sprintf("%s line %d on %s: %s", f.Path, s.Line, f.Node.Name, spell(got, key, shown(key, s.Value)))
 		}
 	}
 	return fmt.Sprintf("%s on %s does not set %s", f.Path, f.Node.Name, key)

@@ -110,10 +110,17 @@ func TestJudgeBreakOneThing(t *testing.T) {
 		{"kubelet AlwaysAllow", []edit1{{"w2", kubeletYAML, "mode: Webhook", "mode: AlwaysAllow"}}, "w2", Weakens, "authorization.mode", "systemctl restart kubelet"},
 		{"kubelet cgroupfs", []edit1{{"w2", kubeletYAML, "cgroupDriver: systemd", "cgroupDriver: cgroupfs"}}, "w2", Inconsistent, "cgroupDriver is cgroupfs but containerd's SystemdCgroup is true", ""},
 		{"kubelet without cgroupDriver", []edit1{{"w1", kubeletYAML, "cgroupDriver: systemd\n", ""}}, "w1", Inconsistent, "cgroupDriver is cgroupfs but containerd's SystemdCgroup is true", "cgroupDriver: systemd"},
-		{"containerd cgroupfs", []edit1{{"w1", containerdTOML, "SystemdCgroup = true", "SystemdCgroup = false"}}, "w1", Inconsistent, "containerd's SystemdCgroup is false", ""},
+		{"containerd cgroupfs", []edit1{{"w1", containerdTOML, "SystemdCgroup = true", "SystemdCgroup = false"}}, "w1", Inconsistent, "SystemdCgroup in config.toml the kubelet's cgroupDriver is systemd but containerd's SystemdCgroup is false", "SystemdCgroup = true in /etc/containerd/config.toml"},
 		{"kubelet DNS on one worker", []edit1{{"w3", kubeletYAML, "- 10.32.0.10", "- 10.32.0.53"}}, "w3", Breaks, "clusterDNS in kubelet-config.yaml is 10.32.0.53, want 10.32.0.10", "clusterDNS: 10.32.0.10"},
-		{"haproxy on loopback", []edit1{{"lb", haproxyCfg, "bind *:6443", "bind 127.0.0.1:6443"}}, "lb", Breaks, "nothing listens on 192.168.122.10:6443", "bind *:6443 (in frontend kube-apiserver)"},
-		{"haproxy mode http", []edit1{{"lb", haproxyCfg, "mode tcp", "mode http"}}, "lb", Breaks, "defaults: mode in haproxy.cfg is http, want tcp", "systemctl reload haproxy"},
+		{"kubelet read-only port flag", []edit1{{"w1", kubeletUnit, "--v=2", "--v=2 --read-only-port=10255"}}, "w1", Weakens, "--read-only-port in kubelet.service is 10255", ""},
+		{"kubelet read-only port", []edit1{{"w2", kubeletYAML, "registerNode: true", "registerNode: true\nreadOnlyPort: 10255"}}, "w2", Weakens, "readOnlyPort in kubelet-config.yaml is 10255", "remove readOnlyPort"},
+		{"kubelet anonymous flag", []edit1{{"w1", kubeletUnit, "--v=2", "--v=2 --anonymous-auth=true"}}, "w1", Weakens, "--anonymous-auth in kubelet.service is true", ""},
+		{"same wrong etcd members everywhere", []edit1{
+			{"cp1", etcdUnit, "cp3=https://192.168.122.13:2380", "cp3=https://192.168.122.31:2380"},
+			{"cp2", etcdUnit, "cp3=https://192.168.122.13:2380", "cp3=https://192.168.122.31:2380"},
+			{"cp3", etcdUnit, "cp3=https://192.168.122.13:2380", "cp3=https://192.168.122.31:2380"}}, "cp2", Breaks, "has cp3=https://192.168.122.31:2380, want https://192.168.122.13:2380", ""},
+		{"AlwaysAllow repeated after Node,RBAC", []edit1{{"cp1", apiserverUnit, "--authorization-mode=Node,RBAC \\", "--authorization-mode=AlwaysAllow --authorization-mode=Node,RBAC \\"}}, "cp1", Weakens, "is AlwaysAllow,Node,RBAC: AlwaysAllow authorizes every request", ""},
+		{"a later flag wins", []edit1{{"cp1", etcdUnit, "  --client-cert-auth \\\n", "  --client-cert-auth \\\n  --client-cert-auth=false \\\n"}}, "cp1", Weakens, "--client-cert-auth in etcd.service is false, want true", ""},
 		{"no forwarding", []edit1{{"w1", sysctlConf, "net.ipv4.ip_forward = 1", "net.ipv4.ip_forward = 0"}}, "w1", Breaks, "net.ipv4.ip_forward", "sysctl --system"},
 		{"kube-proxy pod range", []edit1{{"w2", kubeProxyYAML, "clusterCIDR: 10.200.0.0/16", "clusterCIDR: 10.200.0.0/24"}}, "w2", Breaks, "clusterCIDR", ""},
 	}
@@ -184,6 +191,19 @@ func TestJudgeVariants(t *testing.T) {
 		{"kubelet timeout", "w1", kubeletYAML, replace("runtimeRequestTimeout: 15m", "runtimeRequestTimeout: 10m"), []string{"runtimeRequestTimeout: 15m → 10m"}, ""},
 		{"kubelet added address", "w1", kubeletYAML, replace("registerNode: true", "registerNode: true\naddress: 0.0.0.0"), []string{"address: added (0.0.0.0)"}, ""},
 		{"comments", "cp1", apiserverUnit, replace("[Service]", "[Service]\n# my own note"), nil, ""},
+		{"booleans spelt otherwise", "cp1", etcdUnit, replace("  --client-cert-auth \\\n", "  --client-cert-auth=1 \\\n"), nil, ""},
+		{"a default left out", "cp1", cmUnit, replace("  --leader-elect=true \\\n", ""), []string{"--leader-elect: missing (reference: true)"}, ""},
+		{"kubelet authorization default", "w1", kubeletYAML, replace("authorization:\n  mode: Webhook\n", ""), []string{"authorization.mode: missing (reference: Webhook)"}, ""},
+		{"an empty ExecStart= resets", "cp1", etcdUnit, replace("ExecStart=/usr/local/bin/etcd", "ExecStart=\nExecStart=/usr/local/bin/etcd"), nil, ""},
+		{"sysctl.d spellings", "w1", sysctlConf, replace("net.ipv4.ip_forward = 1", "-net/ipv4/ip_forward = 1"), nil, ""},
+		{"haproxy without indentation", "lb", haproxyCfg, func(s string) string {
+			var out []string
+			for _, l := range strings.Split(s, "\n") {
+				out = append(out, strings.TrimSpace(l))
+			}
+			return strings.Join(out, "\n")
+		}, nil, ""},
+		{"stats password", "lb", haproxyCfg, replace("    stats refresh 5s", "    stats refresh 5s\n    stats auth admin:S3cretPassw0rd"), []string{"listen stats: stats auth: added (<hidden: may be a secret>)"}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -276,5 +296,27 @@ func TestJudgeUnparsable(t *testing.T) {
 	}
 	if len(got) != 1 || got[0].Kind != Breaks || !strings.Contains(got[0].What, "cannot be read") {
 		t.Fatalf("want one Breaks finding for the YAML error; got %v", got)
+	}
+}
+
+// Upstream's containerd config version 2, which containerd 2.x still reads,
+// says SystemdCgroup under another table: no mistake.
+func TestJudgeContainerdConfigV2(t *testing.T) {
+	c := defaultCluster(config.ProviderNspawn)
+	files := clusterFiles(t, c)
+	edit(t, files, "w1", containerdTOML, func(string) string {
+		return `version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+  SystemdCgroup = true
+`
+	})
+	got, err := Judge(c, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms := mistakes(got); len(ms) > 0 {
+		t.Fatalf("a version 2 config with SystemdCgroup = true is a mistake: %v", ms)
 	}
 }

@@ -24,6 +24,9 @@ const (
 	modulesConf    = "/etc/modules-load.d/k8s.conf"
 
 	systemdCgroupKey = "plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options.SystemdCgroup"
+	// systemdCgroupKeyV2 is the same setting in a config version 2 file,
+	// which containerd 2.x still reads.
+	systemdCgroupKeyV2 = "plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.runc.options.SystemdCgroup"
 )
 
 // value is one node's side of a setting, as a rule sees it.
@@ -76,6 +79,8 @@ var rules = []rule{
 		why: "it must be this member's URL in --initial-cluster, or the member refuses to start (etcd: \"--initial-cluster has ... but missing from --initial-advertise-peer-urls\")"},
 	{path: etcdUnit, key: "--advertise-client-urls", kind: Breaks, check: keep,
 		why: "clients that discover members (etcdctl --endpoints of one member, the member list) are sent to this URL"},
+	{path: etcdUnit, key: "--initial-cluster", kind: Breaks, check: initialCluster,
+		why: "the members of --initial-cluster must be the control planes of cluster.yaml at their peer URLs, or the members cannot find each other (etcd clustering guide, static bootstrap)"},
 	{path: etcdUnit, key: "--initial-cluster", peers: true, kind: Inconsistent,
 		why: "every member must be started with the same --initial-cluster, or they cannot form one cluster (etcd clustering guide, static bootstrap)"},
 	{path: etcdUnit, key: "--initial-cluster-token", peers: true, kind: Inconsistent,
@@ -112,31 +117,26 @@ var rules = []rule{
 		why: "each controller then acts with its own ServiceAccount and narrow RBAC role instead of the controller-manager's own broad identity (https://kubernetes.io/docs/reference/access-authn-authz/rbac/#controller-roles)"},
 	{path: cmUnit, key: "--root-ca-file", kind: Breaks, check: set,
 		why: "it is the ca.crt of every ServiceAccount token volume: without it pods such as CoreDNS cannot verify the apiserver"},
-	{path: cmUnit, key: "--service-account-private-key-file", kind: Breaks, check: set,
-		why: "the controllers' ServiceAccount tokens are signed with it (with --use-service-account-credentials they are the controllers' credentials)"},
 	{path: cmUnit, key: "--cluster-signing-cert-file", kind: Breaks, check: setIfBootstrap,
 		why: "the CA that signs approved CSRs: the TLS-bootstrap worker's kubelet certificates"},
-	{path: cmUnit, key: "--leader-elect", kind: Breaks, check: keep,
+	{path: cmUnit, key: "--leader-elect", kind: Breaks, check: keepOrUnsetIs("true"),
 		why: "without a leader every controller-manager acts on every object at once"},
-	{path: schedulerYAML, key: "leaderElection.leaderElect", kind: Breaks, check: keep,
+	{path: schedulerYAML, key: "leaderElection.leaderElect", kind: Breaks, check: keepOrUnsetIs("true"),
 		why: "without a leader every scheduler binds pods at once and they race"},
 
-	// HAProxy (https://docs.haproxy.org/2.8/configuration.html).
-	{path: haproxyCfg, key: "frontend kube-apiserver: bind", kind: Breaks, check: haproxyBind,
-		why: "workers, kube-proxy and kubectl connect to <lb's IP>:<port>"},
-	{path: haproxyCfg, key: "defaults: mode", kind: Breaks, check: keep,
-		why: "HAProxy must pass TLS through untouched (mode tcp); in mode http it would read the TLS bytes as HTTP"},
+	// HAProxy's listener and mode are the lb-health-check detector's
+	// (internal/labcheck), which reads them whatever the sections are named.
 
 	// Workers (https://kubernetes.io/docs/reference/config-api/kubelet-config.v1beta1/,
 	// https://kubernetes.io/docs/reference/access-authn-authz/kubelet-authn-authz/).
 	{path: kubeletYAML, key: "authentication.anonymous.enabled", kind: Weakens, check: keepOrUnsetIs("false"),
 		why: "anonymous requests to the kubelet's port 10250 could then list pods, and with authorization.mode AlwaysAllow exec into them"},
-	{path: kubeletYAML, key: "authorization.mode", kind: Weakens, check: keep,
+	{path: kubeletYAML, key: "authorization.mode", kind: Weakens, check: keepOrUnsetIs("Webhook"),
 		why: "Webhook asks the apiserver (a SubjectAccessReview) whether the caller may use nodes/proxy, nodes/log ...; AlwaysAllow lets any authenticated caller exec into every pod of the node"},
 	{path: kubeletYAML, key: "authentication.x509.clientCAFile", kind: Breaks, check: set,
 		why: "the apiserver calls the kubelet (logs, exec, port-forward) with a client certificate, which is checked against this CA"},
-	{path: kubeletYAML, key: "cgroupDriver", kind: Inconsistent, check: sameDriver,
-		why: "two managers of one node's cgroups must agree (https://kubernetes.io/docs/setup/production-environment/container-runtimes/#cgroup-drivers). A kubelet since 1.34 asks containerd 2.x for its driver over the CRI and follows it (KEP-4033), but older kubelets and runtimes use their own setting: keep both equal"},
+	{path: kubeletYAML, key: "cgroupDriver", kind: Inconsistent, check: ifChanged(sameDriver), why: cgroupWhy},
+	{path: containerdTOML, key: systemdCgroupKey, kind: Inconsistent, check: ifChanged(sameDriver), why: cgroupWhy},
 	{path: kubeletYAML, key: "clusterDNS", kind: Breaks, check: keep,
 		why: "pods get this nameserver; it must be the kube-dns Service IP (cluster.yaml kubernetes.clusterDNS)"},
 	{path: kubeletYAML, key: "clusterDomain", kind: Breaks, check: keep,
@@ -147,6 +147,14 @@ var rules = []rule{
 		why: "without it the kubelet serves a self-signed certificate that the apiserver's --kubelet-certificate-authority rejects: kubectl logs and exec fail"},
 	{path: kubeletYAML, key: "serverTLSBootstrap", kind: Breaks, check: keep,
 		why: "the TLS-bootstrap worker has no serving certificate but the one it asks for by a CSR"},
+	{path: kubeletUnit, key: "--anonymous-auth", kind: Weakens, check: notValue("true"),
+		why: "a flag overrides kubelet-config.yaml: anonymous requests to port 10250 could list pods, and with AlwaysAllow exec into them"},
+	{path: kubeletUnit, key: "--authorization-mode", kind: Weakens, check: notValue("AlwaysAllow"),
+		why: "a flag overrides kubelet-config.yaml: AlwaysAllow lets any authenticated caller exec into every pod of the node"},
+	{path: kubeletUnit, key: "--read-only-port", kind: Weakens, check: zeroOrUnset,
+		why: "the read-only port serves pods and node data over plain HTTP to anyone, with no authentication (KubeletConfiguration readOnlyPort; 0 turns it off)"},
+	{path: kubeletYAML, key: "readOnlyPort", kind: Weakens, check: zeroOrUnset,
+		why: "the read-only port serves pods and node data over plain HTTP to anyone, with no authentication (0, the config file's default, turns it off)"},
 	{path: kubeletUnit, key: "--hostname-override", kind: Breaks, check: keep,
 		why: "the Node name must be the name in the kubelet's certificate (system:node:<name>), or the Node authorizer refuses it"},
 	{path: kubeletUnit, key: "--node-ip", kind: Breaks, check: isNodeIP,
@@ -178,8 +186,69 @@ func keep(v value) string {
 		return ""
 	case !v.GotSet:
 		return "not set (want " + v.Ref + ")"
-	case v.Got != v.Ref:
+	case !sameValue(v.Got, v.Ref):
 		return "is " + v.Got + ", want " + v.Ref
+	}
+	return ""
+}
+
+// ifChanged applies check only when the node's value is not the
+// reference's: of two settings that must agree, the one that changed is
+// the mistake.
+func ifChanged(check func(value) string) func(value) string {
+	return func(v value) string {
+		if v.GotSet == v.RefSet && sameValue(v.Got, v.Ref) {
+			return ""
+		}
+		return check(v)
+	}
+}
+
+// notValue: the setting must not be bad (a boolean compared as one).
+func notValue(bad string) func(value) string {
+	return func(v value) string {
+		if v.GotSet && sameValue(v.Got, bad) {
+			return "is " + v.Got
+		}
+		return ""
+	}
+}
+
+func zeroOrUnset(v value) string {
+	if v.GotSet && strings.TrimSpace(v.Got) != "0" {
+		return "is " + v.Got + ", want 0 (off)"
+	}
+	return ""
+}
+
+// initialCluster: --initial-cluster lists exactly the control planes of
+// cluster.yaml, each at https://<its IP, name or FQDN>:2380, in any order.
+func initialCluster(v value) string {
+	if !v.GotSet {
+		return ""
+	}
+	want := map[string]config.Node{}
+	for _, n := range v.Cluster.ControlPlanes() {
+		want[n.Name] = n
+	}
+	seen := map[string]bool{}
+	for _, e := range strings.Split(v.Got, ",") {
+		name, raw, ok := strings.Cut(strings.TrimSpace(e), "=")
+		n, known := want[name]
+		if !ok || !known {
+			return "names " + orUnset(name) + ", which is not a control plane of cluster.yaml"
+		}
+		u, err := url.Parse(raw)
+		if err != nil || u.Scheme != "https" || u.Port() != "2380" ||
+			(u.Hostname() != n.IP && u.Hostname() != n.Name && u.Hostname() != v.Cluster.FQDN(n)) {
+			return "has " + name + "=" + raw + ", want https://" + n.IP + ":2380"
+		}
+		seen[name] = true
+	}
+	for name := range want {
+		if !seen[name] {
+			return "lacks " + name
+		}
 	}
 	return ""
 }
@@ -283,7 +352,8 @@ func listensOn(scheme string, port int) func(value) string {
 				return "has an unparsable URL " + s
 			}
 			a, _ := netip.ParseAddr(u.Hostname())
-			if u.Scheme != scheme && !a.IsLoopback() {
+			loopback := a.IsLoopback() || u.Hostname() == "localhost"
+			if u.Scheme != scheme && !loopback {
 				return "serves " + s + " without TLS: certificates are neither shown nor checked there"
 			}
 			if u.Port() == fmt.Sprint(port) && (u.Hostname() == v.Node.IP || a.IsUnspecified()) {
@@ -320,24 +390,6 @@ func hasBootstrap(c *config.Cluster) bool {
 	return false
 }
 
-func haproxyBind(v value) string {
-	if !v.GotSet {
-		return "not set: HAProxy accepts nothing"
-	}
-	port := fmt.Sprint(v.Cluster.Kubernetes.APIServerPort)
-	for _, b := range strings.Fields(v.Got) {
-		host, p, ok := strings.Cut(b, ":")
-		if strings.HasPrefix(b, "[") || strings.Count(b, ":") > 1 {
-			i := strings.LastIndex(b, ":")
-			host, p, ok = strings.Trim(b[:i], "[]"), b[i+1:], true
-		}
-		if ok && p == port && (host == "" || host == "*" || host == "0.0.0.0" || host == "::" || host == v.Node.IP) {
-			return ""
-		}
-	}
-	return "is " + v.Got + ": nothing listens on " + v.Node.IP + ":" + port
-}
-
 // sameDriver: the kubelet's cgroupDriver is systemd exactly when
 // containerd's runc runs with SystemdCgroup = true.
 func sameDriver(v value) string {
@@ -345,8 +397,11 @@ func sameDriver(v value) string {
 	if driver == "" {
 		driver = "cgroupfs" // the kubelet's default
 	}
-	sc, _ := v.Other(containerdTOML, systemdCgroupKey)
-	if (driver == "systemd") != (sc == "true") {
+	sc, ok := v.Other(containerdTOML, systemdCgroupKey)
+	if !ok {
+		sc, _ = v.Other(containerdTOML, systemdCgroupKeyV2)
+	}
+	if (driver == "systemd") != sameValue(sc, "true") {
 		return fmt.Sprintf("the kubelet's cgroupDriver is %s but containerd's SystemdCgroup is %s", driver, orFalse(sc))
 	}
 	return ""
@@ -364,4 +419,28 @@ func notStub(v value) string {
 		return "is /etc/resolv.conf, which on this node is systemd-resolved's stub (nameserver 127.0.0.53)"
 	}
 	return ""
+}
+
+const cgroupWhy = "the kubelet and containerd manage one node's cgroups and must use the same driver (https://kubernetes.io/docs/setup/production-environment/container-runtimes/#cgroup-drivers). A kubelet since 1.31 asks containerd 2.x for its driver over the CRI and follows it (KEP-4033, on by default since 1.31, GA in 1.34), but older kubelets and runtimes use their own setting: keep both equal"
+
+// sameValue compares two values, booleans as booleans (Go's ParseBool,
+// which the components' flags use, and YAML 1.1's yes/no/on/off, which the
+// kubelet's config decoder accepts).
+func sameValue(a, b string) bool {
+	if a == b {
+		return true
+	}
+	x, okA := parseBool(a)
+	y, okB := parseBool(b)
+	return okA && okB && x == y
+}
+
+func parseBool(s string) (bool, bool) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "1", "t", "true", "yes", "y", "on":
+		return true, true
+	case "0", "f", "false", "no", "n", "off":
+		return false, true
+	}
+	return false, false
 }

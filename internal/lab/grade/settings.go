@@ -143,18 +143,33 @@ func (c *Config) Get(key string) (string, bool) {
 	return "", false
 }
 
-// mergeRepeated joins the values of a key set more than once (a unit's
-// After=, HAProxy's log, a repeated flag), keeping the first line.
+// sliceFlags are the flags of the components that take a list and add up
+// when repeated (pflag StringSlice and StringArray); any other flag set
+// twice keeps its last value, as pflag does.
+var sliceFlags = map[string]bool{"--authorization-mode": true, "--enable-admission-plugins": true,
+	"--disable-admission-plugins": true, "--etcd-servers": true, "--service-account-issuer": true,
+	"--api-audiences": true, "--tls-cipher-suites": true, "--controllers": true, "--node-labels": true}
+
+// mergeRepeated merges a key set more than once, keeping its first line: a
+// flag's last value wins (a list flag's values are joined with ","); a
+// unit directive's or HAProxy keyword's values are joined with " " (After=
+// a, After= b is After=a b).
 func mergeRepeated(in []Setting) []Setting {
 	idx := map[string]int{}
 	var out []Setting
 	for _, s := range in {
-		if i, ok := idx[s.Key]; ok {
+		i, ok := idx[s.Key]
+		switch {
+		case !ok:
+			idx[s.Key] = len(out)
+			out = append(out, s)
+		case sliceFlags[s.Key]:
+			out[i].Value += "," + s.Value
+		case strings.HasPrefix(s.Key, "--"):
+			out[i].Value, out[i].Line = s.Value, s.Line
+		default:
 			out[i].Value += " " + s.Value
-			continue
 		}
-		idx[s.Key] = len(out)
-		out = append(out, s)
 	}
 	return out
 }
@@ -166,10 +181,13 @@ func isComment(l string) bool { return strings.HasPrefix(strings.TrimSpace(l), "
 // "-v=2" as "--v").
 func (c *Config) parseUnit() error {
 	c.flagDocs = unitFlagDocs(c.lines)
-	execs := 0
+	// Only a oneshot service may list several commands; elsewhere a later
+	// ExecStart= replaces the earlier one and an empty one resets it
+	// (systemd.service(5)).
+	oneshot := false
 	for _, l := range c.lines {
-		if strings.HasPrefix(strings.TrimSpace(l), "ExecStart=") {
-			execs++
+		if k, v, ok := strings.Cut(strings.TrimSpace(l), "="); ok && strings.TrimSpace(k) == "Type" && strings.TrimSpace(v) == "oneshot" {
+			oneshot = true
 		}
 	}
 	section := ""
@@ -201,7 +219,11 @@ func (c *Config) parseUnit() error {
 		}
 		name = strings.TrimSpace(name)
 		parts[0].text = value
-		if section == "Service" && name == "ExecStart" && execs > 1 {
+		if section == "Service" && name == "ExecStart" && strings.TrimSpace(value) == "" {
+			c.Settings = dropExec(c.Settings)
+			continue
+		}
+		if section == "Service" && name == "ExecStart" && oneshot {
 			// A oneshot's list of commands: each command is one setting.
 			var words []string
 			for _, p := range parts {
@@ -225,7 +247,7 @@ func (c *Config) parseUnit() error {
 			if len(words) == 0 {
 				continue
 			}
-			c.Settings = append(c.Settings, Setting{Key: "ExecStart", Value: strings.TrimLeft(words[0], "-@:+!"), Line: start})
+			c.Settings = append(dropExec(c.Settings), Setting{Key: "ExecStart", Value: strings.TrimLeft(words[0], "-@:+!"), Line: start})
 			c.Settings = append(c.Settings, parseFlags(words[1:], lines[1:], start)...)
 			continue
 		}
@@ -236,6 +258,18 @@ func (c *Config) parseUnit() error {
 		c.Settings = append(c.Settings, Setting{Key: section + "." + name, Value: strings.Join(vals, " "), Line: start})
 	}
 	return nil
+}
+
+// dropExec removes the settings of an earlier ExecStart= (its command and
+// flags), which a later one replaces.
+func dropExec(in []Setting) []Setting {
+	out := in[:0:0]
+	for _, s := range in {
+		if s.Key != "ExecStart" && !strings.HasPrefix(s.Key, "--") && s.Key != "argument" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // part is one physical line of a unit's logical line.
@@ -291,7 +325,7 @@ func ExecStart(text string) []string {
 			section = l
 			continue
 		}
-		if v, ok := strings.CutPrefix(l, "ExecStart="); ok && section == "[Service]" {
+		if k, v, ok := strings.Cut(l, "="); ok && strings.TrimSpace(k) == "ExecStart" && section == "[Service]" {
 			words, err := splitWords(strings.TrimLeft(strings.TrimSpace(v), "-@:+!"))
 			if err == nil {
 				argv = words
@@ -324,8 +358,14 @@ func splitWords(s string) ([]string, error) {
 	var out []string
 	var cur strings.Builder
 	in, quote := false, rune(0)
+	escaped := false
 	for _, r := range s {
 		switch {
+		case escaped:
+			cur.WriteRune(r)
+			escaped, in = false, true
+		case r == '\\' && quote != '\'':
+			escaped = true
 		case quote != 0 && r == quote:
 			quote = 0
 		case quote != 0:
@@ -344,7 +384,8 @@ func splitWords(s string) ([]string, error) {
 		}
 	}
 	if quote != 0 {
-		return nil, fmt.Errorf("unterminated quote in %q", s)
+		// The line is not shown: it may hold a secret.
+		return nil, fmt.Errorf("unterminated %c quote", quote)
 	}
 	if in {
 		out = append(out, cur.String())
@@ -566,7 +607,13 @@ var haproxyParams = map[string]bool{"inter": true, "fastinter": true, "downinter
 	"sni": true, "check-sni": true, "resolvers": true, "init-addr": true, "observe": true, "error-limit": true,
 	"agent-port": true, "agent-inter": true, "proto": true, "alpn": true, "check-alpn": true}
 
-// parseHAProxy reads sections (an unindented keyword and its name) and
+// haproxySections are the keywords that open a section; HAProxy does not
+// care about indentation.
+var haproxySections = map[string]bool{"global": true, "defaults": true, "frontend": true, "backend": true,
+	"listen": true, "peers": true, "resolvers": true, "userlist": true, "cache": true, "program": true,
+	"http-errors": true, "ring": true, "mailers": true}
+
+// parseHAProxy reads sections (a section keyword and its name) and
 // their directives; server and default-server lines are split into one
 // setting per parameter ("backend b: server cp1 inter").
 func (c *Config) parseHAProxy() {
@@ -576,12 +623,12 @@ func (c *Config) parseHAProxy() {
 		if l == "" || isComment(l) {
 			continue
 		}
-		if j := strings.Index(l, " #"); j > 0 {
+		if j := strings.IndexAny(l, "#"); j > 0 && (l[j-1] == ' ' || l[j-1] == '\t') {
 			l = strings.TrimSpace(l[:j])
 		}
 		f := strings.Fields(l)
 		line := i + 1
-		if raw[0] != ' ' && raw[0] != '\t' {
+		if haproxySections[f[0]] {
 			section = strings.Join(f, " ")
 			continue
 		}
@@ -637,7 +684,10 @@ func (c *Config) parseSysctl() {
 			continue
 		}
 		k, v, _ := strings.Cut(l, "=")
-		c.Settings = append(c.Settings, Setting{Key: strings.TrimSpace(k), Value: strings.TrimSpace(v), Line: i + 1})
+		// sysctl.d(5): "/" separates like "."; a leading "-" only says
+		// that a failure to set it is ignored.
+		k = strings.ReplaceAll(strings.TrimPrefix(strings.TrimSpace(k), "-"), "/", ".")
+		c.Settings = append(c.Settings, Setting{Key: k, Value: strings.TrimSpace(v), Line: i + 1})
 	}
 }
 

@@ -249,7 +249,7 @@ func (p *Provider) resolveDomainType(ctx context.Context, l *golibvirt.Libvirt) 
 	if perr == nil {
 		typ, note = DomainKVM, fmt.Sprintf("a KVM probe VM ran its firmware in %s; nodes use KVM", time.Since(start).Round(time.Millisecond))
 	} else {
-		typ, note = DomainQEMU, fmt.Sprintf("KVM is not usable (%v); nodes run under QEMU TCG emulation, about 15x slower (a node takes minutes to boot, the control plane longer)", perr)
+		typ, note = DomainQEMU, fmt.Sprintf("KVM is not usable (%v); nodes run under QEMU TCG emulation, about 15x slower (a node takes minutes to boot, the control plane longer); set libvirt.domainType: qemu to skip this probe, and loadBalancer.healthCheck: tcp, since HAProxy's https check does not pass on an emulated apiserver", perr)
 	}
 	p.mu.Lock()
 	p.domType, p.typeNote, p.kvmProbed = typ, note, typ == DomainKVM
