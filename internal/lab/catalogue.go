@@ -16,7 +16,7 @@ import (
 
 	"github.com/khw-dev/khw/internal/bringup"
 	"github.com/khw-dev/khw/internal/config"
-	"github.com/khw-dev/khw/internal/labcheck"
+	"github.com/khw-dev/khw/internal/lab/labcheck"
 	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/labs"
 	"github.com/khw-dev/khw/internal/steps"

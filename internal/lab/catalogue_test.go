@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/khw-dev/khw/internal/config"
-	"github.com/khw-dev/khw/internal/labcheck"
+	"github.com/khw-dev/khw/internal/lab/labcheck"
 	"github.com/khw-dev/khw/internal/labs"
 )
 

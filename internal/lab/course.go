@@ -17,7 +17,7 @@ import (
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/lab/grade"
-	"github.com/khw-dev/khw/internal/labcheck"
+	"github.com/khw-dev/khw/internal/lab/labcheck"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/steps"
 	"github.com/khw-dev/khw/internal/vm"

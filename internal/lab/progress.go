@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/khw-dev/khw/internal/fsutil"
-	"github.com/khw-dev/khw/internal/labcheck"
+	"github.com/khw-dev/khw/internal/lab/labcheck"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/state"
 )

@@ -125,7 +125,7 @@ var rules = []rule{
 		why: "without a leader every scheduler binds pods at once and they race"},
 
 	// HAProxy's listener and mode are the lb-health-check detector's
-	// (internal/labcheck), which reads them whatever the sections are named.
+	// (internal/lab/labcheck), which reads them whatever the sections are named.
 
 	// Workers (https://kubernetes.io/docs/reference/config-api/kubelet-config.v1beta1/,
 	// https://kubernetes.io/docs/reference/access-authn-authz/kubelet-authn-authz/).
