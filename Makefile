@@ -131,7 +131,7 @@ test-libvirt: libvirt-deps
 ## (TLS bootstrap) as TCG VMs from the Ubuntu-like stand-in image, offline from
 ## the mirror, with libvirtd in a throwaway network namespace; then witnesses,
 ## a no-op khw up, khw lab check 07 and 10, the lb drill, khw down; prints the
-## time of each phase and each step (25-35 min on 2 cores with warm caches;
+## time of each phase and each step (22-35 min on 2 cores with warm caches;
 ## CI runs it). E2E_UNTIL=06-lb stops there with lb, cp1 and w1 (~12 min).
 e2e-libvirt: deps mirror-deps libvirt-deps build
 	hack/e2e-libvirt.sh
