@@ -97,6 +97,9 @@ var secretWords = []string{"secret", "token", "password", "passwd", "stats auth"
 // secret: findings never show one.
 func shown(key, v string) string {
 	k, lv := strings.ToLower(key), strings.ToLower(v)
+	if strings.HasSuffix(k, "initial-cluster-token") {
+		return v // etcd's cluster identifier, not a credential
+	}
 	for _, w := range secretWords {
 		if strings.Contains(k, w) || strings.Contains(lv, w) {
 			return hidden

@@ -320,3 +320,18 @@ func TestJudgeContainerdConfigV2(t *testing.T) {
 		t.Fatalf("a version 2 config with SystemdCgroup = true is a mistake: %v", ms)
 	}
 }
+
+// etcd's --initial-cluster-token names a cluster; it is no credential and
+// is shown.
+func TestJudgeShowsClusterToken(t *testing.T) {
+	c := defaultCluster(config.ProviderNspawn)
+	files := clusterFiles(t, c)
+	edit(t, files, "cp2", etcdUnit, replace("--initial-cluster-token=etcd-khw", "--initial-cluster-token=mine"))
+	got, err := Judge(c, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || !strings.HasSuffix(got[0].Evidence, "--initial-cluster-token=mine") {
+		t.Fatalf("got %v", got)
+	}
+}
