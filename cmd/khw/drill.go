@@ -80,7 +80,7 @@ func newBreakCmd(a *app) *cobra.Command {
 	var nodes string
 	cmd := &cobra.Command{
 		Use:   "break etcd|apiserver|node|lb|kubelet [NODE]",
-		Short: "Run a failover drill: break etcd, an apiserver, a node, the LB or a kubelet, and measure recovery",
+		Short: "Run a failover drill (etcd, apiserver, node, LB, kubelet)",
 		Long:  breakLong,
 		Example: `  khw break etcd --count 1 --for 30s     # one member down: the API stays up, one election
   khw break etcd --count 2 --for 30s     # quorum lost: reads and writes time out
@@ -132,7 +132,7 @@ held) or when no drill is active; 1 otherwise.`
 func newHealCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:     "heal",
-		Short:   "Heal what khw break broke, watch the recovery and write the drill report",
+		Short:   "Heal what khw break broke and write the drill report",
 		Long:    healLong,
 		Example: "  khw heal",
 		Args:    exactArgs(0),

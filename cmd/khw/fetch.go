@@ -231,7 +231,7 @@ func newFetchCmd(a *app) *cobra.Command {
 	var fl artifactFlags
 	cmd := &cobra.Command{
 		Use:     "fetch",
-		Short:   "Download, verify and cache every binary and image the cluster needs",
+		Short:   "Download, verify and cache every binary and image needed",
 		Long:    fetchLong,
 		Example: fetchExample,
 		Args:    exactArgs(0),

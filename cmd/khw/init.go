@@ -38,7 +38,7 @@ func newInitCmd(a *app) *cobra.Command {
 	var force bool
 	cmd := &cobra.Command{
 		Use:   "init",
-		Short: "Write cluster.yaml for a new cluster and create its state directory",
+		Short: "Write cluster.yaml for a new cluster and its state dir",
 		Long:  initLong,
 		Example: `  khw init                                  # cluster "khw", this host's arch, libvirt
   khw init --name lab --arch amd64 --provider nspawn

@@ -63,7 +63,7 @@ func newLabCmd(a *app) *cobra.Command {
 	var o labOpts
 	cmd := &cobra.Command{
 		Use:   "lab [LAB]",
-		Short: "Do the hard way one lab at a time: text, commands, snapshot, check (list, run, check, reset)",
+		Short: "The hard way one lab at a time: run, check, reset, list",
 		Long:  labLong,
 		Example: `  khw lab list
   khw lab 04-etcd
@@ -81,7 +81,7 @@ func newLabCmd(a *app) *cobra.Command {
 	}
 	runCmd := &cobra.Command{
 		Use:   "run LAB",
-		Short: "Run one lab: its text, a snapshot, the changes (asking first), the check, what to observe",
+		Short: "Run one lab: text, snapshot, changes (asking first), check",
 		Long: `Run one lab (khw lab LAB is the same). LAB is an ID such as 04-etcd, its
 number (04 or 4) or its name (etcd).
 
@@ -100,7 +100,7 @@ shell. Lab 12 runs a failover drill (khw break etcd --count 1 --for 20s).`,
 	for _, c := range []*cobra.Command{cmd, runCmd} {
 		c.Flags().BoolVarP(&o.yes, "yes", "y", false, "apply every change without asking")
 		c.Flags().BoolVar(&o.force, "force", false, "run even if an earlier lab is not done")
-		c.Flags().BoolVar(&o.plain, "plain", false, "show the lab text as plain Markdown, without terminal styling (the lab still runs)")
+		c.Flags().BoolVar(&o.plain, "plain", false, "plain Markdown text, no terminal styling (the lab still runs)")
 	}
 	var listOut string
 	listCmd := &cobra.Command{
@@ -118,7 +118,7 @@ shell. Lab 12 runs a failover drill (khw break etcd --count 1 --for 20s).`,
 	listCmd.Flags().StringVarP(&listOut, "output", "o", "text", "output format: text or json")
 	checkCmd := &cobra.Command{
 		Use:   "check LAB",
-		Short: "Grade a lab done by hand: each mistake with its evidence, the fix and its lab",
+		Short: "Grade a lab done by hand: each mistake, its evidence and fix",
 		Long: `Grade a step on the live nodes. khw reads what is really there (certificates,
 unit files and their flags, kernel settings, the CNI config, routes, API
 objects) and names each mistake with the evidence, the fix, and the lab it
@@ -140,7 +140,7 @@ drill has passed its verdict since the last reset.
 	var resetYes bool
 	resetCmd := &cobra.Command{
 		Use:   "reset LAB",
-		Short: "Put the nodes and the state directory back to what they were before LAB",
+		Short: "Put the nodes and the state dir back to before LAB",
 		Long: `Put every node and the state directory back to the snapshot taken before LAB
 ran (khw lab takes it), so that LAB and every later lab are not done again.
 Everything done since on the nodes is lost. It asks first (--yes: do not ask).`,

@@ -43,7 +43,7 @@ Images have no official file path; khw stores each as
 func newMirrorCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "mirror",
-		Short: "Make and serve a mirror of every artifact, for offline and classroom use",
+		Short: "Make and serve a mirror of every artifact (offline, classroom)",
 		Long:  mirrorLong,
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -60,7 +60,7 @@ func newMirrorExportCmd(a *app) *cobra.Command {
 	var nodeDebs, distro, debsKeyring string
 	cmd := &cobra.Command{
 		Use:   "export DIR",
-		Short: "Write everything the cluster needs into DIR with the mirror layout",
+		Short: "Write everything the cluster needs into DIR, mirror layout",
 		Long: `Fetch (or take from the cache) every artifact the cluster needs, verified as
 ` + "`khw fetch`" + ` does, and write it into DIR under its official path, with
 checksum files in the format the project publishes them, recreated for what

@@ -124,7 +124,7 @@ func newPKIInspectCmd(a *app) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "inspect [NAME]",
-		Short: "Show a certificate: subject, SANs, usages, validity, and the identity it carries",
+		Short: "Show a certificate: subject, SANs, usages, validity, identity",
 		Long: `Show a certificate of the cluster (all of them without NAME): subject, issuer,
 serial, SANs, key usages and extended key usages, validity, and the identity the
 apiserver derives from it as a client cert (user = CN, groups = O, as in

@@ -11,7 +11,7 @@ import (
 func newRenderCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "render",
-		Short: "Render every node's files and the cluster manifests from templates",
+		Short: "Render the node files and manifests from templates",
 		Long: `Render, from the templates embedded in khw (templates/ in the source), every
 file a node needs, at its path on that node, under <state>/nodes/<node>/:
 

@@ -198,9 +198,9 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 		return usageError{fmt.Errorf("%w (see `%s --help`)", err, c.CommandPath())}
 	})
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.stateBase, "state-dir", state.DefaultBase(), "base directory of cluster state (env "+state.EnvStateDir+")")
-	pf.StringVarP(&a.cluster, "cluster", "c", "", "cluster to work on (env "+state.EnvCluster+"; default: the only one in --state-dir)")
-	pf.CountVarP(&a.verbosity, "verbose", "v", "more detail: -v shows each decision, -vv also each file written")
+	pf.StringVar(&a.stateBase, "state-dir", state.DefaultBase(), "state base directory (env "+state.EnvStateDir+")")
+	pf.StringVarP(&a.cluster, "cluster", "c", "", "cluster (env "+state.EnvCluster+"; default: the only one)")
+	pf.CountVarP(&a.verbosity, "verbose", "v", "more detail: -v decisions, -vv also files written")
 
 	root.AddCommand(
 		newInitCmd(a),

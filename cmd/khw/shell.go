@@ -81,7 +81,7 @@ const shellExample = `  khw shell
 func newShellCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "shell [-- CMD ARGS...]",
-		Short:   "Open a shell (or run CMD) inside the cluster's network, with kubectl and ssh ready",
+		Short:   "A shell (or CMD) in the cluster's network, kubectl and ssh ready",
 		Long:    shellLong,
 		Example: shellExample,
 		Args:    cobra.ArbitraryArgs,
@@ -183,7 +183,7 @@ const kubectlExample = `  khw kubectl get nodes -o wide
 func newKubectlCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:                "kubectl [KUBECTL ARGS...]",
-		Short:              "Run kubectl (the cluster's version) as admin inside the cluster's network",
+		Short:              "Run kubectl as admin inside the cluster's network",
 		Long:               kubectlLong,
 		Example:            kubectlExample,
 		DisableFlagParsing: true,
@@ -307,7 +307,7 @@ const powerExample = `  khw power off cp2              # a control plane goes aw
 func newPowerCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "power on|off NODE...",
-		Short:   "Power nodes off (gracefully or by pulling the plug) and on again",
+		Short:   "Power nodes off (gracefully or pulling the plug) and on",
 		Long:    powerLong,
 		Example: powerExample,
 		Args:    cobra.ArbitraryArgs,
@@ -322,7 +322,7 @@ func newPowerCmd(a *app) *cobra.Command {
 	var timeout time.Duration
 	off := &cobra.Command{
 		Use:   "off NODE...",
-		Short: "Power nodes off: gracefully, or with --force like pulling the plug",
+		Short: "Power nodes off: gracefully, or --force (pull the plug)",
 		Long:  powerLong,
 		Args:  nodeArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {

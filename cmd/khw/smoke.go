@@ -56,7 +56,7 @@ func newSmokeCmd(a *app) *cobra.Command {
 	var wait time.Duration
 	cmd := &cobra.Command{
 		Use:     "smoke",
-		Short:   "Smoke-test the cluster: encryption at rest, a Deployment, logs, exec, port-forward, NodePort, DNS",
+		Short:   "Smoke-test the cluster (encryption, pods, logs, exec, DNS…)",
 		Long:    smokeLong,
 		Example: "  khw smoke\n  khw smoke --keep\n  khw smoke -o json | jq '.checks[] | select(.ok | not)'",
 		Args:    exactArgs(0),

@@ -93,7 +93,7 @@ func newStatusCmd(a *app) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:     "status",
-		Short:   "Show the nodes, their units, etcd quorum, apiserver readiness and leader Leases",
+		Short:   "Show nodes, units, etcd quorum, apiserver readiness, Leases",
 		Long:    statusLong,
 		Example: "  khw status\n  khw status -o json\n  khw status -o json | jq .etcd.leader",
 		Args:    exactArgs(0),

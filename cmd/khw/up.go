@@ -58,7 +58,7 @@ func newUpCmd(a *app) *cobra.Command {
 	var opts steps.Options
 	cmd := &cobra.Command{
 		Use:     "up",
-		Short:   "Create the machines and build the cluster, step by step (idempotent)",
+		Short:   "Create the machines and build the cluster, step by step",
 		Long:    upLong,
 		Example: upExample,
 		Args:    exactArgs(0),
@@ -150,7 +150,7 @@ cluster.yaml, pki/, kubeconfigs/, the SSH key and the shared node image in
 func newDownCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:     "down",
-		Short:   "Destroy the cluster's machines and network (keeps the state directory)",
+		Short:   "Destroy the machines and network (the state dir stays)",
 		Long:    downLong,
 		Example: "  khw down\n  khw status",
 		Args:    exactArgs(0),
