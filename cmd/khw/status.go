@@ -129,60 +129,94 @@ func newStatusCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-func printStatus(w io.Writer, c *config.Cluster, rep cluster.StatusReport, now time.Time) error {
-	var errs []error
-	tw := func() *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
-	flush := func(t *tabwriter.Writer) { errs = append(errs, t.Flush()) }
-	sectionErr := func(section string) {
-		if e, ok := rep.Errors[section]; ok {
-			for i, line := range strings.Split(strings.TrimRight(e, "\n"), "\n") {
-				if i == 0 {
-					fmt.Fprintf(w, "error: %s\n", line)
-				} else {
-					fmt.Fprintf(w, "  %s\n", line)
-				}
+// statusPrinter writes one StatusReport as text, one method per section.
+type statusPrinter struct {
+	w    io.Writer
+	c    *config.Cluster
+	rep  cluster.StatusReport
+	now  time.Time
+	errs []error
+}
+
+func (p *statusPrinter) tw() *tabwriter.Writer { return tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0) }
+
+func (p *statusPrinter) flush(t *tabwriter.Writer) { p.errs = append(p.errs, t.Flush()) }
+
+// sectionErr prints the error of a section, if it has one.
+func (p *statusPrinter) sectionErr(section string) {
+	if e, ok := p.rep.Errors[section]; ok {
+		for i, line := range strings.Split(strings.TrimRight(e, "\n"), "\n") {
+			if i == 0 {
+				fmt.Fprintf(p.w, "error: %s\n", line)
+			} else {
+				fmt.Fprintf(p.w, "  %s\n", line)
 			}
 		}
 	}
+}
 
-	fmt.Fprintln(w, "NODES")
-	sectionErr("nodes")
-	if rep.Nodes != nil {
-		t := tw()
+// printStatus writes rep as khw status's text, section by section (ages
+// relative to now); the error is the writer's.
+func printStatus(w io.Writer, c *config.Cluster, rep cluster.StatusReport, now time.Time) error {
+	p := &statusPrinter{w: w, c: c, rep: rep, now: now}
+	if p.nodes() {
+		p.units()
+		p.etcd()
+		p.apiservers()
+		p.leases()
+		p.kubeNodes()
+	}
+	return errors.Join(p.errs...)
+}
+
+// nodes prints NODES; false when no node runs (the other sections are
+// then left out).
+func (p *statusPrinter) nodes() bool {
+	fmt.Fprintln(p.w, "NODES")
+	p.sectionErr("nodes")
+	if p.rep.Nodes != nil {
+		t := p.tw()
 		fmt.Fprintln(t, "NODE\tROLE\tSTATE\tIP\tPID")
-		for _, r := range rep.Nodes {
+		for _, r := range p.rep.Nodes {
 			pid := "-"
 			if r.PID != 0 {
 				pid = strconv.Itoa(r.PID)
 			}
 			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.Role, r.State, r.IP, pid)
 		}
-		flush(t)
+		p.flush(t)
 	}
-	if msg, ok := rep.Errors["cluster"]; ok {
-		fmt.Fprintf(w, "\n%s\n", msg)
-		return errors.Join(errs...)
+	if msg, ok := p.rep.Errors["cluster"]; ok {
+		fmt.Fprintf(p.w, "\n%s\n", msg)
+		return false
 	}
+	return true
+}
 
-	fmt.Fprintln(w, "\nUNITS")
-	if len(rep.Units) > 0 {
-		t := tw()
+// units prints UNITS.
+func (p *statusPrinter) units() {
+	fmt.Fprintln(p.w, "\nUNITS")
+	if len(p.rep.Units) > 0 {
+		t := p.tw()
 		fmt.Fprintln(t, "NODE\tUNIT\tSTATE\tENABLED\tRESTARTS\tSTARTED")
-		for _, node := range health.SortedNodes(c, rep.Units) {
-			for _, u := range rep.Units[node] {
+		for _, node := range health.SortedNodes(p.c, p.rep.Units) {
+			for _, u := range p.rep.Units[node] {
 				state := u.Active + "/" + u.Sub
 				if u.Load != "" && u.Load != "loaded" {
 					state = u.Load
 				}
-				fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%d\t%s\n", node, u.Name, state, dash(u.Enabled), u.Restarts, started(u, now))
+				fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%d\t%s\n", node, u.Name, state, dash(u.Enabled), u.Restarts, started(u, p.now))
 			}
 		}
-		flush(t)
+		p.flush(t)
 	}
-	sectionErr("units")
+	p.sectionErr("units")
+}
 
-	fmt.Fprintln(w, "\nETCD")
-	if e := rep.Etcd; e != nil {
+// etcd prints ETCD: members, one row per endpoint, the verdict.
+func (p *statusPrinter) etcd() {
+	fmt.Fprintln(p.w, "\nETCD")
+	if e := p.rep.Etcd; e != nil {
 		if len(e.Members) > 0 {
 			var names []string
 			for _, m := range e.Members {
@@ -195,11 +229,11 @@ func printStatus(w io.Writer, c *config.Cluster, rep cluster.StatusReport, now t
 				}
 				names = append(names, name+" "+m.ID)
 			}
-			fmt.Fprintf(w, "members: %s\n", strings.Join(names, ", "))
+			fmt.Fprintf(p.w, "members: %s\n", strings.Join(names, ", "))
 		} else if e.MembersErr != "" {
-			fmt.Fprintf(w, "members: unknown (%s)\n", e.MembersErr)
+			fmt.Fprintf(p.w, "members: unknown (%s)\n", e.MembersErr)
 		}
-		t := tw()
+		t := p.tw()
 		fmt.Fprintln(t, "NODE\tENDPOINT\tOK\tLEADER\tTERM\tINDEX\tDB SIZE\tVERSION\tLATENCY\tERROR")
 		for _, ep := range e.Endpoints {
 			if !ep.OK {
@@ -216,19 +250,22 @@ func printStatus(w io.Writer, c *config.Cluster, rep cluster.StatusReport, now t
 			fmt.Fprintf(t, "%s\t%s\tyes\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", ep.Node, ep.Endpoint, lead, ep.RaftTerm, ep.RaftIndex,
 				humanBytes(ep.DBSizeBytes), ep.Version, ms(ep.Latency), ep.Err)
 		}
-		flush(t)
-		fmt.Fprintln(w, etcdSummary(e))
+		p.flush(t)
+		fmt.Fprintln(p.w, etcdSummary(e))
 	}
-	if rep.Etcd == nil {
+	if p.rep.Etcd == nil {
 		// With a report, its endpoint rows already say why each failed.
-		sectionErr("etcd")
+		p.sectionErr("etcd")
 	}
+}
 
-	fmt.Fprintln(w, "\nAPISERVER")
-	if len(rep.APIServers) > 0 {
-		t := tw()
+// apiservers prints APISERVER: /readyz of each apiserver and of the load balancer.
+func (p *statusPrinter) apiservers() {
+	fmt.Fprintln(p.w, "\nAPISERVER")
+	if len(p.rep.APIServers) > 0 {
+		t := p.tw()
 		fmt.Fprintln(t, "TARGET\tURL\tREADY\tHTTP\tLATENCY\tDETAIL")
-		for _, r := range rep.APIServers {
+		for _, r := range p.rep.APIServers {
 			ready, code, lat := "no", "-", "-"
 			if r.OK {
 				ready = "yes"
@@ -245,71 +282,76 @@ func printStatus(w io.Writer, c *config.Cluster, rep cluster.StatusReport, now t
 			}
 			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Target, r.URL, ready, code, lat, detail)
 		}
-		flush(t)
+		p.flush(t)
 	}
-	sectionErr("apiservers")
+	p.sectionErr("apiservers")
+}
 
-	fmt.Fprintln(w, "\nLEASES")
-	if len(rep.Leases) > 0 {
-		t := tw()
+// leases prints LEASES: the leader-election Leases.
+func (p *statusPrinter) leases() {
+	fmt.Fprintln(p.w, "\nLEASES")
+	if len(p.rep.Leases) > 0 {
+		t := p.tw()
 		fmt.Fprintln(t, "LEASE\tHOLDER\tRENEWED\tTRANSITIONS\tFRESH")
-		for _, l := range rep.Leases {
+		for _, l := range p.rep.Leases {
 			if !l.Found {
 				fmt.Fprintf(t, "%s\t(no Lease: never elected)\t-\t-\tno\n", l.Name)
 				continue
 			}
 			renewed, fresh := "-", "no"
 			if !l.RenewTime.IsZero() {
-				renewed = age(now.Sub(l.RenewTime)) + " ago"
+				renewed = age(p.now.Sub(l.RenewTime)) + " ago"
 			}
 			if l.Fresh {
 				fresh = "yes"
 			}
 			fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\n", l.Name, dash(l.HolderNode), renewed, l.Transitions, fresh)
 		}
-		flush(t)
+		p.flush(t)
 	}
-	sectionErr("leases")
+	p.sectionErr("leases")
+}
 
-	fmt.Fprintln(w, "\nKUBE NODES")
-	if rep.KubeNodes != nil {
-		t := tw()
+// kubeNodes prints KUBE NODES and the workers not registered yet.
+func (p *statusPrinter) kubeNodes() {
+	fmt.Fprintln(p.w, "\nKUBE NODES")
+	if p.rep.KubeNodes != nil {
+		t := p.tw()
 		fmt.Fprintln(t, "NAME\tSTATUS\tPOD CIDR\tVERSION\tAGE")
 		var notes []string
 		fromConfig := false
-		for _, n := range rep.KubeNodes {
+		for _, n := range p.rep.KubeNodes {
 			cidr := n.PodCIDR
-			if cn, ok := c.Node(n.Name); ok && cidr == "" && cn.PodCIDR != "" {
+			if cn, ok := p.c.Node(n.Name); ok && cidr == "" && cn.PodCIDR != "" {
 				cidr, fromConfig = cn.PodCIDR+" *", true
 			}
-			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", n.Name, n.Summary(), dash(cidr), dash(n.KubeletVersion), age(now.Sub(n.Created)))
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", n.Name, n.Summary(), dash(cidr), dash(n.KubeletVersion), age(p.now.Sub(n.Created)))
 			if n.Message != "" {
 				notes = append(notes, fmt.Sprintf("%s: %s", n.Name, n.Message))
 			}
 		}
-		flush(t)
+		p.flush(t)
 		if fromConfig {
-			fmt.Fprintln(w, "* from cluster.yaml (the node's pod routes and CNI config); Node.spec.podCIDR is empty: the controller-manager runs with --allocate-node-cidrs=false")
+			fmt.Fprintln(p.w, "* from cluster.yaml (the node's pod routes and CNI config); Node.spec.podCIDR is empty: the controller-manager runs with --allocate-node-cidrs=false")
 		}
 		for _, note := range notes {
-			fmt.Fprintln(w, note)
+			fmt.Fprintln(p.w, note)
 		}
 		var missing []string
 		have := map[string]bool{}
-		for _, n := range rep.KubeNodes {
+		for _, n := range p.rep.KubeNodes {
 			have[n.Name] = true
 		}
-		for _, n := range c.Workers() {
+		for _, n := range p.c.Workers() {
 			if !have[n.Name] {
 				missing = append(missing, n.Name)
 			}
 		}
 		if len(missing) > 0 {
-			fmt.Fprintf(w, "not registered: %s (no kubelet has registered the Node yet)\n", strings.Join(missing, ", "))
+			fmt.Fprintf(p.w, "not registered: %s (no kubelet has registered the Node yet)\n", strings.Join(missing, ", "))
 		}
 	}
-	sectionErr("kubeNodes")
-	return errors.Join(errs...)
+	p.sectionErr("kubeNodes")
 }
 
 // etcdSummary is the one-line verdict, e.g. "leader cp2, term 7, quorum
