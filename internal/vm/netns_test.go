@@ -2,62 +2,24 @@ package vm
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io"
 	"io/fs"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/khw-dev/khw/internal/vm/vmtest"
 )
 
-// requireRoot skips loudly: these tests make namespaces, mounts and cgroups.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("SKIP (needs root): creates network namespaces, bind mounts and cgroups")
-	}
-}
-
-func randomCluster(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 4)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return "t" + hex.EncodeToString(b)
-}
-
-// rootNSAddrs returns `ip -4 -o addr` of the root namespace (the test
-// process' namespace).
-func rootNSAddrs(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("ip", "-4", "-o", "addr").CombinedOutput()
-	if err != nil {
-		t.Fatalf("ip -4 addr: %v: %s", err, out)
-	}
-	return string(out)
-}
-
-func rootNSLinks(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("ip", "-o", "link").CombinedOutput()
-	if err != nil {
-		t.Fatalf("ip link: %v: %s", err, out)
-	}
-	return string(out)
-}
-
 func TestNetworkNamespaceDialAndDestroy(t *testing.T) {
-	requireRoot(t)
-	cluster := randomCluster(t)
+	vmtest.RequireRoot(t)
+	cluster := vmtest.RandomCluster(t)
 	gw := netip.MustParsePrefix("192.168.122.1/24")
-	before := rootNSAddrs(t)
+	before := vmtest.RootNSAddrs(t)
 	t.Cleanup(func() { _ = DeleteNetwork(cluster) })
 
 	if err := EnsureNetwork(cluster, gw); err != nil {
@@ -117,13 +79,13 @@ func TestNetworkNamespaceDialAndDestroy(t *testing.T) {
 		t.Errorf("dialing a host name must be refused (only IP literals are dialed inside the namespace)")
 	}
 
-	after := rootNSAddrs(t)
+	after := vmtest.RootNSAddrs(t)
 	for _, line := range strings.Split(after, "\n") {
 		if strings.Contains(line, "192.168.") && !strings.Contains(before, line) {
 			t.Errorf("root namespace gained a 192.168 address: %s", line)
 		}
 	}
-	if strings.Contains(rootNSLinks(t), " "+BridgeName+":") {
+	if strings.Contains(vmtest.RootNSLinks(t), " "+BridgeName+":") {
 		t.Errorf("bridge %s appeared in the root namespace", BridgeName)
 	}
 

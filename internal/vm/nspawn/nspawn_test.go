@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/khw-dev/khw/internal/vm/vmtest"
+
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/vm"
@@ -36,7 +38,7 @@ func TestNspawnOneNodeBootSSHPowerOff(t *testing.T) {
 		t.Logf("no node image at %s: running debootstrap (~3-5 min)", RootfsPath(cache, runtime.GOARCH))
 	}
 
-	name := randomCluster(t)
+	name := vmtest.RandomCluster(t)
 	c := config.Default(name, runtime.GOARCH, config.ProviderNspawn)
 	lb, _ := c.LB()
 	c.Nodes = []config.Node{lb} // one node keeps the test short
@@ -45,7 +47,7 @@ func TestNspawnOneNodeBootSSHPowerOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrsBefore, linksBefore := rootNSAddrs(t), rootNSLinks(t)
+	addrsBefore, linksBefore := vmtest.RootNSAddrs(t), vmtest.RootNSLinks(t)
 	hostPanicB, _ := os.ReadFile("/proc/sys/kernel/panic")
 	hostPanic := string(hostPanicB)
 
@@ -155,7 +157,7 @@ func TestNspawnOneNodeBootSSHPowerOff(t *testing.T) {
 		}
 	}
 	// The node network exists only inside the namespace.
-	for _, line := range strings.Split(rootNSAddrs(t), "\n") {
+	for _, line := range strings.Split(vmtest.RootNSAddrs(t), "\n") {
 		if strings.Contains(line, "192.168.") && !strings.Contains(addrsBefore, line) {
 			t.Errorf("root namespace gained an address while the node runs: %s", line)
 		}
@@ -222,10 +224,10 @@ func TestNspawnOneNodeBootSSHPowerOff(t *testing.T) {
 	if procs, _ := exec.Command("pgrep", "-f", "-M "+p.MachineName(lb.Name)).Output(); len(procs) > 0 {
 		t.Errorf("processes of the node left: %s", procs)
 	}
-	if got := rootNSAddrs(t); got != addrsBefore {
+	if got := vmtest.RootNSAddrs(t); got != addrsBefore {
 		t.Errorf("root namespace addresses changed:\nbefore:\n%s\nafter:\n%s", addrsBefore, got)
 	}
-	if got := rootNSLinks(t); strings.Count(got, "\n") != strings.Count(linksBefore, "\n") {
+	if got := vmtest.RootNSLinks(t); strings.Count(got, "\n") != strings.Count(linksBefore, "\n") {
 		t.Errorf("root namespace links changed:\nbefore:\n%s\nafter:\n%s", linksBefore, got)
 	}
 }
@@ -277,7 +279,7 @@ func lastLines(s string, n int) string {
 func testCluster(t *testing.T, nodes ...string) (*Provider, *remote.Pool) {
 	t.Helper()
 	requireNspawnHost(t)
-	c := config.Default(randomCluster(t), runtime.GOARCH, config.ProviderNspawn)
+	c := config.Default(vmtest.RandomCluster(t), runtime.GOARCH, config.ProviderNspawn)
 	var keep []config.Node
 	for _, name := range nodes {
 		n, ok := c.Node(name)
@@ -424,7 +426,7 @@ func TestNspawnTwoClustersSameAddresses(t *testing.T) {
 // returns the cache directory.
 func requireNspawnHost(t *testing.T) string {
 	t.Helper()
-	requireRoot(t)
+	vmtest.RequireRoot(t)
 	if err := CheckHost(); err != nil {
 		t.Skipf("SKIP: %v", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/khw-dev/khw/internal/vm/vmtest"
 )
 
 func TestMirrorIn(t *testing.T) {
@@ -61,7 +63,7 @@ func TestAptMirrorFallsBackToDefault(t *testing.T) {
 // cache directory (~3-5 minutes, needs the Debian mirror). Opt in with
 // KHW_TEST_DEBOOTSTRAP=1.
 func TestEnsureRootfsDebootstrap(t *testing.T) {
-	requireRoot(t)
+	vmtest.RequireRoot(t)
 	if os.Getenv("KHW_TEST_DEBOOTSTRAP") != "1" {
 		t.Skip("SKIP: set KHW_TEST_DEBOOTSTRAP=1 to run debootstrap for real (~3-5 min)")
 	}

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/khw-dev/khw/internal/vm/vmtest"
+
 	"golang.org/x/crypto/ssh"
 
 	"github.com/khw-dev/khw/internal/config"
@@ -52,7 +54,7 @@ func statOf(t *testing.T, p string) (os.FileMode, uint32, uint32) {
 // ed25519 host key (0600 / 0644, root), an sshd drop-in naming only it, and
 // neither other host keys nor the first-boot ssh-keygen -A unit.
 func TestSeedNodeInstallsGeneratedHostKey(t *testing.T) {
-	requireRoot(t)
+	vmtest.RequireRoot(t)
 	c := config.Default("lab", config.ArchAMD64, config.ProviderNspawn)
 	n, _ := c.Node("cp1")
 	root := fakeNodeRoot(t)
@@ -136,7 +138,7 @@ func TestSeedNodeInstallsGeneratedHostKey(t *testing.T) {
 // TestSeedNodeKeepsAnOlderNodesOwnHostKey: a root made by an older khw
 // (own keys from its first boot, pinned on first contact) keeps them.
 func TestSeedNodeKeepsAnOlderNodesOwnHostKey(t *testing.T) {
-	requireRoot(t)
+	vmtest.RequireRoot(t)
 	c := config.Default("lab", config.ArchAMD64, config.ProviderNspawn)
 	n, _ := c.Node("w1")
 	root := fakeNodeRoot(t)

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/khw-dev/khw/internal/vm/vmtest"
+
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/fsutil"
 	"github.com/khw-dev/khw/internal/vm"
@@ -115,7 +117,7 @@ func TestSnapshotVanishedFiles(t *testing.T) {
 	if _, err := fsutil.RsyncPath(); err != nil {
 		t.Skip(err)
 	}
-	c := config.Default(randomCluster(t), runtime.GOARCH, config.ProviderNspawn)
+	c := config.Default(vmtest.RandomCluster(t), runtime.GOARCH, config.ProviderNspawn)
 	c.Nodes = c.Nodes[:2]
 	state := t.TempDir()
 	p := &Provider{c: c, opts: Options{StateDir: state, CacheDir: t.TempDir()}, procs: map[string]*exec.Cmd{}}
