@@ -72,8 +72,7 @@ func Judge(c *config.Cluster, files []File) ([]Finding, error) {
 	}
 	out = append(out, judgeInputs(files)...)
 
-	judged := map[string]bool{} // node \x00 path \x00 key
-	mark := func(node, p, key string) { judged[node+"\x00"+p+"\x00"+key] = true }
+	judged := judgedSet{}
 	for _, p := range all {
 		f := p.f
 		if p.got == nil {
@@ -106,21 +105,21 @@ func Judge(c *config.Cluster, files []File) ([]Finding, error) {
 			if problem == "" {
 				continue
 			}
-			mark(f.Node.Name, f.Path, r.key)
+			judged.mark(f.Node.Name, f.Path, r.key)
 			out = append(out, Finding{Lab: f.Lab, Node: f.Node.Name, Kind: r.kind, Subject: f.Path + " " + r.key,
 				What: fmt.Sprintf("%s in %s %s", r.key, path.Base(f.Path), problem), Why: r.why,
 				Evidence: evidence(p.got, f, r.key),
 				Fix:      fix(p.ref, f, r.key)})
 		}
 	}
-	out = append(out, judgePeers(all, judged, mark)...)
+	out = append(out, judgePeers(all, judged)...)
 
 	for _, p := range all {
 		if p.got == nil {
 			continue
 		}
 		for _, ch := range Compare(p.ref, p.got) {
-			if judged[p.f.Node.Name+"\x00"+p.f.Path+"\x00"+ch.Key] {
+			if judged.has(p.f.Node.Name, p.f.Path, ch.Key) {
 				continue
 			}
 			out = append(out, Finding{Lab: p.f.Lab, Node: p.f.Node.Name, Kind: Variant, Subject: p.f.Path + " " + ch.Key,
@@ -131,6 +130,13 @@ func Judge(c *config.Cluster, files []File) ([]Finding, error) {
 	return out, nil
 }
 
+// judgedSet holds the settings (node, path, key) a rule has judged: they
+// are not listed again as variants.
+type judgedSet map[[3]string]bool
+
+func (j judgedSet) mark(node, path, key string)     { j[[3]string{node, path, key}] = true }
+func (j judgedSet) has(node, path, key string) bool { return j[[3]string{node, path, key}] }
+
 // parsed is a File read as settings; got is nil for a missing file.
 type parsed struct {
 	f        File
@@ -140,7 +146,7 @@ type parsed struct {
 // judgePeers applies the peers rules: among the nodes that have the file,
 // the nodes whose value is not the most common one (on a tie: not the
 // reference's) are inconsistent.
-func judgePeers(all []*parsed, judged map[string]bool, mark func(node, p, key string)) []Finding {
+func judgePeers(all []*parsed, judged judgedSet) []Finding {
 	var out []Finding
 	for _, r := range rules {
 		if !r.peers {
@@ -179,7 +185,7 @@ func judgePeers(all []*parsed, judged map[string]bool, mark func(node, p, key st
 		}
 		for _, p := range group {
 			v, _ := p.got.Get(r.key)
-			if known && v == best || judged[p.f.Node.Name+"\x00"+p.f.Path+"\x00"+r.key] {
+			if known && v == best || judged.has(p.f.Node.Name, p.f.Path, r.key) {
 				continue
 			}
 			var others []string
@@ -188,7 +194,7 @@ func judgePeers(all []*parsed, judged map[string]bool, mark func(node, p, key st
 					others = append(others, q.f.Node.Name+" "+orUnset(w))
 				}
 			}
-			mark(p.f.Node.Name, p.f.Path, r.key)
+			judged.mark(p.f.Node.Name, p.f.Path, r.key)
 			want := best
 			if !known {
 				want, _ = p.ref.Get(r.key)
