@@ -43,7 +43,7 @@ deps:
 ## The nspawn node image comes first too (one nspawn boot test, which runs
 ## debootstrap when the image is missing, ~5 min cold): the
 ## packages run in parallel, and the nspawn tests of cmd/khw and
-## internal/bringup skip when it is not there yet.
+## internal/lab skip when it is not there yet.
 TEST_MIRROR_ONLY ?= kubernetes,etcd
 test: deps testbins
 	[ "$$(id -u)" != 0 ] || $(GO) test -count=1 -run '^TestNspawnOneNodeBootSSHPowerOff$$' ./internal/vm/nspawn

@@ -19,7 +19,7 @@ import (
 	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/lab"
 	"github.com/khw-dev/khw/internal/labid"
-	"github.com/khw-dev/khw/internal/smoke"
+	"github.com/khw-dev/khw/internal/smoketest"
 	"github.com/khw-dev/khw/internal/state"
 )
 
@@ -274,7 +274,7 @@ func runBreak(parent context.Context, a *app, spec drill.Spec) error {
 	if err != nil {
 		return err
 	}
-	image, err := smoke.AgnhostImage(c)
+	image, err := smoketest.AgnhostImage(c)
 	if err != nil {
 		return err
 	}

@@ -12,9 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/khw-dev/khw/internal/bringup"
 	"github.com/khw-dev/khw/internal/cluster"
-	"github.com/khw-dev/khw/internal/smoke"
+	"github.com/khw-dev/khw/internal/lab/smoke"
+	"github.com/khw-dev/khw/internal/smoketest"
 )
 
 const smokeLong = `Run the smoke tests of Kubernetes the Hard Way against the running cluster,
@@ -80,7 +80,7 @@ func newSmokeCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			r, scaled, err := bringup.SmokeRunner(c, d, cfg, s.Provider, wait)
+			r, scaled, err := smoke.Runner(c, d, cfg, s.Provider, wait)
 			if err != nil {
 				return err
 			}
@@ -89,9 +89,9 @@ func newSmokeCmd(a *app) *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			opts := smoke.Options{Keep: keep, Wait: wait}
+			opts := smoketest.Options{Keep: keep, Wait: wait}
 			if output == "text" {
-				opts.Progress = func(ch smoke.Check) { printSmokeCheck(a.out, ch) }
+				opts.Progress = func(ch smoketest.Check) { printSmokeCheck(a.out, ch) }
 			}
 			rep := r.Run(ctx, opts)
 			if output == "json" {
@@ -114,16 +114,16 @@ func newSmokeCmd(a *app) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&keep, "keep", false, "leave the namespace "+smoke.Namespace+" and everything in it")
+	f.BoolVar(&keep, "keep", false, "leave the namespace "+smoketest.Namespace+" and everything in it")
 	f.StringVarP(&output, "output", "o", "text", "output format: text or json")
-	f.DurationVar(&wait, "wait", smoke.DefaultWait, "how long each smoke pod may take to become Ready (unset: this, scaled for slow VMs such as TCG, up to 15m)")
+	f.DurationVar(&wait, "wait", smoketest.DefaultWait, "how long each smoke pod may take to become Ready (unset: this, scaled for slow VMs such as TCG, up to 15m)")
 	return cmd
 }
 
 // printSmokeCheck prints one check: "✓ name  evidence (1.2s)", or
 // "✗ name  error" with the evidence on a second line; "- name …" when
 // skipped.
-func printSmokeCheck(w io.Writer, c smoke.Check) {
+func printSmokeCheck(w io.Writer, c smoketest.Check) {
 	mark, text := "✓", c.Evidence
 	switch {
 	case c.Skipped:
@@ -139,7 +139,7 @@ func printSmokeCheck(w io.Writer, c smoke.Check) {
 
 // printSmokeSummary prints the closing line: how many checks passed and
 // what happened to the namespace.
-func printSmokeSummary(w io.Writer, rep *smoke.Report) {
+func printSmokeSummary(w io.Writer, rep *smoketest.Report) {
 	passed := len(rep.Checks) - len(rep.Failed())
 	fmt.Fprintf(w, "%d of %d checks passed", passed, len(rep.Checks))
 	switch {
@@ -153,7 +153,7 @@ func printSmokeSummary(w io.Writer, rep *smoke.Report) {
 
 // smokeResult is the command's error: nil when every check passed, else
 // one naming the failed checks (exit status 1).
-func smokeResult(cluster string, rep *smoke.Report) error {
+func smokeResult(cluster string, rep *smoketest.Report) error {
 	failed := rep.Failed()
 	if len(failed) == 0 {
 		return nil

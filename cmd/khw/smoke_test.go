@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/khw-dev/khw/internal/smoke"
+	"github.com/khw-dev/khw/internal/smoketest"
 )
 
 func TestSmokeOutput(t *testing.T) {
-	rep := &smoke.Report{Cluster: "lab", Namespace: smoke.Namespace, Checks: []smoke.Check{
-		{Name: smoke.CheckEncryption, OK: true, Evidence: `etcd … = "k8s:enc:aescbc:v1:key1:" + 5e 0b`, Duration: 420 * time.Millisecond},
-		{Name: smoke.CheckNodePort, Err: "NodePort 30080 did not answer on w3", Evidence: "w1: 200; w3: connection refused", Duration: time.Minute},
-		{Name: smoke.CheckBootstrapNode, OK: true, Skipped: true, Evidence: "skipped: no worker in cluster.yaml has tlsBootstrap: true"},
+	rep := &smoketest.Report{Cluster: "lab", Namespace: smoketest.Namespace, Checks: []smoketest.Check{
+		{Name: smoketest.CheckEncryption, OK: true, Evidence: `etcd … = "k8s:enc:aescbc:v1:key1:" + 5e 0b`, Duration: 420 * time.Millisecond},
+		{Name: smoketest.CheckNodePort, Err: "NodePort 30080 did not answer on w3", Evidence: "w1: 200; w3: connection refused", Duration: time.Minute},
+		{Name: smoketest.CheckBootstrapNode, OK: true, Skipped: true, Evidence: "skipped: no worker in cluster.yaml has tlsBootstrap: true"},
 	}}
 	var b bytes.Buffer
 	for _, c := range rep.Checks {

@@ -9,9 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/khw-dev/khw/internal/bringup"
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/lab"
+	"github.com/khw-dev/khw/internal/lab/nodeplan"
 	"github.com/khw-dev/khw/internal/steps"
 )
 
@@ -100,7 +100,7 @@ func newUpCmd(a *app) *cobra.Command {
 			defer s.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			rep, err := steps.NewRunner(env, a.out).Run(ctx, lab.Steps(bringup.New(s), c), opts)
+			rep, err := steps.NewRunner(env, a.out).Run(ctx, lab.Steps(nodeplan.New(s), c), opts)
 			if !opts.DryRun && rep != nil {
 				// khw lab list tells "drifted" from "not done" by this.
 				for _, s := range rep.Steps {
@@ -164,7 +164,7 @@ func newDownCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			removed, err := bringup.Down(cmd.Context(), s.Provider, d, c.Name)
+			removed, err := nodeplan.Down(cmd.Context(), s.Provider, d, c.Name)
 			for _, r := range removed {
 				fmt.Fprintf(a.out, "removed %s\n", r)
 			}

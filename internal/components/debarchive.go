@@ -67,7 +67,7 @@ var (
 )
 
 // NodeDebs are every distribution package a khw step may install on a
-// node (bringup's wantPackages: haproxy on the load balancer, iptables and
+// node (the steps' wanted packages: haproxy on the load balancer, iptables and
 // jq on the workers, iproute2 for the pod routes): what a mirror must hold,
 // with the dependencies the node image lacks, for offline installs.
 var NodeDebs = []string{"haproxy", "iproute2", "iptables", "jq"}

@@ -1,11 +1,14 @@
 // Package lab is khw's course: the ordered catalogue of labs that khw up,
 // khw lab (list, run, check, reset), their help texts and completions are
 // all derived from. A lab is a step of khw up (or, for 12-failover, the
-// drills) with its text (labs/<ID>.md) and its grading (labcheck): the same
-// knowledge builds it, explains it and grades it.
+// drills) with its text (labs/<ID>.md) and its grading: the same knowledge
+// builds it, explains it and grades it.
 //
-// Adding a lab: its ID in package labid, its text in labs/, one row in
-// catalogue below, and its step and detectors.
+// Each lab is one folder, internal/lab/<name>: step.go (its step of khw up,
+// built on package nodeplan), grade.go (its detectors, built on package
+// labcheck) and their tests (labchecktest). Adding a lab: its ID in
+// package labid, its folder, its text in labs/, and one row in catalogue
+// below.
 package lab
 
 import (
@@ -14,9 +17,20 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/khw-dev/khw/internal/bringup"
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/lab/controlplane"
+	"github.com/khw-dev/khw/internal/lab/coredns"
+	"github.com/khw-dev/khw/internal/lab/etcd"
+	"github.com/khw-dev/khw/internal/lab/kubeconfig"
 	"github.com/khw-dev/khw/internal/lab/labcheck"
+	"github.com/khw-dev/khw/internal/lab/lb"
+	"github.com/khw-dev/khw/internal/lab/machines"
+	"github.com/khw-dev/khw/internal/lab/nodeplan"
+	"github.com/khw-dev/khw/internal/lab/pki"
+	"github.com/khw-dev/khw/internal/lab/podnet"
+	"github.com/khw-dev/khw/internal/lab/smoke"
+	"github.com/khw-dev/khw/internal/lab/tlsbootstrap"
+	"github.com/khw-dev/khw/internal/lab/workers"
 	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/labs"
 	"github.com/khw-dev/khw/internal/steps"
@@ -52,51 +66,61 @@ type Lab struct {
 	// destroys them.
 	MakesNodes bool
 
-	title string // of a Drill, which has no step
-	step  func(m *bringup.Machines, c *config.Cluster) steps.Step
+	title     string // of a Drill, which has no step
+	step      func(m *nodeplan.Machines, c *config.Cluster) steps.Step
+	detectors []labcheck.Detector
 }
 
 // onMachines adapts a step constructor that needs only the machines to
 // the catalogue's signature.
-func onMachines[S steps.Step](f func(*bringup.Machines) S) func(*bringup.Machines, *config.Cluster) steps.Step {
-	return func(m *bringup.Machines, _ *config.Cluster) steps.Step { return f(m) }
+func onMachines[S steps.Step](f func(*nodeplan.Machines) S) func(*nodeplan.Machines, *config.Cluster) steps.Step {
+	return func(m *nodeplan.Machines, _ *config.Cluster) steps.Step { return f(m) }
 }
 
 // catalogue is every lab, in the order of the course.
 var catalogue = []Lab{
 	{ID: labid.Machines, MakesNodes: true,
 		Up:   "every node of cluster.yaml exists, is powered on and\nanswers SSH (user ubuntu, khw's key <state>/ssh/id_ed25519)",
-		step: onMachines(bringup.NewMachinesStep)},
+		step: onMachines(machines.NewStep)},
 	{ID: labid.PKI,
-		Up:   "the CA and every component cert in <state>/pki (cfssl),\nthen each node's certs and keys copied to it",
-		step: onMachines(bringup.NewPKIStep)},
+		Up:        "the CA and every component cert in <state>/pki (cfssl),\nthen each node's certs and keys copied to it",
+		step:      onMachines(pki.NewStep),
+		detectors: pki.Detectors},
 	{ID: labid.Kubeconfig,
-		Up:   "the kubeconfigs and the encryption config for Secrets,\nthen each node's copies",
-		step: onMachines(bringup.NewKubeconfigStep)},
+		Up:        "the kubeconfigs and the encryption config for Secrets,\nthen each node's copies",
+		step:      onMachines(kubeconfig.NewStep),
+		detectors: kubeconfig.Detectors},
 	{ID: labid.Etcd,
-		Up:   "etcd on the control planes, started together; every member\nlisted and one leader (asked with the etcd v3 client)",
-		step: onMachines(bringup.NewEtcdStep)},
+		Up:        "etcd on the control planes, started together; every member\nlisted and one leader (asked with the etcd v3 client)",
+		step:      onMachines(etcd.NewStep),
+		detectors: etcd.Detectors},
 	{ID: labid.ControlPlane,
-		Up:   "kube-apiserver, kube-controller-manager, kube-scheduler on\nthe control planes; each /readyz ok; both leader-election\nLeases held; the RBAC that lets the apiserver reach kubelets",
-		step: onMachines(bringup.NewControlPlaneStep)},
+		Up:        "kube-apiserver, kube-controller-manager, kube-scheduler on\nthe control planes; each /readyz ok; both leader-election\nLeases held; the RBAC that lets the apiserver reach kubelets",
+		step:      onMachines(controlplane.NewStep),
+		detectors: controlplane.Detectors},
 	{ID: labid.LB,
-		Up:   "HAProxy on lb (TCP passthrough, HTTPS /readyz health\nchecks); /readyz through lb:6443 with the admin kubeconfig",
-		step: onMachines(bringup.NewLBStep)},
+		Up:        "HAProxy on lb (TCP passthrough, HTTPS /readyz health\nchecks); /readyz through lb:6443 with the admin kubeconfig",
+		step:      onMachines(lb.NewStep),
+		detectors: lb.Detectors},
 	{ID: labid.Workers,
-		Up:   "every worker: kernel prerequisites, containerd, runc,\nCNI, images imported; w1, w2: kubelet, kube-proxy; Nodes\nReady",
-		step: bringup.NewWorkersStep},
+		Up:        "every worker: kernel prerequisites, containerd, runc,\nCNI, images imported; w1, w2: kubelet, kube-proxy; Nodes\nReady",
+		step:      workers.NewStep,
+		detectors: workers.Detectors},
 	{ID: labid.PodNetwork,
-		Up:   "routes to every other worker's podCIDR on each worker",
-		step: bringup.NewPodNetworkStep},
+		Up:        "routes to every other worker's podCIDR on each worker",
+		step:      podnet.NewStep,
+		detectors: podnet.Detectors},
 	{ID: labid.CoreDNS,
-		Up:   "CoreDNS (Service kube-dns at the cluster DNS IP) Available",
-		step: onMachines(bringup.NewCoreDNSStep)},
+		Up:        "CoreDNS (Service kube-dns at the cluster DNS IP) Available",
+		step:      onMachines(coredns.NewStep),
+		detectors: coredns.Detectors},
 	{ID: labid.TLSBootstrap,
-		Up:   "w3's kubelet and kube-proxy; it joins with a bootstrap\ntoken: its client CSR is approved by the controller-\nmanager, its serving CSR by khw after checking requestor\nand SANs; token deleted",
-		step: bringup.NewTLSBootstrapStep},
+		Up:        "w3's kubelet and kube-proxy; it joins with a bootstrap\ntoken: its client CSR is approved by the controller-\nmanager, its serving CSR by khw after checking requestor\nand SANs; token deleted",
+		step:      tlsbootstrap.NewStep,
+		detectors: tlsbootstrap.Detectors},
 	{ID: labid.Smoke, Kind: Test,
 		Up:   "encryption at rest, a Deployment, logs, exec,\nport-forward, NodePort on every worker, DNS, a pod on w3\n(also: khw smoke)",
-		step: onMachines(bringup.NewSmokeStep)},
+		step: onMachines(smoke.NewStep)},
 	{ID: labid.Failover, Kind: Drill, title: "Break the cluster and watch it heal"},
 }
 
@@ -138,7 +162,7 @@ func kindOf(id string) Kind {
 // Step builds the lab's step of khw up, working through m for cluster c
 // (m may be nil when only the step's ID and title are needed). Nil for a
 // Drill.
-func (l Lab) Step(m *bringup.Machines, c *config.Cluster) steps.Step {
+func (l Lab) Step(m *nodeplan.Machines, c *config.Cluster) steps.Step {
 	if l.step == nil {
 		return nil
 	}
@@ -147,7 +171,7 @@ func (l Lab) Step(m *bringup.Machines, c *config.Cluster) steps.Step {
 
 // Detectors are the lab's mistake detectors for khw lab check, in the
 // order they run (none for 01-machines, 11-smoke and 12-failover).
-func (l Lab) Detectors() []labcheck.Detector { return labcheck.Detectors(l.ID) }
+func (l Lab) Detectors() []labcheck.Detector { return append([]labcheck.Detector(nil), l.detectors...) }
 
 var texts = sync.OnceValues(func() (map[string]labs.Lab, error) {
 	all, err := labs.All()
@@ -177,7 +201,7 @@ func (l Lab) Text() (labs.Lab, error) {
 
 // Steps returns the steps of khw up in order, working through m for
 // cluster c (m may be nil when only IDs and titles are needed).
-func Steps(m *bringup.Machines, c *config.Cluster) []steps.Step {
+func Steps(m *nodeplan.Machines, c *config.Cluster) []steps.Step {
 	var out []steps.Step
 	for _, l := range catalogue {
 		if s := l.Step(m, c); s != nil {

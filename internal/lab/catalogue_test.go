@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/khw-dev/khw/internal/config"
-	"github.com/khw-dev/khw/internal/lab/labcheck"
 	"github.com/khw-dev/khw/internal/labs"
 )
 
@@ -62,16 +61,27 @@ func TestDetectorsBelongToTheCatalogue(t *testing.T) {
 	for i, l := range catalogue {
 		pos[l.ID] = i
 	}
-	last := -1
-	for _, d := range labcheck.Detectors("") {
-		i, ok := pos[d.Lab]
-		if !ok || i < last {
-			t.Errorf("detector %s: lab %q unknown or out of order", d.Name, d.Lab)
+	seen := map[string]bool{}
+	for _, l := range catalogue {
+		for _, d := range l.Detectors() {
+			if pos[d.Lab] != pos[l.ID] {
+				t.Errorf("detector %s of lab %s grades lab %q", d.Name, l.ID, d.Lab)
+			}
+			if seen[d.Name] || d.Doc == "" || d.Run == nil {
+				t.Errorf("detector %s: duplicate name, no doc or no run", d.Name)
+			}
+			seen[d.Name] = true
 		}
-		last = i
 	}
-	if n := len(catalogue[pos["04-etcd"]].Detectors()); n == 0 {
-		t.Error("04-etcd has no detectors")
+	var got []string
+	for _, d := range catalogue[pos["04-etcd"]].Detectors() {
+		got = append(got, d.Name)
+	}
+	if strings.Join(got, ",") != "etcd-initial-cluster,etcd-certs" {
+		t.Errorf("04-etcd's detectors = %v", got)
+	}
+	if len(catalogue[pos["11-smoke"]].Detectors()) != 0 {
+		t.Errorf("11-smoke has detectors")
 	}
 }
 

@@ -13,11 +13,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/khw-dev/khw/internal/bringup"
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/lab/grade"
 	"github.com/khw-dev/khw/internal/lab/labcheck"
+	"github.com/khw-dev/khw/internal/lab/nodeplan"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/steps"
 	"github.com/khw-dev/khw/internal/vm"
@@ -35,7 +35,7 @@ type Course struct {
 
 // NewCourse returns the course of session s with step environment env.
 func NewCourse(s *cluster.Session, env *steps.Env) *Course {
-	return &Course{S: s, Env: env, Steps: Steps(bringup.New(s), s.Config)}
+	return &Course{S: s, Env: env, Steps: Steps(nodeplan.New(s), s.Config)}
 }
 
 // List is every lab's live status (List).
@@ -221,7 +221,7 @@ func (c *Course) Grade(ctx context.Context, l Lab) (*Grade, error) {
 		if cerr != nil {
 			g.Warnings = append(g.Warnings, fmt.Sprintf("no API client (%v): the checks of API objects are skipped", cerr))
 		}
-		ms, err := labcheck.Check(ctx, l.ID, c.S.Config, src, cs)
+		ms, err := labcheck.Check(ctx, detectors, c.S.Config, src, cs)
 		if err != nil {
 			g.Warnings = append(g.Warnings, err.Error())
 		}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/khw-dev/khw/internal/kube"
 	"github.com/khw-dev/khw/internal/render"
-	"github.com/khw-dev/khw/internal/smoke"
+	"github.com/khw-dev/khw/internal/smoketest"
 )
 
 // TestSmokeOnRealControlPlane runs the parts of the smoke tests and of
@@ -25,7 +25,7 @@ func TestSmokeOnRealControlPlane(t *testing.T) {
 	cp := startControlPlane(t)
 	ctx := context.Background()
 	var d net.Dialer
-	r, err := smoke.New(cp.c, cp.d, cp.adminCfg, d.DialContext)
+	r, err := smoketest.New(cp.c, cp.d, cp.adminCfg, d.DialContext)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestSmokeOnRealControlPlane(t *testing.T) {
 		if err := r.Cleanup(ctx, 90*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := cp.admin.CoreV1().Namespaces().Get(ctx, smoke.Namespace, metav1.GetOptions{}); err == nil {
+		if _, err := cp.admin.CoreV1().Namespaces().Get(ctx, smoketest.Namespace, metav1.GetOptions{}); err == nil {
 			t.Fatal("namespace still there")
 		}
 	})
@@ -103,7 +103,7 @@ func TestSmokeOnRealControlPlane(t *testing.T) {
 		// No worker: the pods stay Pending, and the description says why.
 		var why string
 		waitFor(t, "coredns pods described as unschedulable", 30*time.Second, func() error {
-			why = smoke.WhyNotReady(ctx, cp.admin, "kube-system", "k8s-app=kube-dns")
+			why = smoketest.WhyNotReady(ctx, cp.admin, "kube-system", "k8s-app=kube-dns")
 			if !strings.Contains(why, "not scheduled: Unschedulable") {
 				return errString(why)
 			}

@@ -23,44 +23,44 @@ import (
 // (k8s.io/apiserver/pkg/authentication/user/user.go; the Node authorizer's
 // plugin/pkg/auth/authorizer/node and pkg/auth/nodeidentifier).
 const (
-	groupMasters   = "system:masters"
-	groupNodes     = "system:nodes"
-	nodeUserPrefix = "system:node:"
+	GroupMasters   = "system:masters"
+	GroupNodes     = "system:nodes"
+	NodeUserPrefix = "system:node:"
 )
 
 // sanWant is one SAN a cert needs and who dials it.
-type sanWant struct{ host, why string }
+type SANWant struct{ Host, Why string }
 
 // certWant says what a certificate must be for where it is used. The rules
 // follow how the apiserver reads a client cert (CN = user, O = groups:
 // k8s.io/apiserver/pkg/authentication/request/x509/x509.go) and how a TLS
 // client checks a server cert (the dialled name or IP must be a SAN:
 // crypto/x509 VerifyHostname).
-type certWant struct {
-	lab  string
-	what string // "the apiserver serving cert (--tls-cert-file)"
+type CertWant struct {
+	Lab  string
+	What string // "the apiserver serving cert (--tls-cert-file)"
 	// cn is the required common name ("" = any).
-	cn string
+	CN string
 	// org is a group the cert must carry ("" = none).
-	org string
+	Org string
 	// admin and node allow O=system:masters and O=system:nodes.
-	admin, node bool
-	sans        []sanWant
-	server      bool // needs EKU server auth
-	client      bool // needs EKU client auth
+	Admin, Node bool
+	SANs        []SANWant
+	Server      bool // needs EKU server auth
+	Client      bool // needs EKU client auth
 	// ca is the trust anchor the users of this cert check it against (nil:
 	// not checked), caWhat names it.
-	ca     *x509.Certificate
-	caWhat string
+	CA     *x509.Certificate
+	CAWhat string
 	// fix says how to make a right one, e.g. "reissue it from
 	// pki/kubernetes-csr.json (khw lab 02-pki shows the cfssl command) and
 	// copy it to /var/lib/kubernetes/kubernetes.pem".
-	fix string
+	Fix string
 }
 
 // firstCert parses the first CERTIFICATE block of data (a file may also hold
 // its key, as kubelet-client-current.pem does; the key is skipped).
-func firstCert(data []byte) (*x509.Certificate, error) {
+func FirstCert(data []byte) (*x509.Certificate, error) {
 	rest := data
 	for {
 		var b *pem.Block
@@ -83,7 +83,7 @@ func firstCert(data []byte) (*x509.Certificate, error) {
 
 // parseKey parses the first private key block of data (PKCS#8, SEC 1 or
 // PKCS#1). Its error never quotes the key.
-func parseKey(data []byte) (crypto.Signer, error) {
+func ParseKey(data []byte) (crypto.Signer, error) {
 	rest := data
 	for {
 		var b *pem.Block
@@ -118,7 +118,7 @@ func parseKey(data []byte) (crypto.Signer, error) {
 }
 
 // samePublic reports whether key is the private half of pub.
-func samePublic(key crypto.Signer, pub crypto.PublicKey) bool {
+func SamePublic(key crypto.Signer, pub crypto.PublicKey) bool {
 	switch k := key.Public().(type) {
 	case *ecdsa.PublicKey:
 		return k.Equal(pub)
@@ -131,7 +131,7 @@ func samePublic(key crypto.Signer, pub crypto.PublicKey) bool {
 }
 
 // describe names a cert for evidence: subject, SANs, validity, issuer.
-func describe(c *x509.Certificate) string {
+func Describe(c *x509.Certificate) string {
 	return fmt.Sprintf("subject %q, SANs [%s], issuer %q, valid %s to %s", c.Subject.String(), strings.Join(sansOf(c), ", "),
 		c.Issuer.String(), c.NotBefore.UTC().Format(time.RFC3339), c.NotAfter.UTC().Format(time.RFC3339))
 }
@@ -161,7 +161,7 @@ func hasEKU(c *x509.Certificate, u x509.ExtKeyUsage) bool {
 
 // verifyAgainst checks that ca signed c: issuer name and signature. Time
 // is judged separately (checkCert).
-func verifyAgainst(c, ca *x509.Certificate) error {
+func VerifyAgainst(c, ca *x509.Certificate) error {
 	if !bytes.Equal(c.RawIssuer, ca.RawSubject) {
 		return fmt.Errorf("its issuer is %q", c.Issuer.String())
 	}
@@ -172,62 +172,62 @@ func verifyAgainst(c, ca *x509.Certificate) error {
 }
 
 // checkCert judges cert (read from path on node) against w.
-func (e *env) checkCert(node, path string, cert *x509.Certificate, w certWant) []Mistake {
+func (e *Env) CheckCert(node, path string, cert *x509.Certificate, w CertWant) []Mistake {
 	var out []Mistake
 	mk := func(what, fix string) {
-		out = append(out, Mistake{Lab: w.lab, Node: node, What: what, Evidence: path + ": " + describe(cert), Fix: fix})
+		out = append(out, Mistake{Lab: w.Lab, Node: node, What: what, Evidence: path + ": " + Describe(cert), Fix: fix})
 	}
-	if w.cn != "" && cert.Subject.CommonName != w.cn {
-		mk(fmt.Sprintf("%s has CN=%q, want CN=%q: the apiserver takes the CN as the user name, so RBAC and the Node authorizer see the wrong user", w.what, cert.Subject.CommonName, w.cn),
-			"make a new cert with CN "+w.cn+" (the \"CN\" of its CSR JSON), then "+w.fix)
+	if w.CN != "" && cert.Subject.CommonName != w.CN {
+		mk(fmt.Sprintf("%s has CN=%q, want CN=%q: the apiserver takes the CN as the user name, so RBAC and the Node authorizer see the wrong user", w.What, cert.Subject.CommonName, w.CN),
+			"make a new cert with CN "+w.CN+" (the \"CN\" of its CSR JSON), then "+w.Fix)
 	}
 	orgs := cert.Subject.Organization
-	if w.org != "" && !slices.Contains(orgs, w.org) {
-		mk(fmt.Sprintf("%s has O=%v, want O=%s: the apiserver takes O as the groups, and this identity needs that group", w.what, orgs, w.org),
-			"make a new cert with \"names\": [{\"O\": \""+w.org+"\"}] in its CSR JSON, then "+w.fix)
+	if w.Org != "" && !slices.Contains(orgs, w.Org) {
+		mk(fmt.Sprintf("%s has O=%v, want O=%s: the apiserver takes O as the groups, and this identity needs that group", w.What, orgs, w.Org),
+			"make a new cert with \"names\": [{\"O\": \""+w.Org+"\"}] in its CSR JSON, then "+w.Fix)
 	}
-	if !w.admin && slices.Contains(orgs, groupMasters) {
-		mk(w.what+" has O=system:masters: whoever holds it is cluster-admin and bypasses RBAC",
-			"make a new cert without system:masters in O, then "+w.fix)
+	if !w.Admin && slices.Contains(orgs, GroupMasters) {
+		mk(w.What+" has O=system:masters: whoever holds it is cluster-admin and bypasses RBAC",
+			"make a new cert without system:masters in O, then "+w.Fix)
 	}
-	if !w.node && slices.Contains(orgs, groupNodes) {
+	if !w.Node && slices.Contains(orgs, GroupNodes) {
 		// The seed's controller-manager cert has O=system:nodes
 		// (cluster-facts.md, "Known mistakes"): harmless to RBAC, wrong
 		// in meaning.
-		mk(w.what+" has O=system:nodes, the kubelets' group, but it is not a node (upstream gives each component its own group, e.g. O=system:kube-controller-manager)",
-			"make a new cert with the component's own group in O, then "+w.fix)
+		mk(w.What+" has O=system:nodes, the kubelets' group, but it is not a node (upstream gives each component its own group, e.g. O=system:kube-controller-manager)",
+			"make a new cert with the component's own group in O, then "+w.Fix)
 	}
 	var miss []string
 	var why []string
-	for _, s := range w.sans {
-		if !hasSAN(cert, s.host) {
-			miss = append(miss, s.host)
-			why = append(why, s.host+" ("+s.why+")")
+	for _, s := range w.SANs {
+		if !hasSAN(cert, s.Host) {
+			miss = append(miss, s.Host)
+			why = append(why, s.Host+" ("+s.Why+")")
 		}
 	}
 	if len(miss) > 0 {
-		mk(fmt.Sprintf("%s lacks the SANs %s: a client that dials one of them fails with \"x509: certificate is valid for …, not %s\"", w.what, strings.Join(why, "; "), miss[0]),
-			"make a new cert with "+strings.Join(miss, ",")+" added to \"hosts\" in its CSR JSON, then "+w.fix)
+		mk(fmt.Sprintf("%s lacks the SANs %s: a client that dials one of them fails with \"x509: certificate is valid for …, not %s\"", w.What, strings.Join(why, "; "), miss[0]),
+			"make a new cert with "+strings.Join(miss, ",")+" added to \"hosts\" in its CSR JSON, then "+w.Fix)
 	}
-	if w.server && !hasEKU(cert, x509.ExtKeyUsageServerAuth) {
-		mk(w.what+" serves TLS but lacks the extended key usage server auth: clients reject it",
-			"sign it with a profile that has \"server auth\" (ca-config.json profile kubernetes), then "+w.fix)
+	if w.Server && !hasEKU(cert, x509.ExtKeyUsageServerAuth) {
+		mk(w.What+" serves TLS but lacks the extended key usage server auth: clients reject it",
+			"sign it with a profile that has \"server auth\" (ca-config.json profile kubernetes), then "+w.Fix)
 	}
-	if w.client && !hasEKU(cert, x509.ExtKeyUsageClientAuth) {
-		mk(w.what+" is a client cert but lacks the extended key usage client auth: servers reject it",
-			"sign it with a profile that has \"client auth\", then "+w.fix)
+	if w.Client && !hasEKU(cert, x509.ExtKeyUsageClientAuth) {
+		mk(w.What+" is a client cert but lacks the extended key usage client auth: servers reject it",
+			"sign it with a profile that has \"client auth\", then "+w.Fix)
 	}
 	switch {
-	case e.now.After(cert.NotAfter):
-		mk(w.what+" expired "+cert.NotAfter.UTC().Format(time.RFC3339), "make a new cert, then "+w.fix)
-	case e.now.Before(cert.NotBefore):
-		mk(w.what+" is not valid before "+cert.NotBefore.UTC().Format(time.RFC3339)+" (is the clock of the machine that signed it ahead?)",
-			"check the clocks (timedatectl), then make a new cert, then "+w.fix)
+	case e.Now.After(cert.NotAfter):
+		mk(w.What+" expired "+cert.NotAfter.UTC().Format(time.RFC3339), "make a new cert, then "+w.Fix)
+	case e.Now.Before(cert.NotBefore):
+		mk(w.What+" is not valid before "+cert.NotBefore.UTC().Format(time.RFC3339)+" (is the clock of the machine that signed it ahead?)",
+			"check the clocks (timedatectl), then make a new cert, then "+w.Fix)
 	}
-	if w.ca != nil {
-		if err := verifyAgainst(cert, w.ca); err != nil {
-			mk(fmt.Sprintf("%s is not signed by %s (subject %q): %v", w.what, w.caWhat, w.ca.Subject.String(), err),
-				"sign it with that CA (cfssl gencert -ca=ca.pem -ca-key=ca-key.pem …), then "+w.fix)
+	if w.CA != nil {
+		if err := VerifyAgainst(cert, w.CA); err != nil {
+			mk(fmt.Sprintf("%s is not signed by %s (subject %q): %v", w.What, w.CAWhat, w.CA.Subject.String(), err),
+				"sign it with that CA (cfssl gencert -ca=ca.pem -ca-key=ca-key.pem …), then "+w.Fix)
 		}
 	}
 	return out
@@ -235,15 +235,15 @@ func (e *env) checkCert(node, path string, cert *x509.Certificate, w certWant) [
 
 // loadCert reads the cert at path on node; a missing or unreadable file is
 // a Mistake.
-func (e *env) loadCert(lab, node, path, what, fix string) (*x509.Certificate, []Mistake, error) {
-	data, ok, err := e.read(node, path)
+func (e *Env) LoadCert(lab, node, path, what, fix string) (*x509.Certificate, []Mistake, error) {
+	data, ok, err := e.Read(node, path)
 	if err != nil || !ok {
 		if err != nil {
 			return nil, nil, err
 		}
-		return nil, []Mistake{missing(lab, node, path, what, fix)}, nil
+		return nil, []Mistake{Missing(lab, node, path, what, fix)}, nil
 	}
-	c, perr := firstCert(data)
+	c, perr := FirstCert(data)
 	if perr != nil {
 		return nil, []Mistake{{Lab: lab, Node: node, What: path + " (" + what + ") is not a certificate", Evidence: path + ": " + perr.Error(), Fix: fix}}, nil
 	}
@@ -251,21 +251,21 @@ func (e *env) loadCert(lab, node, path, what, fix string) (*x509.Certificate, []
 }
 
 // checkKey reads the key at keyPath on node and checks it is cert's.
-func (e *env) checkKey(lab, node, certPath, keyPath string, cert *x509.Certificate, fix string) ([]Mistake, error) {
-	data, ok, err := e.read(node, keyPath)
+func (e *Env) CheckKey(lab, node, certPath, keyPath string, cert *x509.Certificate, fix string) ([]Mistake, error) {
+	data, ok, err := e.Read(node, keyPath)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
-		return []Mistake{missing(lab, node, keyPath, "the private key of "+certPath, fix)}, nil
+		return []Mistake{Missing(lab, node, keyPath, "the private key of "+certPath, fix)}, nil
 	}
-	key, perr := parseKey(data)
+	key, perr := ParseKey(data)
 	if perr != nil {
 		return []Mistake{{Lab: lab, Node: node, What: keyPath + " is not a private key", Evidence: keyPath + ": " + perr.Error(), Fix: fix}}, nil
 	}
-	if !samePublic(key, cert.PublicKey) {
+	if !SamePublic(key, cert.PublicKey) {
 		return []Mistake{{Lab: lab, Node: node, What: keyPath + " is not the key of " + certPath + ": TLS with this pair fails (\"private key does not match public key\")",
-			Evidence: fmt.Sprintf("%s holds a %s key whose public half differs from the one in %s (%s)", keyPath, pki.KeyDesc(key.Public()), certPath, describe(cert)),
+			Evidence: fmt.Sprintf("%s holds a %s key whose public half differs from the one in %s (%s)", keyPath, pki.KeyDesc(key.Public()), certPath, Describe(cert)),
 			Fix:      "copy the key that was made with the cert (cfssljson -bare writes <name>.pem and <name>-key.pem together): " + fix}}, nil
 	}
 	return nil, nil
@@ -274,23 +274,23 @@ func (e *env) checkKey(lab, node, certPath, keyPath string, cert *x509.Certifica
 // clusterCA returns the cluster CA: D/pki/ca.pem on the jumpbox, else the
 // first control plane's /var/lib/kubernetes/ca.pem; nil when neither
 // parses (the file detectors report that).
-func (e *env) clusterCA() (*x509.Certificate, string, error) {
+func (e *Env) ClusterCA() (*x509.Certificate, string, error) {
 	if e.caDone {
 		return e.ca, e.caWhat, nil
 	}
 	try := []struct{ node, path string }{{Jumpbox, "pki/ca.pem"}}
-	if cps := e.c.ControlPlanes(); len(cps) > 0 {
+	if cps := e.Cluster.ControlPlanes(); len(cps) > 0 {
 		try = append(try, struct{ node, path string }{cps[0].Name, "/var/lib/kubernetes/ca.pem"})
 	}
 	for _, t := range try {
-		data, ok, err := e.read(t.node, t.path)
+		data, ok, err := e.Read(t.node, t.path)
 		if err != nil {
 			return nil, "", err
 		}
 		if !ok {
 			continue
 		}
-		if c, err := firstCert(data); err == nil {
+		if c, err := FirstCert(data); err == nil {
 			e.ca, e.caWhat = c, "the cluster CA ("+t.node+":"+t.path+")"
 			break
 		}
@@ -300,22 +300,22 @@ func (e *env) clusterCA() (*x509.Certificate, string, error) {
 }
 
 // checkCAFile checks that path on node holds the cluster CA itself.
-func (e *env) checkCAFile(lab, node, path, usedBy string) ([]Mistake, error) {
-	ca, caWhat, err := e.clusterCA()
+func (e *Env) CheckCAFile(lab, node, path, usedBy string) ([]Mistake, error) {
+	ca, caWhat, err := e.ClusterCA()
 	if err != nil {
 		return nil, err
 	}
 	fix := "copy the cluster CA there: scp $KHW_STATE_DIR/$KHW_CLUSTER/pki/ca.pem " + node + ":" + path
-	c, ms, err := e.loadCert(lab, node, path, "the CA that "+usedBy+" trusts", fix)
+	c, ms, err := e.LoadCert(lab, node, path, "the CA that "+usedBy+" trusts", fix)
 	if c == nil || err != nil {
 		return ms, err
 	}
 	if ca != nil && !c.Equal(ca) {
 		return []Mistake{{Lab: lab, Node: node, What: path + " is not the cluster CA: " + usedBy + " rejects every cert the cluster CA signed",
-			Evidence: path + ": " + describe(c) + "; " + caWhat + " has subject " + fmt.Sprintf("%q", ca.Subject.String()), Fix: fix}}, nil
+			Evidence: path + ": " + Describe(c) + "; " + caWhat + " has subject " + fmt.Sprintf("%q", ca.Subject.String()), Fix: fix}}, nil
 	}
 	if !c.IsCA {
-		return []Mistake{{Lab: lab, Node: node, What: path + " is not a CA certificate (basic constraints CA:false)", Evidence: path + ": " + describe(c), Fix: fix}}, nil
+		return []Mistake{{Lab: lab, Node: node, What: path + " is not a CA certificate (basic constraints CA:false)", Evidence: path + ": " + Describe(c), Fix: fix}}, nil
 	}
 	return nil, nil
 }
@@ -325,24 +325,24 @@ func (e *env) checkCAFile(lab, node, path, usedBy string) ([]Mistake, error) {
 // 127.0.0.1, the LB name and IP, node's own IP, and the in-cluster DNS names
 // of the `kubernetes` Service. node "" means the cert is shared by every
 // control plane (one file in D/pki): every control-plane IP then.
-func apiserverSANs(c *config.Cluster, node string) []sanWant {
-	var out []sanWant
+func APIServerSANs(c *config.Cluster, node string) []SANWant {
+	var out []SANWant
 	if a := c.APIServerServiceIP(); a.IsValid() {
-		out = append(out, sanWant{a.String(), "the `kubernetes` Service ClusterIP, first IP of " + c.Kubernetes.ServiceCIDR + ": pods reach the apiserver there"})
+		out = append(out, SANWant{a.String(), "the `kubernetes` Service ClusterIP, first IP of " + c.Kubernetes.ServiceCIDR + ": pods reach the apiserver there"})
 	}
-	out = append(out, sanWant{"127.0.0.1", "controller-manager and scheduler on a control plane dial https://127.0.0.1"})
+	out = append(out, SANWant{"127.0.0.1", "controller-manager and scheduler on a control plane dial https://127.0.0.1"})
 	if lb, ok := c.LB(); ok {
-		out = append(out, sanWant{lb.Name, "workers and kubectl dial https://" + lb.Name + ":" + fmt.Sprint(c.Kubernetes.APIServerPort) + "; HAProxy passes TLS through"},
-			sanWant{lb.IP, "the load balancer's IP"})
+		out = append(out, SANWant{lb.Name, "workers and kubectl dial https://" + lb.Name + ":" + fmt.Sprint(c.Kubernetes.APIServerPort) + "; HAProxy passes TLS through"},
+			SANWant{lb.IP, "the load balancer's IP"})
 	}
 	for _, cp := range c.ControlPlanes() {
 		if node == "" || cp.Name == node {
-			out = append(out, sanWant{cp.IP, cp.Name + "'s IP, dialled by HAProxy, etcd peers and the other components"})
+			out = append(out, SANWant{cp.IP, cp.Name + "'s IP, dialled by HAProxy, etcd peers and the other components"})
 		}
 	}
 	dom := strings.TrimSuffix(c.Kubernetes.ClusterDomain, ".")
 	for _, n := range []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc." + dom} {
-		out = append(out, sanWant{n, "in-cluster name of the `kubernetes` Service"})
+		out = append(out, SANWant{n, "in-cluster name of the `kubernetes` Service"})
 	}
 	return out
 }

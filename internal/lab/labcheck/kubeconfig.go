@@ -8,11 +8,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/khw-dev/khw/internal/pki"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-
-	"github.com/khw-dev/khw/internal/labid"
-	"github.com/khw-dev/khw/internal/pki"
 )
 
 // kubeconfig is the part of a kubeconfig its current context uses.
@@ -20,20 +18,20 @@ type kubeconfig struct {
 	path    string
 	server  string
 	cluster *clientcmdapi.Cluster
-	user    *clientcmdapi.AuthInfo
+	User    *clientcmdapi.AuthInfo
 }
 
 // loadKubeconfig reads and resolves the current context of the kubeconfig
 // at path on node; a missing, unparsable or dangling one is a Mistake.
 // client-go uses current-context when no --context is given
 // (k8s.io/client-go/tools/clientcmd/client_config.go).
-func (e *env) loadKubeconfig(lab, node, path, what, fix string) (*kubeconfig, []Mistake, error) {
-	data, ok, err := e.read(node, path)
+func (e *Env) LoadKubeconfig(lab, node, path, what, fix string) (*kubeconfig, []Mistake, error) {
+	data, ok, err := e.Read(node, path)
 	if err != nil {
 		return nil, nil, err
 	}
 	if !ok {
-		return nil, []Mistake{missing(lab, node, path, what, fix)}, nil
+		return nil, []Mistake{Missing(lab, node, path, what, fix)}, nil
 	}
 	bad := func(why string) (*kubeconfig, []Mistake, error) {
 		return nil, []Mistake{{Lab: lab, Node: node, What: path + " (" + what + ") is not a usable kubeconfig: " + why, Evidence: path + ": " + why, Fix: fix}}, nil
@@ -45,7 +43,7 @@ func (e *env) loadKubeconfig(lab, node, path, what, fix string) (*kubeconfig, []
 	}
 	ctx, ok := cfg.Contexts[cfg.CurrentContext]
 	if cfg.CurrentContext == "" || !ok {
-		return bad(fmt.Sprintf("current-context %q names no context (contexts: %s)", cfg.CurrentContext, strings.Join(sortedKeys(cfg.Contexts), ", ")))
+		return bad(fmt.Sprintf("current-context %q names no context (contexts: %s)", cfg.CurrentContext, strings.Join(SortedKeys(cfg.Contexts), ", ")))
 	}
 	cl, ok := cfg.Clusters[ctx.Cluster]
 	if !ok {
@@ -55,32 +53,32 @@ func (e *env) loadKubeconfig(lab, node, path, what, fix string) (*kubeconfig, []
 	if !ok {
 		return bad(fmt.Sprintf("context %q names user %q, which is not in users", cfg.CurrentContext, ctx.AuthInfo))
 	}
-	return &kubeconfig{path: path, server: cl.Server, cluster: cl, user: u}, nil, nil
+	return &kubeconfig{path: path, server: cl.Server, cluster: cl, User: u}, nil, nil
 }
 
 // serverRule says which apiserver URLs a kubeconfig may use where it is.
-type serverRule int
+type ServerRule int
 
 const (
 	// viaLB: workers and the jumpbox go through the load balancer
 	// (cluster-facts.md, "kubeconfigs"), so losing one cp is invisible.
-	viaLB serverRule = iota
+	ViaLB ServerRule = iota
 	// onCP: a component on a control plane uses an apiserver of that node
 	// (127.0.0.1 or its IP); the load balancer works too.
-	onCP
+	OnCP
 )
 
 // checkServer judges the server URL of k on node.
-func (e *env) checkServer(lab, node string, k *kubeconfig, rule serverRule, fix string) []Mistake {
-	port := strconv.Itoa(e.c.Kubernetes.APIServerPort)
-	lb, _ := e.c.LB()
-	want := e.c.APIServerURL()
-	if rule == onCP {
-		want = e.c.LocalAPIServerURL()
+func (e *Env) CheckServer(lab, node string, k *kubeconfig, rule ServerRule, fix string) []Mistake {
+	port := strconv.Itoa(e.Cluster.Kubernetes.APIServerPort)
+	lb, _ := e.Cluster.LB()
+	want := e.Cluster.APIServerURL()
+	if rule == OnCP {
+		want = e.Cluster.LocalAPIServerURL()
 	}
 	ev := k.path + ": server: " + k.server
 	mk := func(what string) []Mistake {
-		return []Mistake{{Lab: lab, Node: node, What: what, Evidence: ev, Fix: "set server: " + want + " (kubectl config set-cluster " + e.c.Kubernetes.ClusterName + " --server=" + want + " --kubeconfig=" + k.path + ")" + fix}}
+		return []Mistake{{Lab: lab, Node: node, What: what, Evidence: ev, Fix: "set server: " + want + " (kubectl config set-cluster " + e.Cluster.Kubernetes.ClusterName + " --server=" + want + " --kubeconfig=" + k.path + ")" + fix}}
 	}
 	u, err := url.Parse(k.server)
 	if err != nil || u.Host == "" {
@@ -97,21 +95,21 @@ func (e *env) checkServer(lab, node string, k *kubeconfig, rule serverRule, fix 
 		return mk(fmt.Sprintf("the server URL of %s has port %s: the apiserver and the load balancer listen on %s", k.path, p, port))
 	}
 	loopback := host == "localhost" || (net.ParseIP(host) != nil && net.ParseIP(host).IsLoopback())
-	isLB := host == lb.Name || host == lb.IP || host == e.c.FQDN(lb)
+	isLB := host == lb.Name || host == lb.IP || host == e.Cluster.FQDN(lb)
 	cp := ""
-	for _, n := range e.c.ControlPlanes() {
-		if host == n.Name || host == n.IP || host == e.c.FQDN(n) {
+	for _, n := range e.Cluster.ControlPlanes() {
+		if host == n.Name || host == n.IP || host == e.Cluster.FQDN(n) {
 			cp = n.Name
 		}
 	}
 	switch {
 	case isLB:
 		return nil
-	case loopback && rule == onCP:
+	case loopback && rule == OnCP:
 		return nil
 	case loopback:
 		return mk(fmt.Sprintf("the server URL of %s is %s, but no apiserver runs on %s", k.path, k.server, node))
-	case cp != "" && rule == onCP:
+	case cp != "" && rule == OnCP:
 		return nil
 	case cp != "":
 		return mk(fmt.Sprintf("the server URL of %s names the control plane %s directly: it stops working when %s is down; go through the load balancer", k.path, cp, cp))
@@ -121,12 +119,12 @@ func (e *env) checkServer(lab, node string, k *kubeconfig, rule serverRule, fix 
 
 // kubeconfigCA checks that k trusts the cluster CA (embedded or by path on
 // node) and does not skip verification.
-func (e *env) kubeconfigCA(lab, node string, k *kubeconfig, fix string) ([]Mistake, error) {
+func (e *Env) KubeconfigCA(lab, node string, k *kubeconfig, fix string) ([]Mistake, error) {
 	if k.cluster.InsecureSkipTLSVerify {
 		return []Mistake{{Lab: lab, Node: node, What: k.path + " skips TLS verification: anyone in the middle can pose as the apiserver",
 			Evidence: k.path + ": insecure-skip-tls-verify: true", Fix: "remove insecure-skip-tls-verify and embed the CA (kubectl config set-cluster … --certificate-authority=ca.pem --embed-certs=true)" + fix}}, nil
 	}
-	ca, caWhat, err := e.clusterCA()
+	ca, caWhat, err := e.ClusterCA()
 	if err != nil || ca == nil {
 		return nil, err
 	}
@@ -134,12 +132,12 @@ func (e *env) kubeconfigCA(lab, node string, k *kubeconfig, fix string) ([]Mista
 	if len(data) == 0 && k.cluster.CertificateAuthority != "" && node != Jumpbox {
 		where = k.cluster.CertificateAuthority
 		var ok bool
-		data, ok, err = e.read(node, k.cluster.CertificateAuthority)
+		data, ok, err = e.Read(node, k.cluster.CertificateAuthority)
 		if err != nil {
 			return nil, err
 		}
 		if !ok {
-			return []Mistake{missing(lab, node, k.cluster.CertificateAuthority, "the CA named by "+k.path, "copy ca.pem there, or embed it"+fix)}, nil
+			return []Mistake{Missing(lab, node, k.cluster.CertificateAuthority, "the CA named by "+k.path, "copy ca.pem there, or embed it"+fix)}, nil
 		}
 	}
 	if len(data) == 0 {
@@ -149,21 +147,21 @@ func (e *env) kubeconfigCA(lab, node string, k *kubeconfig, fix string) ([]Mista
 		return []Mistake{{Lab: lab, Node: node, What: k.path + " names no CA: the client then trusts the system roots, which never signed the apiserver cert",
 			Evidence: k.path + ": no certificate-authority(-data)", Fix: "kubectl config set-cluster … --certificate-authority=ca.pem --embed-certs=true --kubeconfig=" + k.path + fix}}, nil
 	}
-	c, perr := firstCert(data)
+	c, perr := FirstCert(data)
 	if perr != nil {
 		return []Mistake{{Lab: lab, Node: node, What: "the CA of " + k.path + " is not a certificate", Evidence: where + ": " + perr.Error(), Fix: "embed ca.pem again" + fix}}, nil
 	}
 	if !c.Equal(ca) {
 		return []Mistake{{Lab: lab, Node: node, What: k.path + " trusts another CA than the cluster CA: the apiserver cert will not verify (x509: certificate signed by unknown authority)",
-			Evidence: where + ": " + describe(c) + "; " + caWhat + " is " + fmt.Sprintf("%q", ca.Subject.String()), Fix: "embed the cluster CA (--certificate-authority=$KHW_STATE_DIR/$KHW_CLUSTER/pki/ca.pem --embed-certs=true)" + fix}}, nil
+			Evidence: where + ": " + Describe(c) + "; " + caWhat + " is " + fmt.Sprintf("%q", ca.Subject.String()), Fix: "embed the cluster CA (--certificate-authority=$KHW_STATE_DIR/$KHW_CLUSTER/pki/ca.pem --embed-certs=true)" + fix}}, nil
 	}
 	return nil, nil
 }
 
 // kubeconfigCert returns the client cert of k (embedded, or a path on
 // node) and checks its key; nil without a cert (a token user).
-func (e *env) kubeconfigCert(lab, node string, k *kubeconfig, fix string) (*x509.Certificate, string, []Mistake, error) {
-	u := k.user
+func (e *Env) KubeconfigCert(lab, node string, k *kubeconfig, fix string) (*x509.Certificate, string, []Mistake, error) {
+	u := k.User
 	certData, certWhere := u.ClientCertificateData, k.path+" client-certificate-data"
 	if len(certData) == 0 && u.ClientCertificate != "" {
 		if node == Jumpbox {
@@ -172,18 +170,18 @@ func (e *env) kubeconfigCert(lab, node string, k *kubeconfig, fix string) (*x509
 		certWhere = u.ClientCertificate
 		var ok bool
 		var err error
-		certData, ok, err = e.read(node, u.ClientCertificate)
+		certData, ok, err = e.Read(node, u.ClientCertificate)
 		if err != nil {
 			return nil, "", nil, err
 		}
 		if !ok {
-			return nil, "", []Mistake{missing(lab, node, u.ClientCertificate, "the client cert named by "+k.path, fix)}, nil
+			return nil, "", []Mistake{Missing(lab, node, u.ClientCertificate, "the client cert named by "+k.path, fix)}, nil
 		}
 	}
 	if len(certData) == 0 {
 		return nil, "", nil, nil
 	}
-	cert, perr := firstCert(certData)
+	cert, perr := FirstCert(certData)
 	if perr != nil {
 		return nil, "", []Mistake{{Lab: lab, Node: node, What: "the client cert of " + k.path + " is not a certificate", Evidence: certWhere + ": " + perr.Error(), Fix: fix}}, nil
 	}
@@ -192,93 +190,25 @@ func (e *env) kubeconfigCert(lab, node string, k *kubeconfig, fix string) (*x509
 		keyWhere = u.ClientKey
 		var ok bool
 		var err error
-		keyData, ok, err = e.read(node, u.ClientKey)
+		keyData, ok, err = e.Read(node, u.ClientKey)
 		if err != nil {
 			return nil, "", nil, err
 		}
 		if !ok {
-			return cert, certWhere, []Mistake{missing(lab, node, u.ClientKey, "the client key named by "+k.path, fix)}, nil
+			return cert, certWhere, []Mistake{Missing(lab, node, u.ClientKey, "the client key named by "+k.path, fix)}, nil
 		}
 	}
 	if len(keyData) == 0 {
 		return cert, certWhere, []Mistake{{Lab: lab, Node: node, What: k.path + " has a client cert but no client key", Evidence: keyWhere + " is empty", Fix: "kubectl config set-credentials … --client-key=<name>-key.pem --embed-certs=true" + fix}}, nil
 	}
-	key, perr := parseKey(keyData)
+	key, perr := ParseKey(keyData)
 	if perr != nil {
 		return cert, certWhere, []Mistake{{Lab: lab, Node: node, What: "the client key of " + k.path + " is not a private key", Evidence: keyWhere + ": " + perr.Error(), Fix: fix}}, nil
 	}
-	if !samePublic(key, cert.PublicKey) {
+	if !SamePublic(key, cert.PublicKey) {
 		return cert, certWhere, []Mistake{{Lab: lab, Node: node, What: "the client key of " + k.path + " does not belong to its client cert: TLS fails",
-			Evidence: fmt.Sprintf("%s holds a %s key; the cert (%s) has another public key", keyWhere, pki.KeyDesc(key.Public()), describe(cert)),
+			Evidence: fmt.Sprintf("%s holds a %s key; the cert (%s) has another public key", keyWhere, pki.KeyDesc(key.Public()), Describe(cert)),
 			Fix:      "embed the cert and the key made together (--client-certificate=<name>.pem --client-key=<name>-key.pem --embed-certs=true)" + fix}}, nil
 	}
 	return cert, certWhere, nil, nil
-}
-
-// kubeconfigWant is one kubeconfig of the state directory (D/kubeconfigs),
-// cluster-facts.md "kubeconfigs".
-type kubeconfigWant struct {
-	name     string // admin → kubeconfigs/admin.kubeconfig
-	cn, org  string
-	admin    bool
-	node     bool
-	rule     serverRule
-	certName string // the pki cert it embeds
-}
-
-// stateKubeconfigs checks D/kubeconfigs: each one's current context, server
-// URL, CA and client cert identity (the user the apiserver will see).
-// Upstream: https://kubernetes.io/docs/concepts/configuration/organize-cluster-access-kubeconfig/
-// and the identities of https://kubernetes.io/docs/setup/best-practices/certificates/.
-func stateKubeconfigs(e *env) ([]Mistake, error) {
-	const lab = labid.Kubeconfig
-	wants := []kubeconfigWant{{name: "admin", cn: "admin", org: groupMasters, admin: true, rule: viaLB, certName: "admin"}}
-	for _, n := range e.c.Workers() {
-		if !n.TLSBootstrap {
-			wants = append(wants, kubeconfigWant{name: n.Name, cn: nodeUserPrefix + n.Name, org: groupNodes, node: true, rule: viaLB, certName: n.Name})
-		}
-	}
-	wants = append(wants,
-		kubeconfigWant{name: "kube-proxy", cn: "system:kube-proxy", rule: viaLB, certName: "kube-proxy"},
-		kubeconfigWant{name: "kube-controller-manager", cn: "system:kube-controller-manager", rule: onCP, certName: "kube-controller-manager"},
-		kubeconfigWant{name: "kube-scheduler", cn: "system:kube-scheduler", rule: onCP, certName: "kube-scheduler"},
-	)
-	var out []Mistake
-	for _, w := range wants {
-		path := "kubeconfigs/" + w.name + ".kubeconfig"
-		fix := "; khw lab " + labid.Kubeconfig + " shows the kubectl config commands"
-		k, ms, err := e.loadKubeconfig(lab, Jumpbox, path, "the "+w.name+" kubeconfig", "make it with kubectl config set-cluster/set-credentials/set-context/use-context"+fix)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, ms...)
-		if k == nil {
-			continue
-		}
-		out = append(out, e.checkServer(lab, Jumpbox, k, w.rule, fix)...)
-		ms, err = e.kubeconfigCA(lab, Jumpbox, k, fix)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, ms...)
-		cert, where, ms, err := e.kubeconfigCert(lab, Jumpbox, k, "embed pki/"+w.certName+".pem and its key"+fix)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, ms...)
-		if cert == nil {
-			if len(ms) == 0 && k.user.ClientCertificate == "" {
-				out = append(out, Mistake{Lab: lab, Node: Jumpbox, What: path + " has no client cert: the apiserver will not know who " + w.name + " is",
-					Evidence: path + ": user has no client-certificate(-data)", Fix: "kubectl config set-credentials " + w.cn + " --client-certificate=pki/" + w.certName + ".pem --client-key=pki/" + w.certName + "-key.pem --embed-certs=true --kubeconfig=" + path})
-			}
-			continue
-		}
-		cw := certWant{lab: lab, what: "the client cert in " + path, cn: w.cn, org: w.org, admin: w.admin, node: w.node, client: true,
-			fix: "embed a right one (kubectl config set-credentials … --embed-certs=true)"}
-		if ca, caWhat, _ := e.clusterCA(); ca != nil {
-			cw.ca, cw.caWhat = ca, caWhat
-		}
-		out = append(out, e.checkCert(Jumpbox, where, cert, cw)...)
-	}
-	return out, nil
 }

@@ -154,7 +154,7 @@ func dirEntries(t *testing.T, dir string) []string {
 	return names
 }
 
-// TestCatalogImageFromMirror runs CatalogImage as bringup wires it for a
+// TestCatalogImageFromMirror runs CatalogImage as 01-machines wires it for a
 // cluster without libvirt.image (mirror from KHW_MIRROR, artifact cache from
 // KHW_CACHE_DIR) against a directory mirror that, like one hack/mkmirror
 // --vm-image makes, lacks the pinned dated release and holds a stand-in at

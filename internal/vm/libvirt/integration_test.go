@@ -200,7 +200,7 @@ func testVMLifecycle(t *testing.T, env *lvEnv, img Image) {
 	newPool()
 	defer func() { pool.Close() }()
 	node := remote.Node{Name: "cp1", Addr: "192.168.150.11"}
-	hk := pinHostKey(t, pool, p, node) // before the first boot, as bringup does
+	hk := pinHostKey(t, pool, p, node) // before the first boot, as 01-machines does
 	run := sshRun(ctx, t, func() *remote.Pool { return pool }, node, "khw-lvt-cp1")
 	if mode := fileMode(t, filepath.Join(testPoolPath, "khw-lvt-cp1-seed.iso")); mode&0o077 != 0 {
 		t.Errorf("seed volume (it holds the node's private host key) has mode %04o, want 0600", mode)
@@ -345,7 +345,7 @@ func sshRun(ctx context.Context, t *testing.T, pool func() *remote.Pool, node re
 }
 
 // testHostKeys keeps the nodes' generated host keys in
-// <state>/ssh/hostkeys/<node>, as bringup does.
+// <state>/ssh/hostkeys/<node>, as 01-machines does.
 func testHostKeys(state string) func(string) (*remote.HostKey, error) {
 	return func(node string) (*remote.HostKey, error) {
 		return remote.EnsureHostKey(filepath.Join(state, "ssh", "hostkeys", node), node)

@@ -77,7 +77,7 @@ type Options struct {
 	// image).
 	Image Image
 	// ResolveImage returns the base image when Image.Path and cluster.yaml
-	// name none (bringup wires the artifact catalog's Ubuntu cloud image).
+	// name none (01-machines wires the artifact catalog's Ubuntu cloud image).
 	ResolveImage func(ctx context.Context) (Image, error)
 	// DomainType is kvm or qemu (default cluster.yaml libvirt.domainType,
 	// else the KVM probe of Preflight decides).

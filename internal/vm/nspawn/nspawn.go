@@ -40,7 +40,7 @@ type Options struct {
 	// remote.EnsureKey). Required by Create.
 	AuthorizedKey string
 	// HostKey returns the SSH host key khw generated for a node
-	// (remote.EnsureHostKey; bringup keeps them in
+	// (remote.EnsureHostKey; khw keeps them in
 	// <state>/ssh/hostkeys/<node>). Create installs it as the node's only
 	// host key, and the caller pins it before the node's first boot.
 	// Required by Create.

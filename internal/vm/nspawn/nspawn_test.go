@@ -318,7 +318,7 @@ func testCluster(t *testing.T, nodes ...string) (*Provider, *remote.Pool) {
 }
 
 // testHostKeys keeps the nodes' generated host keys in
-// <state>/ssh/hostkeys/<node>, as bringup does.
+// <state>/ssh/hostkeys/<node>, as 01-machines does.
 func testHostKeys(state string) func(string) (*remote.HostKey, error) {
 	return func(node string) (*remote.HostKey, error) {
 		return remote.EnsureHostKey(filepath.Join(state, "ssh", "hostkeys", node), node)
@@ -326,7 +326,7 @@ func testHostKeys(state string) func(string) (*remote.HostKey, error) {
 }
 
 // pinHostKeys pins every node's generated host key in the pool's
-// known_hosts, as bringup's 01-machines does before the first boot.
+// known_hosts, as 01-machines does before the first boot.
 func pinHostKeys(t *testing.T, p *Provider, pool *remote.Pool) {
 	t.Helper()
 	for _, n := range p.c.Nodes {

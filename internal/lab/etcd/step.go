@@ -1,0 +1,106 @@
+// Package etcd is lab 04-etcd: the step that runs etcd on the control
+// planes, started together, and checks every member and one leader with
+// the etcd v3 client (step.go), and its grading (grade.go: --name in
+// --initial-cluster, the same list on every member, client and peer TLS,
+// the allowlists).
+//
+// Text: labs/04-etcd.md. Template: templates/node/controlplane/etcd.service.tmpl.
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/health"
+	"github.com/khw-dev/khw/internal/lab/nodeplan"
+	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/steps"
+)
+
+// NewStep returns lab 04-etcd: on every control plane the etcd
+// binaries, its certs in /etc/etcd and etcd.service; all members started
+// together (--no-block: a member of a new cluster waits for the others
+// before it reports ready); then, through the etcd v3 client from the
+// jumpbox, every member listed with its name and peer URL, every endpoint
+// answering, one leader.
+func NewStep(m *nodeplan.Machines) steps.Step {
+	spec := &nodeplan.ComponentSpec{
+		ID: labid.Etcd, Title: "Bootstrap the etcd cluster",
+		Role:     config.RoleControlPlane,
+		Binaries: []string{"etcd"},
+		Rendered: []string{"/etc/systemd/system/etcd.service"},
+		Inputs:   nodeplan.InputUnder("/etc/etcd/"),
+		Units: []nodeplan.WantUnit{{Name: "etcd.service", Deps: []string{
+			"/usr/local/bin/etcd", "/etc/systemd/system/etcd.service",
+			"/etc/etcd/ca.pem", "/etc/etcd/kubernetes.pem", "/etc/etcd/kubernetes-key.pem"}}},
+	}
+	s := &nodeplan.ComponentStep{M: m, Spec: spec, Wait: nodeplan.EtcdWait, Rolling: true}
+	s.Health = func(ctx context.Context, env *steps.Env) ([]steps.Diff, error) {
+		rep, err := health.Etcd(ctx, m.Target(env))
+		if rep == nil {
+			return nil, err
+		}
+		return etcdDiffs(env.Cluster, rep), nil
+	}
+	s.ExtraCommands = func(env *steps.Env) []steps.Command {
+		cp := env.Cluster.ControlPlanes()
+		if len(cp) == 0 {
+			return nil
+		}
+		return []steps.Command{{Node: cp[0].Name, Why: "every member listed, and which one leads (IS LEADER, RAFT TERM)",
+			Shell: "sudo ETCDCTL_API=3 etcdctl --endpoints=https://127.0.0.1:2379 --cacert=/etc/etcd/ca.pem --cert=/etc/etcd/kubernetes.pem --key=/etc/etcd/kubernetes-key.pem member list -w table\n" +
+				"sudo etcdctl --endpoints=" + etcdEndpoints(env.Cluster) + " --cacert=/etc/etcd/ca.pem --cert=/etc/etcd/kubernetes.pem --key=/etc/etcd/kubernetes-key.pem endpoint status -w table"}}
+	}
+	return s
+}
+
+func etcdEndpoints(c *config.Cluster) string {
+	var eps []string
+	for _, n := range c.ControlPlanes() {
+		eps = append(eps, "https://"+n.IP+":2379")
+	}
+	return strings.Join(eps, ",")
+}
+
+// etcdDiffs names every way the etcd cluster differs from cluster.yaml:
+// a member missing or with another peer URL, an unexpected member, an
+// endpoint not answering, no leader.
+func etcdDiffs(c *config.Cluster, rep *health.EtcdReport) []steps.Diff {
+	var diffs []steps.Diff
+	byName := map[string]health.EtcdMember{}
+	for _, mb := range rep.Members {
+		byName[mb.Name] = mb
+	}
+	want := map[string]bool{}
+	if rep.MembersErr == "" {
+		for _, n := range c.ControlPlanes() {
+			want[n.Name] = true
+			mb, ok := byName[n.Name]
+			peer := "https://" + n.IP + ":2380"
+			switch {
+			case !ok:
+				diffs = append(diffs, steps.Diff{Node: n.Name, What: "etcd member " + n.Name + " is not in the member list", Fix: "start etcd on " + n.Name + " with --initial-cluster naming it"})
+			case len(mb.PeerURLs) != 1 || mb.PeerURLs[0] != peer:
+				diffs = append(diffs, steps.Diff{Node: n.Name, What: fmt.Sprintf("etcd member %s has peer URLs %v, want [%s]", n.Name, mb.PeerURLs, peer), Fix: "remove the member and its data dir, then start it again"})
+			}
+		}
+		for _, mb := range rep.Members {
+			if !want[mb.Name] {
+				diffs = append(diffs, steps.Diff{What: fmt.Sprintf("etcd member %q (%s) is not a control plane of cluster.yaml", mb.Name, mb.ID), Fix: "etcdctl member remove " + mb.ID})
+			}
+		}
+	} else {
+		diffs = append(diffs, steps.Diff{What: "no etcd member lists the members: " + rep.MembersErr, Fix: "start etcd on every control plane"})
+	}
+	for _, ep := range rep.Endpoints {
+		if !ep.OK {
+			diffs = append(diffs, steps.Diff{Node: ep.Node, What: "etcd at " + ep.Endpoint + " does not answer: " + ep.Err, Fix: "restart etcd.service and read its journal"})
+		}
+	}
+	if rep.Leader == "" {
+		diffs = append(diffs, steps.Diff{What: fmt.Sprintf("etcd has no leader (%d of %d members healthy, quorum needs %d)", rep.Healthy, rep.Size, rep.QuorumSize), Fix: "start the members that are down"})
+	}
+	return diffs
+}

@@ -1,0 +1,238 @@
+package nodeplan
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"sync"
+
+	"github.com/khw-dev/khw/internal/components"
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/fsutil"
+	"github.com/khw-dev/khw/internal/steps"
+)
+
+// artifacts fetches (from the cache, the mirror or the official URL) and
+// holds in memory the files of catalog artifacts, once per run.
+type artifacts struct {
+	// Fetcher is the fetcher used; its Mirror is $KHW_MIRROR by default.
+	Fetcher *components.Fetcher
+
+	mu    sync.Mutex
+	files map[string][]*wantFile // by artifact name
+}
+
+// binaries returns the files of the named catalog artifacts (e.g. "etcd",
+// "kube-apiserver") for the cluster's arch, each as a wantFile with its
+// node target path and mode. The first call per artifact fetches it
+// (verified by SHA-256 against the published checksum, see
+// components.Fetcher) and reads it into memory; progress goes to the
+// cluster log.
+func (a *artifacts) binaries(ctx context.Context, env *steps.Env, names ...string) ([]*wantFile, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.files == nil {
+		a.files = map[string][]*wantFile{}
+	}
+	var missing []string
+	for _, n := range names {
+		if _, ok := a.files[n]; !ok {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		if err := a.fetch(ctx, env, missing); err != nil {
+			return nil, err
+		}
+	}
+	var out []*wantFile
+	for _, n := range names {
+		out = append(out, a.files[n]...)
+	}
+	return out, nil
+}
+
+// resolve returns the catalog entries of the named artifacts for c.
+func resolve(c *config.Cluster, names []string) ([]components.Resolved, error) {
+	cat, err := components.Load()
+	if err != nil {
+		return nil, err
+	}
+	all, err := cat.Resolve(c, nodeArch(c))
+	if err != nil {
+		return nil, err
+	}
+	var sel []components.Resolved
+	for _, n := range names {
+		found := false
+		for _, r := range all {
+			if r.Artifact.Name == n {
+				sel = append(sel, r)
+				found = true
+				break
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("artifact %q is not in the component catalog (a khw bug)", n)
+		}
+	}
+	return sel, nil
+}
+
+func nodeArch(c *config.Cluster) string {
+	if c.Arch == "" {
+		return config.ArchAMD64
+	}
+	return c.Arch
+}
+
+// describe returns the named artifacts' files as binaries() does, but
+// without fetching: the content is there only when binaries() already
+// fetched it in this run. For shell equivalents.
+func (a *artifacts) describe(c *config.Cluster, names ...string) ([]*wantFile, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	sel, err := resolve(c, names)
+	if err != nil {
+		return nil, err
+	}
+	var out []*wantFile
+	for _, r := range sel {
+		if fs, ok := a.files[r.Artifact.Name]; ok {
+			out = append(out, fs...)
+			continue
+		}
+		for _, file := range r.Files {
+			out = append(out, newBinaryFile(r, file))
+		}
+	}
+	return out, nil
+}
+
+func newBinaryFile(r components.Resolved, file components.File) *wantFile {
+	wf := &wantFile{What: fmt.Sprintf("%s %s %s binary", path.Base(file.Target), r.Version, r.Arch), Src: path.Base(file.Target)}
+	if r.URL != "" {
+		wf.Fetch = "curl -fLO " + r.URL
+		if file.Path != "" {
+			wf.Fetch += "\ntar -xzf " + r.FileName + " --strip-components=" + fmt.Sprint(len(splitPath(file.Path))-1) + " " + file.Path
+			wf.Src = path.Base(file.Path)
+		}
+	}
+	wf.Path, wf.Mode = file.Target, file.Mode
+	return wf
+}
+
+// fetchNamed resolves the named artifacts for the cluster and fetches them
+// (cache, then $KHW_MIRROR or the official URL), progress to the cluster
+// log. The caller checks each Fetched.Err.
+func (a *artifacts) fetchNamed(ctx context.Context, env *steps.Env, names []string) ([]components.Fetched, error) {
+	sel, err := resolve(env.Cluster, names)
+	if err != nil {
+		return nil, err
+	}
+	f := a.Fetcher
+	if f == nil {
+		ef := components.EnvFetcher()
+		f = &ef
+	}
+	fc := *f
+	if fc.Progress == nil {
+		fc.Progress = env.NodeLog("")
+	}
+	fetched, err := fc.Fetch(ctx, sel)
+	if err != nil {
+		return nil, fmt.Errorf("fetch %v: %w (set %s to an offline mirror and %s to its pin, or run khw fetch to see each download)", names, err, components.EnvMirror, components.EnvMirrorDigest)
+	}
+	return fetched, nil
+}
+
+func (a *artifacts) fetch(ctx context.Context, env *steps.Env, names []string) error {
+	fetched, err := a.fetchNamed(ctx, env, names)
+	if err != nil {
+		return err
+	}
+	f := a.Fetcher
+	if f == nil {
+		f = &components.Fetcher{}
+	}
+	memoPath := filepath.Join(cacheDir(f), "member-sums.json")
+	memo := readMemo(memoPath)
+	memoChanged := false
+	for _, ft := range fetched {
+		r := ft.Resolved
+		if ft.Err != nil {
+			return fmt.Errorf("fetch %s %s: %w", r.Artifact.Name, r.Version, ft.Err)
+		}
+		var files []*wantFile
+		for _, file := range r.Files {
+			wf := newBinaryFile(r, file)
+			wf.load = func() ([]byte, error) {
+				var buf bytes.Buffer
+				if _, err := ft.WriteFile(file, &buf); err != nil {
+					return nil, fmt.Errorf("%s %s: %w", r.Artifact.Name, r.Version, err)
+				}
+				return buf.Bytes(), nil
+			}
+			switch {
+			case r.Artifact.Format == components.FormatBinary:
+				// The blob is the file: its verified digest is the file's.
+				wf.sum = ft.SHA256
+			case memo[memoKey(ft, file)] != "":
+				wf.sum = memo[memoKey(ft, file)]
+			default:
+				if err := wf.ensureData(); err != nil {
+					return err
+				}
+				memo[memoKey(ft, file)] = wf.sumOf()
+				memoChanged = true
+			}
+			files = append(files, wf)
+		}
+		a.files[r.Artifact.Name] = files
+	}
+	if memoChanged {
+		// Best effort: without the memo the next run extracts again.
+		if data, err := json.Marshal(memo); err == nil {
+			_ = fsutil.WriteFileAtomic(memoPath, data, fsutil.PublicMode)
+		}
+	}
+	return nil
+}
+
+// The member memo: the SHA-256 of each archive member khw extracted,
+// keyed by "<archive sha256>/<member path>", in <cache>/member-sums.json.
+// The archive digest is verified on every fetch, so a member's digest
+// derived from it stays true; it saves decompressing the etcd archive on
+// every run just to compare digests with the nodes.
+func memoKey(ft components.Fetched, file components.File) string { return ft.SHA256 + "/" + file.Path }
+
+func readMemo(p string) map[string]string {
+	m := map[string]string{}
+	if data, err := os.ReadFile(p); err == nil {
+		_ = json.Unmarshal(data, &m)
+	}
+	return m
+}
+
+func cacheDir(f *components.Fetcher) string {
+	if f.CacheDir != "" {
+		return f.CacheDir
+	}
+	return components.DefaultCacheDir()
+}
+
+func splitPath(p string) []string {
+	var out []string
+	for _, e := range bytes.Split([]byte(p), []byte("/")) {
+		if len(e) > 0 {
+			out = append(out, string(e))
+		}
+	}
+	return out
+}
+
+func readFile(p string) ([]byte, error) { return os.ReadFile(p) }

@@ -1,0 +1,62 @@
+package nodeplan
+
+import (
+	"strings"
+
+	"github.com/khw-dev/khw/internal/components"
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/steps"
+
+	"testing"
+)
+
+func TestParseNodeOS(t *testing.T) {
+	out := "ubuntu\nnoble\narm64\nii \tlibc6\t\nii \tdebconf\tdebconf-2.0\nrc \thaproxy\t\n"
+	id, code, arch, inst, err := parseNodeOS([]byte(out))
+	if err != nil || id != "ubuntu" || code != "noble" || arch != "arm64" {
+		t.Fatalf("parseNodeOS = %q %q %q %v", id, code, arch, err)
+	}
+	if !inst["libc6"] || !inst["debconf-2.0"] || inst["haproxy"] {
+		t.Errorf("installed = %v: want libc6 and debconf-2.0, not haproxy (removed, config left)", inst)
+	}
+	if _, _, _, _, err := parseNodeOS([]byte("\n\n")); err == nil {
+		t.Error("empty os-release: no error")
+	}
+}
+
+func TestPackageCommands(t *testing.T) {
+	lb := config.Node{Name: "lb"}
+	w := &NodeWant{Node: lb, Packages: []WantPackage{{Name: "haproxy", Path: "/usr/sbin/haproxy"}}}
+	got := joinCmds(PackageCommands(w))
+	if !strings.Contains(got, "sudo apt-get update && sudo apt-get install -y haproxy") {
+		t.Errorf("online commands:\n%s\nwant apt-get update before the install", got)
+	}
+	w.OfflineDebs = true
+	got = joinCmds(PackageCommands(w))
+	if strings.Contains(got, "apt-get update") || !strings.Contains(got, "haproxy_<version>_<arch>.deb") || !strings.Contains(got, "Dir::Etc::SourceList=/dev/null") {
+		t.Errorf("offline commands without a plan:\n%s", got)
+	}
+	a, _ := components.FindDebArchive("debian", "bookworm", "amd64")
+	w.Debs = &DebPlan{Archive: a, Arch: "amd64", Debs: []components.DebPackage{
+		{Name: "haproxy", Filename: "pool/main/h/haproxy/haproxy_2.6.12-1+deb12u3_amd64.deb"},
+		{Name: "liblua5.3-0", Filename: "pool/main/l/lua5.3/liblua5.3-0_5.3.6-2_amd64.deb"}}}
+	got = joinCmds(PackageCommands(w))
+	for _, want := range []string{
+		`"$KHW_MIRROR"/deb.debian.org/debian/pool/main/h/haproxy/haproxy_2.6.12-1+deb12u3_amd64.deb`,
+		`"$KHW_MIRROR"/deb.debian.org/debian/pool/main/l/lua5.3/liblua5.3-0_5.3.6-2_amd64.deb lb:`,
+		"/var/cache/khw/debs/haproxy_2.6.12-1+deb12u3_amd64.deb /var/cache/khw/debs/liblua5.3-0_5.3.6-2_amd64.deb",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("offline commands with a plan:\n%s\nwant %q", got, want)
+		}
+	}
+}
+
+// joinCmds is the commands as the lab shows them, one after another.
+func joinCmds(cmds []steps.Command) string {
+	var b strings.Builder
+	for _, c := range cmds {
+		b.WriteString(c.String() + "\n")
+	}
+	return b.String()
+}

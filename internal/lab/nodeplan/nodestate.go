@@ -1,0 +1,234 @@
+package nodeplan
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/khw-dev/khw/internal/remote"
+)
+
+// fileState is what one probe found at a path on a node.
+type fileState struct {
+	Path string
+	// Present is true for a regular file; Other for something else at the
+	// path (a directory, a device); neither means absent.
+	Present, Other bool
+	Mode           uint32 // permission bits, e.g. 0o644
+	Owner, Group   string
+	MTime          time.Time
+	SHA256         string // lower-case hex
+}
+
+// unitState is what `systemctl show` says about one unit.
+type unitState struct {
+	Name string
+	// Load is LoadState (loaded, not-found …), Active is ActiveState
+	// (active, activating, failed, inactive …), Sub is SubState, Enabled is
+	// UnitFileState (enabled, disabled, "" when not found).
+	Load, Active, Sub, Enabled string
+	// NeedReload is NeedDaemonReload=yes: the unit file on disk changed since
+	// systemd last read it.
+	NeedReload bool
+	// Started is ExecMainStartTimestamp: when the running main process was
+	// started; zero when it never was.
+	Started time.Time
+}
+
+// nodeState is one probe of one node.
+type nodeState struct {
+	Files map[string]fileState
+	Units map[string]unitState
+}
+
+// unitTimeLayout is systemd's --timestamp=us+utc format.
+const unitTimeLayout = "Mon 2006-01-02 15:04:05.000000 MST"
+
+// sumCache is the node file where khw records the SHA-256 of each file it
+// installed, keyed by size and modification time (ns): lines
+// "<sha256> <size> <mtime> <path>". The probe trusts an entry only while the
+// file's size and mtime are unchanged, so a file edited or replaced since
+// (by hand, by a student) is hashed again; only a change that keeps both
+// the size and the nanosecond mtime would go unseen. It saves hashing
+// ~1 GB of binaries on every run.
+const sumCache = "/var/lib/khw/sha256sums"
+
+// probeScript returns one POSIX shell script that prints, for every path,
+// "F <path> <mode> <owner> <group> <mtime sec.usec> <sha256>" (a regular
+// file, or a symlink to one: iptables is one through Debian's alternatives),
+// "X <path>" (something else) or "A <path>" (absent); then the
+// `systemctl show` blocks of the units (blank-line separated). Paths must not
+// contain whitespace (khw's node paths never do). The SHA-256 comes from
+// sumCache when it has the file's size and mtime, else from sha256sum.
+func probeScript(paths, units []string) string { return probeScriptWith(sumCache, paths, units) }
+
+func probeScriptWith(cache string, paths, units []string) string {
+	var b strings.Builder
+	b.WriteString("set -u\nc=" + quote(cache) + "\n")
+	if len(paths) > 0 {
+		b.WriteString("for p in")
+		for _, p := range paths {
+			b.WriteString(" " + quote(p))
+		}
+		b.WriteString(`; do
+  if [ -f "$p" ]; then
+    a=$(stat -L -c '%a %U %G %.6Y' -- "$p") && k=$(stat -L -c '%s %.9Y' -- "$p") || exit 1
+    s=
+    [ -f "$c" ] && s=$(awk -v k="$k $p" 'substr($0, 66) == k { print substr($0, 1, 64); exit }' "$c")
+    [ -n "$s" ] || { s=$(sha256sum < "$p") || exit 1; }
+    echo "F $p $a ${s%% *}"
+  elif [ -e "$p" ] || [ -L "$p" ]; then echo "X $p"
+  else echo "A $p"; fi
+done
+`)
+	}
+	if len(units) > 0 {
+		b.WriteString("echo '--units--'\n")
+		b.WriteString("systemctl show --timestamp=us+utc -p Id,LoadState,ActiveState,SubState,UnitFileState,NeedDaemonReload,ExecMainStartTimestamp")
+		for _, u := range units {
+			b.WriteString(" " + quote(u))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// quote single-quotes s for a POSIX shell.
+func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// parseProbe reads the output of probeScript.
+func parseProbe(out []byte) (nodeState, error) {
+	st := nodeState{Files: map[string]fileState{}, Units: map[string]unitState{}}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	inUnits := false
+	cur := map[string]string{}
+	flush := func() error {
+		if len(cur) == 0 {
+			return nil
+		}
+		u, err := unitFromShow(cur)
+		if err != nil {
+			return err
+		}
+		st.Units[u.Name] = u
+		cur = map[string]string{}
+		return nil
+	}
+	for sc.Scan() {
+		line := sc.Text()
+		if !inUnits {
+			if line == "--units--" {
+				inUnits = true
+				continue
+			}
+			f := strings.Fields(line)
+			switch {
+			case len(f) == 2 && f[0] == "A":
+				st.Files[f[1]] = fileState{Path: f[1]}
+			case len(f) == 2 && f[0] == "X":
+				st.Files[f[1]] = fileState{Path: f[1], Other: true}
+			case len(f) == 7 && f[0] == "F":
+				mode, err := strconv.ParseUint(f[2], 8, 32)
+				if err != nil {
+					return st, fmt.Errorf("probe: bad mode in %q", line)
+				}
+				mt, err := parseEpoch(f[5])
+				if err != nil {
+					return st, fmt.Errorf("probe: bad mtime in %q: %w", line, err)
+				}
+				st.Files[f[1]] = fileState{Path: f[1], Present: true, Mode: uint32(mode), Owner: f[3], Group: f[4], MTime: mt, SHA256: f[6]}
+			default:
+				return st, fmt.Errorf("probe: unexpected line %q", line)
+			}
+			continue
+		}
+		if strings.TrimSpace(line) == "" {
+			if err := flush(); err != nil {
+				return st, err
+			}
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			return st, fmt.Errorf("probe: unexpected systemctl show line %q", line)
+		}
+		cur[k] = v
+	}
+	if err := sc.Err(); err != nil {
+		return st, err
+	}
+	return st, flush()
+}
+
+// parseEpoch parses "1795972122.701081" (seconds.fraction since the epoch).
+func parseEpoch(s string) (time.Time, error) {
+	sec, frac, _ := strings.Cut(s, ".")
+	n, err := strconv.ParseInt(sec, 10, 64)
+	if err != nil {
+		return time.Time{}, err
+	}
+	var nsec int64
+	if frac != "" {
+		if len(frac) > 9 {
+			frac = frac[:9]
+		}
+		frac += strings.Repeat("0", 9-len(frac))
+		nsec, err = strconv.ParseInt(frac, 10, 64)
+		if err != nil {
+			return time.Time{}, err
+		}
+	}
+	return time.Unix(n, nsec), nil
+}
+
+func unitFromShow(kv map[string]string) (unitState, error) {
+	u := unitState{
+		Name:       kv["Id"],
+		Load:       kv["LoadState"],
+		Active:     kv["ActiveState"],
+		Sub:        kv["SubState"],
+		Enabled:    kv["UnitFileState"],
+		NeedReload: kv["NeedDaemonReload"] == "yes",
+	}
+	if u.Name == "" {
+		return u, fmt.Errorf("probe: systemctl show block without Id: %v", kv)
+	}
+	if ts := kv["ExecMainStartTimestamp"]; ts != "" && ts != "n/a" {
+		t, err := time.Parse(unitTimeLayout, ts)
+		if err != nil {
+			return u, fmt.Errorf("probe: unit %s: ExecMainStartTimestamp %q: %w", u.Name, ts, err)
+		}
+		u.Started = t
+	}
+	return u, nil
+}
+
+// probe runs probeScript on the node through cl (as root) and parses it.
+func Probe(ctx context.Context, cl *remote.Client, paths, units []string) (nodeState, error) {
+	out, _, err := cl.Run(ctx, probeScript(paths, units), remote.RunOptions{Sudo: true})
+	if err != nil {
+		return nodeState{}, fmt.Errorf("read the state of files and units: %w", err)
+	}
+	return parseProbe(out)
+}
+
+// recordSumsScript records the installed files in sumCache (see there),
+// keeping only the newest entry per path.
+func recordSumsScript(files []*wantFile) string { return recordSumsScriptWith(sumCache, files) }
+
+func recordSumsScriptWith(cache string, files []*wantFile) string {
+	var b strings.Builder
+	b.WriteString("set -eu\nc=" + quote(cache) + "\nmkdir -p -m 0755 \"${c%/*}\"\ntouch \"$c\"\n")
+	for _, f := range files {
+		fmt.Fprintf(&b, "printf '%%s %%s %%s\\n' %s \"$(stat -L -c '%%s %%.9Y' -- %s)\" %s >> \"$c\"\n", f.sumOf(), quote(f.Path), quote(f.Path))
+	}
+	// Keep the last line per path (the path is everything after the third
+	// space-separated field).
+	b.WriteString(`awk '{ k = $0; sub(/^[^ ]+ [^ ]+ [^ ]+ /, "", k); last[k] = $0; order[k] = NR } END { for (k in last) print order[k], last[k] }' "$c" | sort -n | cut -d' ' -f2- > "$c.tmp" && mv "$c.tmp" "$c"` + "\n")
+	return b.String()
+}

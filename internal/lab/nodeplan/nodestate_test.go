@@ -1,0 +1,180 @@
+package nodeplan
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/steps"
+)
+
+// runProbe runs the probe script with sh on this machine (files only:
+// systemd is not PID 1 here).
+func runProbe(t *testing.T, cache string, paths []string) nodeState {
+	t.Helper()
+	out, err := exec.Command("sh", "-c", probeScriptWith(cache, paths, nil)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("probe: %v\n%s", err, out)
+	}
+	st, err := parseProbe(out)
+	if err != nil {
+		t.Fatalf("parse %q: %v", out, err)
+	}
+	return st
+}
+
+func TestProbeFilesAndSumCache(t *testing.T) {
+	dir := t.TempDir()
+	cache := filepath.Join(dir, "khw", "sha256sums")
+	bin := filepath.Join(dir, "bin")
+	if err := os.WriteFile(bin, []byte("binary v1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "adir")
+	os.Mkdir(sub, 0o755)
+	absent := filepath.Join(dir, "absent")
+
+	want := &wantFile{}
+	want.Path, want.Data, want.Mode = bin, []byte("binary v1"), 0o755
+	st := runProbe(t, cache, []string{bin, sub, absent})
+	if f := st.Files[bin]; !f.Present || f.SHA256 != want.sumOf() || f.Mode != 0o755 || f.Owner == "" {
+		t.Errorf("bin: %+v, want sha %s mode 755", f, want.sumOf())
+	}
+	if f := st.Files[sub]; !f.Other || f.Present {
+		t.Errorf("dir: %+v", f)
+	}
+	if f := st.Files[absent]; f.Present || f.Other {
+		t.Errorf("absent: %+v", f)
+	}
+	if time.Since(st.Files[bin].MTime) > time.Minute {
+		t.Errorf("mtime %v is not now", st.Files[bin].MTime)
+	}
+
+	// Record a deliberately false digest: the probe must use it while size
+	// and mtime match, and hash again once the file changes.
+	fake := &wantFile{sum: strings.Repeat("a", 64)}
+	fake.Path = bin
+	for i := 0; i < 2; i++ { // twice: the cache keeps one line per path
+		if out, err := exec.Command("sh", "-c", recordSumsScriptWith(cache, []*wantFile{fake})).CombinedOutput(); err != nil {
+			t.Fatalf("record: %v\n%s", err, out)
+		}
+	}
+	data, _ := os.ReadFile(cache)
+	if n := strings.Count(string(data), "\n"); n != 1 {
+		t.Errorf("cache has %d lines, want 1:\n%s", n, data)
+	}
+	if got := runProbe(t, cache, []string{bin}).Files[bin].SHA256; got != fake.sum {
+		t.Errorf("cached digest not used: %s", got)
+	}
+	if err := os.WriteFile(bin, []byte("binary v2"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	v2 := &wantFile{}
+	v2.Data = []byte("binary v2")
+	if got := runProbe(t, cache, []string{bin}).Files[bin].SHA256; got != v2.sumOf() {
+		t.Errorf("after a change the probe returned %s, want the real digest %s", got, v2.sumOf())
+	}
+}
+
+func TestParseUnits(t *testing.T) {
+	out := "A /x\n--units--\nId=etcd.service\nLoadState=loaded\nActiveState=active\nSubState=running\nUnitFileState=enabled\nNeedDaemonReload=no\nExecMainStartTimestamp=Sun 2026-11-29 19:40:01.123456 UTC\n\n" +
+		"Id=kube-apiserver.service\nLoadState=not-found\nActiveState=inactive\nSubState=dead\nUnitFileState=\nNeedDaemonReload=no\nExecMainStartTimestamp=\n"
+	st, err := parseProbe([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := st.Units["etcd.service"]
+	if e.Active != "active" || e.Enabled != "enabled" || e.Started != time.Date(2026, 11, 29, 19, 40, 1, 123456000, time.UTC) {
+		t.Errorf("etcd: %+v", e)
+	}
+	if a := st.Units["kube-apiserver.service"]; a.Load != "not-found" || !a.Started.IsZero() {
+		t.Errorf("apiserver: %+v", a)
+	}
+	for _, bad := range []string{"Q /x\n", "--units--\nnonsense\n", "--units--\nId=x\nExecMainStartTimestamp=yesterday\n"} {
+		if _, err := parseProbe([]byte(bad)); err == nil {
+			t.Errorf("parseProbe(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestUnitDiffs(t *testing.T) {
+	start := time.Date(2026, 11, 29, 19, 40, 0, 0, time.UTC)
+	w := &NodeWant{Node: config.Node{Name: "cp1"}, Units: []WantUnit{{Name: "etcd.service", Deps: []string{"/etc/etcd/kubernetes.pem", "/usr/local/bin/etcd"}}}}
+	tests := []struct {
+		name     string
+		unit     unitState
+		certTime time.Time
+		changing map[string]bool
+		want     string // substring of the only diff; "" = none
+	}{
+		{"clean", unitState{Load: "loaded", Active: "active", Enabled: "enabled", Started: start}, start.Add(-time.Second), nil, ""},
+		{"cert newer than process", unitState{Load: "loaded", Active: "active", Enabled: "enabled", Started: start}, start.Add(time.Millisecond), nil, "runs with an old /etc/etcd/kubernetes.pem"},
+		{"binary about to change", unitState{Load: "loaded", Active: "active", Enabled: "enabled", Started: start}, start.Add(-time.Second), map[string]bool{"/usr/local/bin/etcd": true}, "etcd.service must restart to read khw's /usr/local/bin/etcd"},
+		{"failed", unitState{Load: "loaded", Active: "failed", Sub: "failed", Enabled: "enabled"}, start, nil, "is not running (failed/failed)"},
+		{"not found", unitState{Load: "not-found"}, start, nil, "is not known to systemd"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.unit.Name = "etcd.service"
+			st := nodeState{Units: map[string]unitState{"etcd.service": tt.unit},
+				Files: map[string]fileState{"/etc/etcd/kubernetes.pem": {Present: true, MTime: tt.certTime}}}
+			diffs := unitDiffs(w, st, tt.changing)
+			if tt.want == "" {
+				if len(diffs) != 0 {
+					t.Errorf("diffs %v, want none", diffs)
+				}
+				return
+			}
+			if len(diffs) != 1 || !strings.Contains(diffs[0].What, tt.want) || diffs[0].Node != "cp1" {
+				t.Errorf("diffs %v, want one containing %q", diffs, tt.want)
+			}
+		})
+	}
+	// Disabled and not reloaded are separate diffs on a running unit.
+	st := nodeState{Units: map[string]unitState{"etcd.service": {Name: "etcd.service", Load: "loaded", Active: "active", Enabled: "disabled", NeedReload: true, Started: start}}}
+	if d := unitDiffs(w, st, nil); len(d) != 2 {
+		t.Errorf("disabled + need reload: %v", d)
+	}
+}
+
+func TestFileDiff(t *testing.T) {
+	f := &wantFile{What: "the CA"}
+	f.Path, f.Data, f.Mode = "/etc/etcd/ca.pem", []byte("ca"), 0o644
+	tests := []struct {
+		got  fileState
+		want string
+	}{
+		{fileState{Present: true, SHA256: f.sumOf(), Mode: 0o644, Owner: "root", Group: "root"}, ""},
+		{fileState{}, "is missing (the CA)"},
+		{fileState{Other: true}, "is not a regular file"},
+		{fileState{Present: true, SHA256: "x", Mode: 0o644, Owner: "root", Group: "root"}, "differs from the CA"},
+		{fileState{Present: true, SHA256: f.sumOf(), Mode: 0o600, Owner: "root", Group: "root"}, "has mode 0600 owner root:root, want 0644 root:root"},
+	}
+	for _, tt := range tests {
+		d, ok := fileDiff("cp1", f, tt.got)
+		if (tt.want == "") != ok || (tt.want != "" && (!strings.Contains(d.What, tt.want) || d.Subject != f.Path)) {
+			t.Errorf("%+v: ok=%v diff %q, want %q", tt.got, ok, d.What, tt.want)
+		}
+	}
+}
+
+func TestDiffCommandsOnlyNamedFiles(t *testing.T) {
+	a, b := &wantFile{Src: "/s/a"}, &wantFile{Src: "/s/b"}
+	a.Path, b.Path = "/etc/a", "/etc/b"
+	w := &NodeWant{Node: config.Node{Name: "cp1"}, Files: []*wantFile{a, b}, Units: []WantUnit{{Name: "x.service"}}}
+	cmds := DiffCommands([]*NodeWant{w}, []steps.Diff{{Node: "cp1", Subject: "/etc/b", What: "/etc/b is missing (b)"}})
+	text := ""
+	for _, c := range cmds {
+		text += c.String() + "\n"
+	}
+	if strings.Contains(text, "/s/a") || !strings.Contains(text, `scp -F "$KHW_SSH_CONFIG" /s/b cp1:b`) || !strings.Contains(text, "sudo systemctl restart x.service") {
+		t.Errorf("commands:\n%s", text)
+	}
+	if got := DiffCommands([]*NodeWant{w}, []steps.Diff{{Node: "cp2", What: "x"}}); len(got) != 0 {
+		t.Errorf("commands for another node: %v", got)
+	}
+}

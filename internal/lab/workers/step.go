@@ -1,0 +1,256 @@
+// Package workers is lab 07-workers: the step that prepares every
+// worker's host (kernel modules, sysctls, no swap) and container runtime
+// (containerd, runc, CNI, the images), runs the kubelet and kube-proxy on
+// the workers with pre-issued certs and waits for their Nodes to be Ready
+// (step.go), and its grading (grade.go: host settings, runtime and CNI
+// config, cluster DNS, each node's identity and kubeconfigs).
+//
+// Lab 10-tls-bootstrap builds on this package's worker spec and detectors.
+//
+// Text: labs/07-workers.md. Templates: templates/node/worker/.
+package workers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/kube"
+	"github.com/khw-dev/khw/internal/lab/nodeplan"
+	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/remote"
+	"github.com/khw-dev/khw/internal/render"
+	"github.com/khw-dev/khw/internal/steps"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// workerBinaries are the catalog artifacts every worker runs.
+var workerBinaries = []string{"containerd", "runc", "cni-plugins", "crictl", "kubelet", "kube-proxy"}
+
+// workerRendered are the worker files of render.Node for the cluster's CNI.
+func workerRendered(c *config.Cluster) []string {
+	files := []string{
+		"/etc/modules-load.d/k8s.conf", "/etc/sysctl.d/k8s.conf",
+		"/etc/containerd/config.toml", "/etc/systemd/system/containerd.service",
+		"/etc/systemd/system/kubelet.service", "/var/lib/kubelet/kubelet-config.yaml",
+		"/var/lib/kube-proxy/kube-proxy-config.yaml", "/etc/systemd/system/kube-proxy.service",
+	}
+	if c.Kubernetes.CNI == config.CNIMyBridge {
+		return append(files, "/etc/cni/net.d/10-mybridge.conf", "/etc/cni/net.d/99-myloopback.conf",
+			"/opt/cni/bin/mybridge", "/opt/cni/bin/myloopback")
+	}
+	return append(files, "/etc/cni/net.d/10-bridge.conf", "/etc/cni/net.d/99-loopback.conf")
+}
+
+// kubeletSide reports whether node path p belongs to the kubelet or
+// kube-proxy (their binaries, units, configs, certs and kubeconfigs) rather
+// than to the host and its container runtime.
+func KubeletSide(p string) bool {
+	switch p {
+	case "/usr/local/bin/kubelet", "/usr/local/bin/kube-proxy",
+		"/etc/systemd/system/kubelet.service", "/etc/systemd/system/kube-proxy.service":
+		return true
+	}
+	for _, d := range []string{"/var/lib/kubelet/", "/var/lib/kube-proxy/", "/var/lib/kubernetes/"} {
+		if strings.HasPrefix(p, d) {
+			return true
+		}
+	}
+	return false
+}
+
+// workerUnits are the units of a worker and what each reads at start. A
+// TLS-bootstrap worker's kubelet reads a bootstrap kubeconfig only until it
+// has its own cert, so that file is not a restart reason.
+func WorkerUnits(n config.Node) []nodeplan.WantUnit {
+	kubelet := []string{"/usr/local/bin/kubelet", "/etc/systemd/system/kubelet.service",
+		"/var/lib/kubelet/kubelet-config.yaml", "/var/lib/kubernetes/ca.pem"}
+	if !n.TLSBootstrap {
+		kubelet = append(kubelet, "/var/lib/kubelet/kubelet.pem", "/var/lib/kubelet/kubelet-key.pem", "/var/lib/kubelet/kubeconfig")
+	}
+	return []nodeplan.WantUnit{
+		{Name: "containerd.service", Deps: []string{"/usr/local/bin/containerd", "/usr/local/bin/containerd-shim-runc-v2",
+			"/etc/systemd/system/containerd.service", "/etc/containerd/config.toml"}},
+		{Name: "kubelet.service", Deps: kubelet},
+		{Name: "kube-proxy.service", Deps: []string{"/usr/local/bin/kube-proxy", "/etc/systemd/system/kube-proxy.service",
+			"/var/lib/kube-proxy/kube-proxy-config.yaml", "/var/lib/kube-proxy/kubeconfig"}},
+	}
+}
+
+// workerPackages are the distribution tools the worker components exec:
+// iptables for kube-proxy's iptables mode (kube-proxy-config.yaml) and for
+// the CNI plugins' masquerade rule (bridge with ipMasq; mybridge), and jq for
+// the mybridge CNI plugin (templates/files/mybridge). Not needed: conntrack,
+// since kube-proxy deletes stale conntrack entries over netlink
+// (kubernetes/kubernetes#126847, v1.32), and socat, since containerd's CRI
+// port-forward dials the pod's port from inside its network namespace in Go
+// (containerd internal/cri/server/sandbox_portforward_linux.go, v2.x).
+// iproute2 comes with 08-pod-network (podnet.go).
+func WorkerPackages(c *config.Cluster) []nodeplan.WantPackage {
+	p := []nodeplan.WantPackage{{Name: "iptables", Path: "/usr/sbin/iptables"}}
+	if c.Kubernetes.CNI == config.CNIMyBridge {
+		p = append(p, nodeplan.WantPackage{Name: "jq", Path: "/usr/bin/jq"})
+	}
+	return p
+}
+
+// workerSysctls are the kernel settings every worker needs
+// (https://kubernetes.io/docs/setup/production-environment/container-runtimes/#prerequisite-ipv4-forwarding-optional
+// and the bridge netfilter settings that let kube-proxy's iptables rules see
+// traffic between pods on one bridge).
+var workerSysctls = []string{"net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables", "net.ipv4.ip_forward"}
+
+const hostPrepProbe = `[ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] || echo "module br_netfilter"
+grep -qw overlay /proc/filesystems || echo "module overlay"
+for k in KEYS; do v=$(cat "/proc/sys/$(echo "$k" | tr . /)" 2>/dev/null); [ "$v" = 1 ] || echo "sysctl $k ${v:-missing}"; done
+[ -z "$(swapon --noheadings --show 2>/dev/null)" ] || echo "swap on"
+grep -Eq '^[^#]\S*\s+\S+\s+swap\s' /etc/fstab && echo "swap fstab"
+true
+`
+
+// hostPrep is the kernel side of a worker: overlay and br_netfilter
+// present, the three sysctls 1, swap off now and in /etc/fstab (the kubelet
+// refuses to start with swap on unless told otherwise).
+func hostPrep() nodeplan.NodeExtra {
+	return nodeplan.NodeExtra{
+		Check: func(ctx context.Context, cl *remote.Client, w *nodeplan.NodeWant) ([]steps.Diff, error) {
+			out, _, err := cl.Run(ctx, strings.ReplaceAll(hostPrepProbe, "KEYS", strings.Join(workerSysctls, " ")), remote.RunOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("check kernel settings: %w", err)
+			}
+			var diffs []steps.Diff
+			for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				f := strings.Fields(line)
+				switch {
+				case len(f) == 2 && f[0] == "module":
+					diffs = append(diffs, steps.Diff{Node: w.Node.Name, What: "kernel module " + f[1] + " is not loaded", Fix: "modprobe " + f[1]})
+				case len(f) == 3 && f[0] == "sysctl":
+					diffs = append(diffs, steps.Diff{Node: w.Node.Name, What: fmt.Sprintf("sysctl %s is %s, want 1", f[1], f[2]), Fix: "sysctl -p /etc/sysctl.d/k8s.conf"})
+				case line == "swap on":
+					diffs = append(diffs, steps.Diff{Node: w.Node.Name, What: "swap is on", Fix: "swapoff -a"})
+				case line == "swap fstab":
+					diffs = append(diffs, steps.Diff{Node: w.Node.Name, What: "/etc/fstab turns swap on at boot", Fix: "comment out its swap lines"})
+				}
+			}
+			return diffs, nil
+		},
+		Fix: func(ctx context.Context, env *steps.Env, cl *remote.Client, w *nodeplan.NodeWant) error {
+			// modprobe fails on a system container and where the module is
+			// built in; the check afterwards says whether it matters.
+			script := "modprobe overlay 2>/dev/null; modprobe br_netfilter 2>/dev/null\n" +
+				"sysctl -q -p /etc/sysctl.d/k8s.conf\n" +
+				"swapoff -a\n" +
+				`sed -i -E 's/^([^#]\S*\s+\S+\s+swap\s)/# khw: swap off for the kubelet: \1/' /etc/fstab` + "\n"
+			if _, _, err := cl.Run(ctx, script, remote.RunOptions{Sudo: true}); err != nil {
+				return fmt.Errorf("kernel settings: %w", err)
+			}
+			fmt.Fprintf(env.NodeLog(w.Node.Name), "%s worker: modules, sysctls, swap off\n", time.Now().Format(time.RFC3339))
+			return nil
+		},
+		Commands: func(w *nodeplan.NodeWant) []steps.Command {
+			return []steps.Command{{Node: w.Node.Name, Why: "kernel prerequisites: overlay (containerd's snapshots), br_netfilter + sysctls (bridged pod traffic through iptables, routing), no swap",
+				Shell: "sudo modprobe overlay\nsudo modprobe br_netfilter\nsudo sysctl -p /etc/sysctl.d/k8s.conf\nsudo swapoff -a\nsudo sed -i '/ swap / s/^/#/' /etc/fstab"}}
+		},
+	}
+}
+
+// workerSpec is the component spec of the workers chosen by only.
+func WorkerSpec(m *nodeplan.Machines, c *config.Cluster, id, title string, only func(config.Node) bool, inputs func(render.Input) bool) *nodeplan.ComponentSpec {
+	return &nodeplan.ComponentSpec{
+		ID: id, Title: title,
+		Role:     config.RoleWorker,
+		Only:     only,
+		Binaries: workerBinaries,
+		Rendered: workerRendered(c),
+		Inputs:   inputs,
+		Packages: WorkerPackages(c),
+		UnitsFor: WorkerUnits,
+		Extras: func(n config.Node) []nodeplan.NodeExtra {
+			return []nodeplan.NodeExtra{hostPrep(), m.ImagesExtra(c)}
+		},
+	}
+}
+
+// NewStep returns lab 07-workers: on every worker the kernel
+// prerequisites, containerd, runc, the CNI plugins and config, crictl and
+// the images imported; on the workers that do not join by TLS bootstrap
+// (w1, w2) also kubelet and kube-proxy with their configs, certs and
+// kubeconfigs, then each Node registered and Ready. The TLS-bootstrap
+// workers (w3) get their kubelet in 10-tls-bootstrap, as a node gets
+// `kubeadm join` once its runtime is installed.
+func NewStep(m *nodeplan.Machines, c *config.Cluster) steps.Step {
+	spec := WorkerSpec(m, c, labid.Workers, "Bootstrap the worker nodes",
+		nil, func(in render.Input) bool { return !strings.HasSuffix(in.Path, "/bootstrap-kubeconfig") })
+	spec.KeepFile = func(n config.Node, p string) bool { return !n.TLSBootstrap || !KubeletSide(p) }
+	spec.UnitsFor = func(n config.Node) []nodeplan.WantUnit {
+		us := WorkerUnits(n)
+		if !n.TLSBootstrap {
+			return us
+		}
+		var runtime []nodeplan.WantUnit
+		for _, u := range us {
+			if u.Name == "containerd.service" {
+				runtime = append(runtime, u)
+			}
+		}
+		return runtime
+	}
+	s := &nodeplan.ComponentStep{M: m, Spec: spec, Wait: nodeplan.WorkerWait}
+	s.Health = func(ctx context.Context, env *steps.Env) ([]steps.Diff, error) {
+		var names []string
+		for _, n := range env.Cluster.Workers() {
+			if !n.TLSBootstrap {
+				names = append(names, n.Name)
+			}
+		}
+		return NodesReady(ctx, m, env, names)
+	}
+	s.ExtraCommands = func(env *steps.Env) []steps.Command {
+		return []steps.Command{{Why: "every worker registered itself and is Ready", Shell: "kubectl --kubeconfig " + nodeplan.AdminKubeconfig(env) + " get nodes -o wide"}}
+	}
+	return s
+}
+
+// nodesReady returns one diff per node that is not registered or not Ready,
+// with the kubelet's reason.
+func NodesReady(ctx context.Context, m *nodeplan.Machines, env *steps.Env, names []string) ([]steps.Diff, error) {
+	cfg, err := m.RestConfig(env, "")
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kube.Clientset(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var diffs []steps.Diff
+	for _, name := range names {
+		nd, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			diffs = append(diffs, steps.Diff{Node: name, What: "Node " + name + " is not registered", Fix: "start the kubelet; read journalctl -u kubelet"})
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get Node %s: %w", name, err)
+		}
+		if ok, why := nodeReady(nd); !ok {
+			diffs = append(diffs, steps.Diff{Node: name, What: "Node " + name + " is not Ready: " + why, Fix: "wait; read journalctl -u kubelet -u containerd"})
+		}
+	}
+	return diffs, nil
+}
+
+func nodeReady(n *corev1.Node) (bool, string) {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			if c.Status == corev1.ConditionTrue {
+				return true, ""
+			}
+			return false, strings.TrimSpace(c.Reason + " " + c.Message)
+		}
+	}
+	return false, "no Ready condition yet"
+}
