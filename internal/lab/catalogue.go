@@ -12,6 +12,7 @@
 package lab
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/khw-dev/khw/internal/lab/controlplane"
 	"github.com/khw-dev/khw/internal/lab/coredns"
 	"github.com/khw-dev/khw/internal/lab/etcd"
+	"github.com/khw-dev/khw/internal/lab/grade"
 	"github.com/khw-dev/khw/internal/lab/kubeconfig"
 	"github.com/khw-dev/khw/internal/lab/labcheck"
 	"github.com/khw-dev/khw/internal/lab/lb"
@@ -69,6 +71,10 @@ type Lab struct {
 	title     string // of a Drill, which has no step
 	step      func(m *nodeplan.Machines, c *config.Cluster) steps.Step
 	detectors []labcheck.Detector
+	// excuse says whether a required node setting that the step's Check
+	// found wrong (steps.DiffRequired) is a correct variant on this node,
+	// reading the node through src: the Variant finding, or ok false.
+	excuse func(ctx context.Context, d steps.Diff, src labcheck.Source) (grade.Finding, bool, error)
 }
 
 // onMachines adapts a step constructor that needs only the machines to
@@ -105,7 +111,8 @@ var catalogue = []Lab{
 	{ID: labid.Workers,
 		Up:        "every worker: kernel prerequisites, containerd, runc,\nCNI, images imported; w1, w2: kubelet, kube-proxy; Nodes\nReady",
 		step:      workers.NewStep,
-		detectors: workers.Detectors},
+		detectors: workers.Detectors,
+		excuse:    workers.Excuse},
 	{ID: labid.PodNetwork,
 		Up:        "routes to every other worker's podCIDR on each worker",
 		step:      podnet.NewStep,

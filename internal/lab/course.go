@@ -214,6 +214,10 @@ func (c *Course) Grade(ctx context.Context, l Lab) (*Grade, error) {
 	if err != nil {
 		g.Warnings = append(g.Warnings, "the step's files could not be compared setting by setting: "+err.Error())
 	}
+	diffs, err = excuse(ctx, l, diffs, src, g)
+	if err != nil {
+		g.Warnings = append(g.Warnings, "a required node setting could not be judged: "+err.Error())
+	}
 	detectors := l.Detectors()
 	g.Detectors = len(detectors)
 	if len(detectors) > 0 {
@@ -341,6 +345,10 @@ func (g *Grade) addStepDiffs(l Lab, diffs []steps.Diff) {
 		switch d.Kind {
 		case steps.DiffFollows:
 			continue
+		case steps.DiffRequired:
+			g.Mistakes = append(g.Mistakes, labcheck.Mistake{Lab: l.ID, Node: d.Node, Kind: grade.Breaks, Subject: d.Subject,
+				What: d.What, Evidence: d.Evidence, Fix: d.Fix})
+			continue
 		case steps.DiffUnit:
 			g.Mistakes = append(g.Mistakes, labcheck.Mistake{Lab: l.ID, Node: d.Node, What: d.What,
 				Evidence: "systemctl show " + d.Subject + " on " + d.Node + " (khw status shows every unit)",
@@ -354,6 +362,30 @@ func (g *Grade) addStepDiffs(l Lab, diffs []steps.Diff) {
 		g.Differences = append(g.Differences, d)
 	}
 	sort.SliceStable(g.Mistakes, func(i, j int) bool { return g.Mistakes[i].Lab < g.Mistakes[j].Lab })
+}
+
+// excuse moves the step's required-setting differences that lab l excuses
+// on their node (Lab.excuse) to g's variants, and returns the others.
+func excuse(ctx context.Context, l Lab, diffs []steps.Diff, src labcheck.Source, g *Grade) ([]steps.Diff, error) {
+	if l.excuse == nil {
+		return diffs, nil
+	}
+	var out []steps.Diff
+	var errs []error
+	for _, d := range diffs {
+		if d.Kind == steps.DiffRequired {
+			v, ok, err := l.excuse(ctx, d, src)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if ok {
+				g.Variants = append(g.Variants, v)
+				continue
+			}
+		}
+		out = append(out, d)
+	}
+	return out, errors.Join(errs...)
 }
 
 // DrillDone reports whether a drill passed its verdict since the last reset

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/khw-dev/khw/internal/lab/grade"
+	"github.com/khw-dev/khw/internal/lab/labcheck"
 	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/steps"
 )
@@ -102,5 +103,31 @@ func TestAddStepDiffsLeavesOutWhatFollows(t *testing.T) {
 	})
 	if len(g.Mistakes) != 1 || g.Mistakes[0].Node != "cp2" || len(g.Differences) != 1 || g.Differences[0].Node != "cp3" {
 		t.Fatalf("mistakes %v, differences %v", g.Mistakes, g.Differences)
+	}
+}
+
+// A required node setting the step found wrong is a mistake with its
+// evidence, unless the lab excuses it on that node: then a variant.
+func TestRequiredSettingsAreMistakesUnlessExcused(t *testing.T) {
+	l := mustLab(t, labid.Workers)
+	diffs := []steps.Diff{
+		{Kind: steps.DiffRequired, Node: "w1", Subject: "sysctl net.ipv4.ip_forward", What: "net.ipv4.ip_forward is not 1", Evidence: "/proc/sys/net/ipv4/ip_forward = 0", Fix: "sysctl -w net.ipv4.ip_forward=1"},
+		{Kind: steps.DiffRequired, Node: "w2", Subject: "swap", What: "swap is on", Evidence: "swapon --show lists a swap area", Fix: "swapoff -a"},
+	}
+	l.excuse = func(_ context.Context, d steps.Diff, _ labcheck.Source) (grade.Finding, bool, error) {
+		return grade.Finding{Node: d.Node, Kind: grade.Variant, What: "excused"}, d.Subject == "swap", nil
+	}
+	g := &Grade{}
+	rest, err := excuse(context.Background(), l, diffs, nil, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.addStepDiffs(l, rest)
+	if len(g.Variants) != 1 || g.Variants[0].Node != "w2" {
+		t.Errorf("variants %v, want w2's swap", g.Variants)
+	}
+	if len(g.Mistakes) != 1 || g.Mistakes[0].Node != "w1" || g.Mistakes[0].Kind != grade.Breaks ||
+		g.Mistakes[0].Evidence != "/proc/sys/net/ipv4/ip_forward = 0" || g.Mistakes[0].Fix == "" || len(g.Differences) != 0 {
+		t.Errorf("mistakes %v, differences %v; want w1's ip_forward as a mistake with its evidence", g.Mistakes, g.Differences)
 	}
 }

@@ -111,6 +111,10 @@ type Diff struct {
 	// Fix says what Apply will do about it: "start and enable etcd.service".
 	// May be empty when the fix is obvious from What.
 	Fix string
+	// Evidence is what was read that shows the difference
+	// ("/proc/sys/net/ipv4/ip_forward = 0"), for grading; "" when What says
+	// it all.
+	Evidence string
 }
 
 // DiffKind is the sort of a Diff.
@@ -133,6 +137,11 @@ const (
 	// difference (restart a unit whose file it replaces): not a difference
 	// of its own, so grading leaves it out.
 	DiffFollows
+	// DiffRequired is a node setting outside khw's files that the
+	// components require (a kernel module, a sysctl, swap off): a mistake
+	// in grading unless the lab excuses it (a worker whose kubelet is told
+	// to run with swap).
+	DiffRequired
 )
 
 // NotRunning reports whether d says something that must run does not: a

@@ -15,9 +15,9 @@ func LsShell(dir string) string { return "ls -1A '" + dir + "' 2>/dev/null || tr
 // RouteShell prints the IPv4 routing table.
 const RouteShell = "ip -4 route show 2>/dev/null || true"
 
-// unitShell prints a unit with its drop-ins as systemd sees them, or nothing
+// UnitShell prints a unit with its drop-ins as systemd sees them, or nothing
 // when systemd does not know it.
-func unitShell(unit string) string { return "systemctl cat -- " + unit + " 2>/dev/null || true" }
+func UnitShell(unit string) string { return "systemctl cat -- " + unit + " 2>/dev/null || true" }
 
 // unitCmd is the command line of a systemd unit's ExecStart.
 type UnitCmd struct {
@@ -29,7 +29,7 @@ type UnitCmd struct {
 // included: `systemctl cat`), found false when systemd does not know the
 // unit or it has no ExecStart.
 func (e *Env) ReadUnit(node, unit string) (UnitCmd, bool, error) {
-	out, err := e.Run(node, unitShell(unit))
+	out, err := e.Run(node, UnitShell(unit))
 	if err != nil {
 		return UnitCmd{}, false, err
 	}

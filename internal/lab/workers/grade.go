@@ -1,9 +1,12 @@
 package workers
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"path"
 	"regexp"
@@ -12,8 +15,10 @@ import (
 	"strings"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/lab/grade"
 	"github.com/khw-dev/khw/internal/lab/labcheck"
 	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/steps"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -38,63 +43,6 @@ func labOf(bootstrap bool) string {
 		return labid.TLSBootstrap
 	}
 	return labid.Workers
-}
-
-// workerHost checks the kernel side of each worker: swap off unless the
-// kubelet is told to tolerate it (failSwapOn: false; the kubelet refuses to
-// start otherwise: https://kubernetes.io/docs/concepts/cluster-administration/swap-memory-management/),
-// br_netfilter loaded with net.bridge.bridge-nf-call-iptables = 1 and
-// net.ipv4.ip_forward = 1 (https://kubernetes.io/docs/setup/production-environment/container-runtimes/#network-configuration),
-// read from /proc.
-func workerHost() func(*labcheck.Env) ([]labcheck.Mistake, error) {
-	return func(e *labcheck.Env) ([]labcheck.Mistake, error) {
-		lab := labid.Workers
-		var out []labcheck.Mistake
-		for _, n := range e.Cluster.Workers() {
-			k, _, err := e.ReadKubelet(lab, n.Name)
-			if err != nil {
-				return nil, err
-			}
-			swaps, ok, err := e.Read(n.Name, "/proc/swaps")
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				var active []string
-				for _, l := range strings.Split(strings.TrimSpace(string(swaps)), "\n")[1:] {
-					if f := strings.Fields(l); len(f) > 0 {
-						active = append(active, f[0])
-					}
-				}
-				tolerated := k != nil && k.Config.FailSwapOn != nil && !*k.Config.FailSwapOn
-				if len(active) > 0 && !tolerated {
-					out = append(out, labcheck.Mistake{Lab: lab, Node: n.Name, What: "swap is on: the kubelet refuses to start (failSwapOn defaults to true)",
-						Evidence: "/proc/swaps lists " + strings.Join(active, ", "), Fix: "sudo swapoff -a, and comment out the swap lines of /etc/fstab (sudo sed -i '/ swap / s/^/#/' /etc/fstab)"})
-				}
-			}
-			br, ok, err := e.Read(n.Name, "/proc/sys/net/bridge/bridge-nf-call-iptables")
-			if err != nil {
-				return nil, err
-			}
-			switch {
-			case !ok:
-				out = append(out, labcheck.Mistake{Lab: lab, Node: n.Name, What: "the br_netfilter module is not loaded: traffic between pods on one bridge skips iptables, so Services (kube-proxy's rules) do not work for it",
-					Evidence: "/proc/sys/net/bridge/bridge-nf-call-iptables does not exist", Fix: "sudo modprobe br_netfilter; echo br_netfilter | sudo tee /etc/modules-load.d/k8s.conf"})
-			case strings.TrimSpace(string(br)) != "1":
-				out = append(out, labcheck.Mistake{Lab: lab, Node: n.Name, What: "net.bridge.bridge-nf-call-iptables is not 1: bridged pod traffic skips iptables, so Services do not work for it",
-					Evidence: "/proc/sys/net/bridge/bridge-nf-call-iptables = " + strings.TrimSpace(string(br)), Fix: "sudo sysctl -w net.bridge.bridge-nf-call-iptables=1 now, and keep net.bridge.bridge-nf-call-iptables = 1 in a file under /etc/sysctl.d/ (e.g. k8s.conf) so it survives a reboot"})
-			}
-			fw, ok, err := e.Read(n.Name, "/proc/sys/net/ipv4/ip_forward")
-			if err != nil {
-				return nil, err
-			}
-			if v := strings.TrimSpace(string(fw)); ok && v != "1" {
-				out = append(out, labcheck.Mistake{Lab: lab, Node: n.Name, What: "net.ipv4.ip_forward is not 1: the node does not route packets between pods and the network, so pods on other nodes and Services are unreachable",
-					Evidence: "/proc/sys/net/ipv4/ip_forward = " + v, Fix: "sudo sysctl -w net.ipv4.ip_forward=1 now, and keep net.ipv4.ip_forward = 1 in a file under /etc/sysctl.d/ (e.g. k8s.conf) so it survives a reboot"})
-			}
-		}
-		return out, nil
-	}
 }
 
 // containerdConfig is what the detectors read of containerd's config.
@@ -539,8 +487,48 @@ func resolvConf(e *labcheck.Env, lab, node string, k *labcheck.Kubelet) ([]labch
 
 // workersDetectors are the detectors of lab Workers, in the order they run.
 var Detectors = []labcheck.Detector{
-	{Name: "worker-host", Lab: labid.Workers, Doc: "every worker (w3 too): swap off, br_netfilter loaded, bridge-nf-call-iptables and ip_forward = 1", Run: workerHost()},
 	{Name: "worker-runtime", Lab: labid.Workers, Doc: "every worker (w3 too): containerd's config present; CNI config present, its plugin binaries exist, its subnet = the podCIDR", Run: workerRuntime()},
 	{Name: "worker-dns", Lab: labid.Workers, Doc: "kubelet clusterDNS = the kube-dns Service IP", Run: WorkerDNS(false)},
 	{Name: "worker-identity", Lab: labid.Workers, Doc: "node name = cluster.yaml = kubelet client cert CN system:node:<name>; kubeconfigs via the lb with the cluster CA; serving cert SANs; kube-proxy identity", Run: WorkerIdentity(false)},
 }
+
+// Excuse says whether a kernel-settings difference of the workers' step
+// (steps.DiffRequired) is a correct variant on its node: swap on, or in
+// /etc/fstab, is when the node's kubelet is told to run with it
+// (KubeletConfiguration failSwapOn: false;
+// https://kubernetes.io/docs/concepts/cluster-administration/swap-memory-management/).
+// Every other required setting is never excused. Errors: the kubelet's
+// config could not be read from the node.
+func Excuse(ctx context.Context, d steps.Diff, src labcheck.Source) (grade.Finding, bool, error) {
+	if d.Subject != SubjectSwap && d.Subject != SubjectSwapFstab {
+		return grade.Finding{}, false, nil
+	}
+	path := kubeletConfigPath
+	unit, err := src.Run(ctx, d.Node, labcheck.UnitShell("kubelet.service"))
+	if err != nil {
+		return grade.Finding{}, false, err
+	}
+	if v, ok := grade.Flag(grade.ExecStart(unit), "config"); ok {
+		path = v
+	}
+	data, err := src.ReadFile(ctx, d.Node, path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return grade.Finding{}, false, nil
+	}
+	if err != nil {
+		return grade.Finding{}, false, fmt.Errorf("read %s on %s: %w", path, d.Node, err)
+	}
+	var cfg struct {
+		FailSwapOn *bool `json:"failSwapOn"`
+	}
+	if yaml.Unmarshal(data, &cfg) != nil || cfg.FailSwapOn == nil || *cfg.FailSwapOn {
+		return grade.Finding{}, false, nil
+	}
+	return grade.Finding{Lab: labid.Workers, Node: d.Node, Kind: grade.Variant, Subject: d.Subject,
+		What:     d.Subject + " is on, and the kubelet is told to run with it (failSwapOn: false in " + kubeletConfigPath + ")",
+		Why:      "the kubelet then starts with swap; by default pods still may not use it (memorySwap.swapBehavior NoSwap)",
+		Evidence: d.Evidence}, true, nil
+}
+
+// kubeletConfigPath is where the kubelet's --config points on khw's nodes.
+const kubeletConfigPath = "/var/lib/kubelet/kubelet-config.yaml"

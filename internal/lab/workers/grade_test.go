@@ -1,10 +1,14 @@
 package workers
 
 import (
+	"context"
+	"strings"
 	"testing"
 
+	"github.com/khw-dev/khw/internal/lab/grade"
 	"github.com/khw-dev/khw/internal/lab/labcheck"
 	"github.com/khw-dev/khw/internal/lab/labcheck/labchecktest"
+	"github.com/khw-dev/khw/internal/steps"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -17,18 +21,6 @@ func TestDetectorsWorkers(t *testing.T) {
 		break_ func(t *testing.T, f *labchecktest.Fixture)
 		want   []labchecktest.Want
 	}{
-		{"swap on", "07-workers", func(t *testing.T, f *labchecktest.Fixture) {
-			f.Src.Set("w1", "/proc/swaps", "Filename Type Size Used Priority\n/swap.img file 2097148 0 -2\n")
-		}, []labchecktest.Want{{"07-workers", "w1", "swap is on"}}},
-		{"br_netfilter not loaded", "07-workers", func(t *testing.T, f *labchecktest.Fixture) {
-			f.Src.Del("w2", "/proc/sys/net/bridge/bridge-nf-call-iptables")
-		}, []labchecktest.Want{{"07-workers", "w2", "br_netfilter"}}},
-		{"bridge-nf-call-iptables 0", "07-workers", func(t *testing.T, f *labchecktest.Fixture) {
-			f.Src.Set("w1", "/proc/sys/net/bridge/bridge-nf-call-iptables", "0\n")
-		}, []labchecktest.Want{{"07-workers", "w1", "bridge-nf-call-iptables is not 1"}}},
-		{"ip_forward 0", "07-workers", func(t *testing.T, f *labchecktest.Fixture) {
-			f.Src.Set("w1", "/proc/sys/net/ipv4/ip_forward", "0\n")
-		}, []labchecktest.Want{{"07-workers", "w1", "ip_forward is not 1"}}},
 		{"no CNI config", "07-workers", func(t *testing.T, f *labchecktest.Fixture) {
 			f.Src.Del("w2", "/etc/cni/net.d/10-bridge.conf")
 			f.Src.Del("w2", "/etc/cni/net.d/99-loopback.conf")
@@ -81,25 +73,29 @@ func TestDetectorsWorkers(t *testing.T) {
 		{"kubelet serving cert without the node IP", "07-workers", func(t *testing.T, f *labchecktest.Fixture) {
 			f.ReplaceCert(t, "w1", "/var/lib/kubelet/kubelet.pem", "/var/lib/kubelet/kubelet-key.pem", labchecktest.CertSpec{CN: "system:node:w1", Org: []string{"system:nodes"}, DNS: []string{"w1"}, Server: true, Client: true})
 		}, []labchecktest.Want{{"02-pki", "w1", "lacks the SANs 192.168.122.21"}}},
-
-		{"w3 swap on (07 prepares every worker's host)", "07-workers", func(t *testing.T, f *labchecktest.Fixture) {
-			f.Src.Set("w3", "/proc/swaps", "Filename Type Size Used Priority\n/dev/vda3 partition 1048572 0 -2\n")
-		}, []labchecktest.Want{{"07-workers", "w3", "swap is on"}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { labchecktest.RunCase(t, Detectors, tc.break_, tc.want) })
 	}
 }
 
-func TestSwapToleratedWithFailSwapOnFalse(t *testing.T) {
+// Swap on a worker whose kubelet is told to run with it is a variant, not
+// a mistake; without that setting, and for any other required setting, it
+// is not excused.
+func TestExcuseSwapWithFailSwapOnFalse(t *testing.T) {
 	f := labchecktest.NewFixture(t)
-	f.Src.Set("w1", "/proc/swaps", "Filename Type Size Used Priority\n/swap.img file 2097148 0 -2\n")
-	f.Src.Edit(t, "w1", "/var/lib/kubelet/kubelet-config.yaml", "registerNode: true", "registerNode: true\nfailSwapOn: false")
-	ms, err := f.Check(t, Detectors)
-	if err != nil {
-		t.Fatal(err)
+	ctx := context.Background()
+	swap := steps.Diff{Kind: steps.DiffRequired, Node: "w1", Subject: SubjectSwap, What: "swap is on"}
+	if _, ok, err := Excuse(ctx, swap, f.Src); ok || err != nil {
+		t.Fatalf("default kubelet config: excused %v, %v; want not excused", ok, err)
 	}
-	for _, m := range ms {
-		t.Errorf("swap with failSwapOn: false is allowed, got:\n%s", m)
+	f.Src.Edit(t, "w1", "/var/lib/kubelet/kubelet-config.yaml", "registerNode: true", "registerNode: true\nfailSwapOn: false")
+	v, ok, err := Excuse(ctx, swap, f.Src)
+	if !ok || err != nil || v.Kind != grade.Variant || v.Node != "w1" || !strings.Contains(v.What, "failSwapOn: false") {
+		t.Fatalf("failSwapOn false: %+v %v %v; want a variant naming failSwapOn", v, ok, err)
+	}
+	ipf := steps.Diff{Kind: steps.DiffRequired, Node: "w1", Subject: "sysctl net.ipv4.ip_forward"}
+	if _, ok, _ := Excuse(ctx, ipf, f.Src); ok {
+		t.Error("ip_forward must never be excused")
 	}
 }

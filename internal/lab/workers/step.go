@@ -122,21 +122,7 @@ func hostPrep() nodeplan.NodeExtra {
 			if err != nil {
 				return nil, fmt.Errorf("check kernel settings: %w", err)
 			}
-			var diffs []steps.Diff
-			for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-				f := strings.Fields(line)
-				switch {
-				case len(f) == 2 && f[0] == "module":
-					diffs = append(diffs, steps.Diff{Node: w.Node.Name, What: "kernel module " + f[1] + " is not loaded", Fix: "modprobe " + f[1]})
-				case len(f) == 3 && f[0] == "sysctl":
-					diffs = append(diffs, steps.Diff{Node: w.Node.Name, What: fmt.Sprintf("sysctl %s is %s, want 1", f[1], f[2]), Fix: "sysctl -p /etc/sysctl.d/k8s.conf"})
-				case line == "swap on":
-					diffs = append(diffs, steps.Diff{Node: w.Node.Name, What: "swap is on", Fix: "swapoff -a"})
-				case line == "swap fstab":
-					diffs = append(diffs, steps.Diff{Node: w.Node.Name, What: "/etc/fstab turns swap on at boot", Fix: "comment out its swap lines"})
-				}
-			}
-			return diffs, nil
+			return hostPrepDiffs(w.Node.Name, string(out)), nil
 		},
 		Fix: func(ctx context.Context, env *steps.Env, cl *remote.Client, w *nodeplan.NodeWant) error {
 			// modprobe fails on a system container and where the module is
@@ -156,6 +142,54 @@ func hostPrep() nodeplan.NodeExtra {
 				Shell: "sudo modprobe overlay\nsudo modprobe br_netfilter\nsudo sysctl -p /etc/sysctl.d/k8s.conf\nsudo swapoff -a\nsudo sed -i '/ swap / s/^/#/' /etc/fstab"}}
 		},
 	}
+}
+
+// Subjects of the kernel-settings differences (steps.DiffRequired).
+const (
+	SubjectSwap       = "swap"
+	SubjectSwapFstab  = "swap in /etc/fstab"
+	subjectModule     = "kernel module "
+	subjectSysctl     = "sysctl "
+	persistSysctlsFix = " now, and keep it = 1 in a file under /etc/sysctl.d/ (khw: k8s.conf) so it survives a reboot"
+)
+
+// sysctlWhy says what breaks when a worker sysctl is not 1.
+var sysctlWhy = map[string]string{
+	"net.bridge.bridge-nf-call-iptables":  "bridged pod traffic skips iptables, so Services (kube-proxy's rules) do not work for pods on the same node",
+	"net.bridge.bridge-nf-call-ip6tables": "bridged IPv6 pod traffic skips ip6tables",
+	"net.ipv4.ip_forward":                 "the node does not route packets between pods and the network, so pods on other nodes and Services are unreachable",
+}
+
+// hostPrepDiffs turns the lines of hostPrepProbe's output on node into
+// differences (steps.DiffRequired), each with what breaks, the evidence
+// read and the fix.
+func hostPrepDiffs(node, out string) []steps.Diff {
+	var diffs []steps.Diff
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		d := steps.Diff{Kind: steps.DiffRequired, Node: node}
+		switch {
+		case len(f) == 2 && f[0] == "module" && f[1] == "br_netfilter":
+			d.Subject, d.What = subjectModule+f[1], "kernel module br_netfilter is not loaded: traffic between pods on one bridge skips iptables, so Services do not work for it"
+			d.Evidence, d.Fix = "/proc/sys/net/bridge/bridge-nf-call-iptables does not exist", "sudo modprobe br_netfilter; keep br_netfilter in /etc/modules-load.d/k8s.conf"
+		case len(f) == 2 && f[0] == "module":
+			d.Subject, d.What = subjectModule+f[1], "kernel module "+f[1]+" is not loaded: containerd's overlayfs snapshotter needs it"
+			d.Evidence, d.Fix = f[1]+" is not in /proc/filesystems", "sudo modprobe "+f[1]+"; keep "+f[1]+" in /etc/modules-load.d/k8s.conf"
+		case len(f) == 3 && f[0] == "sysctl":
+			d.Subject, d.What = subjectSysctl+f[1], fmt.Sprintf("%s is not 1: %s", f[1], sysctlWhy[f[1]])
+			d.Evidence, d.Fix = "/proc/sys/"+strings.ReplaceAll(f[1], ".", "/")+" = "+f[2], "sudo sysctl -w "+f[1]+"=1"+persistSysctlsFix
+		case line == "swap on":
+			d.Subject, d.What = SubjectSwap, "swap is on: the kubelet refuses to start with swap (failSwapOn defaults to true)"
+			d.Evidence, d.Fix = "swapon --show lists a swap area", "sudo swapoff -a"
+		case line == "swap fstab":
+			d.Subject, d.What = SubjectSwapFstab, "/etc/fstab turns swap on at boot: after a reboot the kubelet refuses to start"
+			d.Evidence, d.Fix = "/etc/fstab has a swap line", "comment out its swap lines: sudo sed -i '/ swap / s/^/#/' /etc/fstab"
+		default:
+			continue
+		}
+		diffs = append(diffs, d)
+	}
+	return diffs
 }
 
 // workerSpec is the component spec of the workers chosen by only.
