@@ -219,10 +219,14 @@ func waitPodReady(ctx context.Context, cs kubernetes.Interface, namespace, selec
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			if lastErr != nil {
+			// The last list may have been cut by the deadline itself: ask
+			// once more, outside it, why the pods are not ready; only if
+			// that fails too is the listing the problem.
+			why := WhyNotReady(ctx, cs, namespace, selector)
+			if lastErr != nil && strings.HasPrefix(why, "cannot list") {
 				return nil, fmt.Errorf("no pod %s in namespace %s became Ready within %v: cannot list them: %w", selector, namespace, wait, lastErr)
 			}
-			return nil, fmt.Errorf("no pod %s in namespace %s became Ready within %v: %s", selector, namespace, wait, WhyNotReady(ctx, cs, namespace, selector))
+			return nil, fmt.Errorf("no pod %s in namespace %s became Ready within %v: %s", selector, namespace, wait, why)
 		case <-time.After(poll):
 		}
 	}
