@@ -31,7 +31,7 @@ const (
 // sanWant is one SAN a cert needs and who dials it.
 type SANWant struct{ Host, Why string }
 
-// certWant says what a certificate must be for where it is used. The rules
+// CertWant says what a certificate must be for where it is used. The rules
 // follow how the apiserver reads a client cert (CN = user, O = groups:
 // k8s.io/apiserver/pkg/authentication/request/x509/x509.go) and how a TLS
 // client checks a server cert (the dialled name or IP must be a SAN:
@@ -58,7 +58,7 @@ type CertWant struct {
 	Fix string
 }
 
-// firstCert parses the first CERTIFICATE block of data (a file may also hold
+// FirstCert parses the first CERTIFICATE block of data (a file may also hold
 // its key, as kubelet-client-current.pem does; the key is skipped).
 func FirstCert(data []byte) (*x509.Certificate, error) {
 	rest := data
@@ -81,7 +81,7 @@ func FirstCert(data []byte) (*x509.Certificate, error) {
 	}
 }
 
-// parseKey parses the first private key block of data (PKCS#8, SEC 1 or
+// ParseKey parses the first private key block of data (PKCS#8, SEC 1 or
 // PKCS#1). Its error never quotes the key.
 func ParseKey(data []byte) (crypto.Signer, error) {
 	rest := data
@@ -117,7 +117,7 @@ func ParseKey(data []byte) (crypto.Signer, error) {
 	}
 }
 
-// samePublic reports whether key is the private half of pub.
+// SamePublic reports whether key is the private half of pub.
 func SamePublic(key crypto.Signer, pub crypto.PublicKey) bool {
 	switch k := key.Public().(type) {
 	case *ecdsa.PublicKey:
@@ -130,7 +130,7 @@ func SamePublic(key crypto.Signer, pub crypto.PublicKey) bool {
 	return false
 }
 
-// describe names a cert for evidence: subject, SANs, validity, issuer.
+// Describe names a cert for evidence: subject, SANs, validity, issuer.
 func Describe(c *x509.Certificate) string {
 	return fmt.Sprintf("subject %q, SANs [%s], issuer %q, valid %s to %s", c.Subject.String(), strings.Join(sansOf(c), ", "),
 		c.Issuer.String(), c.NotBefore.UTC().Format(time.RFC3339), c.NotAfter.UTC().Format(time.RFC3339))
@@ -159,7 +159,7 @@ func hasEKU(c *x509.Certificate, u x509.ExtKeyUsage) bool {
 	return len(c.ExtKeyUsage) == 0 || slices.Contains(c.ExtKeyUsage, x509.ExtKeyUsageAny) || slices.Contains(c.ExtKeyUsage, u)
 }
 
-// verifyAgainst checks that ca signed c: issuer name and signature. Time
+// VerifyAgainst checks that ca signed c: issuer name and signature. Time
 // is judged separately (checkCert).
 func VerifyAgainst(c, ca *x509.Certificate) error {
 	if !bytes.Equal(c.RawIssuer, ca.RawSubject) {
@@ -171,7 +171,7 @@ func VerifyAgainst(c, ca *x509.Certificate) error {
 	return nil
 }
 
-// checkCert judges cert (read from path on node) against w.
+// CheckCert judges cert (read from path on node) against w.
 func (e *Env) CheckCert(node, path string, cert *x509.Certificate, w CertWant) []Mistake {
 	var out []Mistake
 	mk := func(what, fix string) {
@@ -233,7 +233,7 @@ func (e *Env) CheckCert(node, path string, cert *x509.Certificate, w CertWant) [
 	return out
 }
 
-// loadCert reads the cert at path on node; a missing or unreadable file is
+// LoadCert reads the cert at path on node; a missing or unreadable file is
 // a Mistake.
 func (e *Env) LoadCert(lab, node, path, what, fix string) (*x509.Certificate, []Mistake, error) {
 	data, ok, err := e.Read(node, path)
@@ -250,7 +250,7 @@ func (e *Env) LoadCert(lab, node, path, what, fix string) (*x509.Certificate, []
 	return c, nil, nil
 }
 
-// checkKey reads the key at keyPath on node and checks it is cert's.
+// CheckKey reads the key at keyPath on node and checks it is cert's.
 func (e *Env) CheckKey(lab, node, certPath, keyPath string, cert *x509.Certificate, fix string) ([]Mistake, error) {
 	data, ok, err := e.Read(node, keyPath)
 	if err != nil {
@@ -271,7 +271,7 @@ func (e *Env) CheckKey(lab, node, certPath, keyPath string, cert *x509.Certifica
 	return nil, nil
 }
 
-// clusterCA returns the cluster CA: D/pki/ca.pem on the jumpbox, else the
+// ClusterCA returns the cluster CA: D/pki/ca.pem on the jumpbox, else the
 // first control plane's /var/lib/kubernetes/ca.pem; nil when neither
 // parses (the file detectors report that).
 func (e *Env) ClusterCA() (*x509.Certificate, string, error) {
@@ -299,7 +299,7 @@ func (e *Env) ClusterCA() (*x509.Certificate, string, error) {
 	return e.ca, e.caWhat, nil
 }
 
-// checkCAFile checks that path on node holds the cluster CA itself.
+// CheckCAFile checks that path on node holds the cluster CA itself.
 func (e *Env) CheckCAFile(lab, node, path, usedBy string) ([]Mistake, error) {
 	ca, caWhat, err := e.ClusterCA()
 	if err != nil {

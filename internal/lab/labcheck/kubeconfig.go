@@ -21,7 +21,7 @@ type kubeconfig struct {
 	User    *clientcmdapi.AuthInfo
 }
 
-// loadKubeconfig reads and resolves the current context of the kubeconfig
+// LoadKubeconfig reads and resolves the current context of the kubeconfig
 // at path on node; a missing, unparsable or dangling one is a Mistake.
 // client-go uses current-context when no --context is given
 // (k8s.io/client-go/tools/clientcmd/client_config.go).
@@ -56,7 +56,7 @@ func (e *Env) LoadKubeconfig(lab, node, path, what, fix string) (*kubeconfig, []
 	return &kubeconfig{path: path, server: cl.Server, cluster: cl, User: u}, nil, nil
 }
 
-// serverRule says which apiserver URLs a kubeconfig may use where it is.
+// ServerRule says which apiserver URLs a kubeconfig may use where it is.
 type ServerRule int
 
 const (
@@ -68,7 +68,7 @@ const (
 	OnCP
 )
 
-// checkServer judges the server URL of k on node.
+// CheckServer judges the server URL of k on node.
 func (e *Env) CheckServer(lab, node string, k *kubeconfig, rule ServerRule, fix string) []Mistake {
 	port := strconv.Itoa(e.Cluster.Kubernetes.APIServerPort)
 	lb, _ := e.Cluster.LB()
@@ -117,7 +117,7 @@ func (e *Env) CheckServer(lab, node string, k *kubeconfig, rule ServerRule, fix 
 	return mk(fmt.Sprintf("the server URL of %s names %s, which is neither the load balancer nor a control plane of cluster.yaml", k.path, host))
 }
 
-// kubeconfigCA checks that k trusts the cluster CA (embedded or by path on
+// KubeconfigCA checks that k trusts the cluster CA (embedded or by path on
 // node) and does not skip verification.
 func (e *Env) KubeconfigCA(lab, node string, k *kubeconfig, fix string) ([]Mistake, error) {
 	if k.cluster.InsecureSkipTLSVerify {
@@ -158,7 +158,7 @@ func (e *Env) KubeconfigCA(lab, node string, k *kubeconfig, fix string) ([]Mista
 	return nil, nil
 }
 
-// kubeconfigCert returns the client cert of k (embedded, or a path on
+// KubeconfigCert returns the client cert of k (embedded, or a path on
 // node) and checks its key; nil without a cert (a token user).
 func (e *Env) KubeconfigCert(lab, node string, k *kubeconfig, fix string) (*x509.Certificate, string, []Mistake, error) {
 	u := k.User

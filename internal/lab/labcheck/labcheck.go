@@ -83,7 +83,7 @@ type Detector struct {
 	Run func(*Env) ([]Mistake, error)
 }
 
-// env is what a detector sees.
+// Env is what a detector sees.
 type Env struct {
 	Ctx     context.Context
 	Cluster *config.Cluster
@@ -147,10 +147,10 @@ func dedupe(ms []Mistake) []Mistake {
 	return out
 }
 
-// errNoAPI is returned by detectors that need the API when cs is nil.
+// ErrNoAPI is returned by detectors that need the API when cs is nil.
 var ErrNoAPI = errors.New("needs the Kubernetes API, which is not reachable: fix the apiservers and the load balancer (labs 05, 06) first")
 
-// read reads a file once per check. Missing files are (nil, false, nil).
+// Read reads a file once per check. Missing files are (nil, false, nil).
 func (e *Env) Read(node, path string) ([]byte, bool, error) {
 	k := node + "\x00" + path
 	r, ok := e.files[k]
@@ -167,7 +167,7 @@ func (e *Env) Read(node, path string) ([]byte, bool, error) {
 	return r.data, true, nil
 }
 
-// run runs shell once per check.
+// Run runs shell once per check.
 func (e *Env) Run(node, shell string) (string, error) {
 	k := node + "\x00" + shell
 	if out, ok := e.outputs[k]; ok {
@@ -181,12 +181,12 @@ func (e *Env) Run(node, shell string) (string, error) {
 	return out, nil
 }
 
-// missing is the Mistake for a file that is not there.
+// Missing is the Mistake for a file that is not there.
 func Missing(lab, node, path, what, fix string) Mistake {
 	return Mistake{Lab: lab, Node: node, What: path + " is missing (" + what + ")", Evidence: "no file " + path + " on " + node, Fix: fix}
 }
 
-// sortedKeys returns the keys of m sorted.
+// SortedKeys returns the keys of m sorted.
 func SortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {

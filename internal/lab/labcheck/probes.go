@@ -19,13 +19,13 @@ const RouteShell = "ip -4 route show 2>/dev/null || true"
 // when systemd does not know it.
 func UnitShell(unit string) string { return "systemctl cat -- " + unit + " 2>/dev/null || true" }
 
-// unitCmd is the command line of a systemd unit's ExecStart.
+// UnitCmd is the command line of a systemd unit's ExecStart.
 type UnitCmd struct {
 	Unit string
 	Argv []string
 }
 
-// readUnit returns the argv of unit's last ExecStart on node (drop-ins
+// ReadUnit returns the argv of unit's last ExecStart on node (drop-ins
 // included: `systemctl cat`), found false when systemd does not know the
 // unit or it has no ExecStart.
 func (e *Env) ReadUnit(node, unit string) (UnitCmd, bool, error) {
@@ -37,10 +37,10 @@ func (e *Env) ReadUnit(node, unit string) (UnitCmd, bool, error) {
 	return UnitCmd{Unit: unit, Argv: argv}, len(argv) > 0, nil
 }
 
-// flag returns the value of --name in the unit's ExecStart (grade.Flag).
+// Flag returns the value of --name in the unit's ExecStart (grade.Flag).
 func (u UnitCmd) Flag(name string) (string, bool) { return grade.Flag(u.Argv, name) }
 
-// evidence shows one flag as the unit has it.
+// Evidence shows one flag as the unit has it.
 func (u UnitCmd) Evidence(name string) string {
 	if v, ok := u.Flag(name); ok {
 		return u.Unit + " has --" + name + "=" + v

@@ -20,7 +20,7 @@ type kubeletConfig struct {
 	ResolvConf         *string  `json:"resolvConf"`
 }
 
-// kubelet is what the kubelet on a node runs with.
+// Kubelet is what the kubelet on a node runs with.
 type Kubelet struct {
 	Unit       UnitCmd
 	Config     kubeletConfig
@@ -29,7 +29,7 @@ type Kubelet struct {
 	Kubeconfig string
 }
 
-// readKubelet reads kubelet.service and its --config on node. Deprecated
+// ReadKubelet reads kubelet.service and its --config on node. Deprecated
 // flags that duplicate a config field win over it, as in the kubelet.
 func (e *Env) ReadKubelet(lab, node string) (*Kubelet, []Mistake, error) {
 	u, ok, err := e.ReadUnit(node, "kubelet.service")
@@ -79,7 +79,7 @@ func OrDefault(s, d string) string {
 	return s
 }
 
-// componentKubeconfig is nodeKubeconfig with the server rule given.
+// ComponentKubeconfig is nodeKubeconfig with the server rule given.
 func (e *Env) ComponentKubeconfig(lab, node, p, what, cn, org, nameEv string, bootstrap bool, rule ServerRule) ([]Mistake, error) {
 	if bootstrap {
 		if _, ok, err := e.Read(node, p); err != nil || !ok {

@@ -23,7 +23,7 @@ const (
 	LBWait           = time.Minute
 )
 
-// target is how the health checks reach this cluster.
+// Target is how the health checks reach this cluster.
 func (m *Machines) Target(env *steps.Env) health.Target {
 	return health.Target{Cluster: env.Cluster, PKIDir: env.State.PKIDir(), Dial: m.Provider.Dialer(), Slowdown: int(vm.Slowdown(m.Provider))}
 }
@@ -55,7 +55,7 @@ var ControlPlaneUnits = []WantUnit{
 // logs, exec and port-forward.
 const RBACManifest = "apiserver-to-kubelet-rbac.yaml"
 
-// restConfig is the admin kubeconfig with server replaced by server (a
+// RestConfig is the admin kubeconfig with server replaced by server (a
 // ready control plane, "https://cp1:6443": 05 runs before the load balancer
 // of 06 exists), dialing inside the cluster network.
 func (m *Machines) RestConfig(env *steps.Env, server string) (*rest.Config, error) {
@@ -71,7 +71,7 @@ func (m *Machines) RestConfig(env *steps.Env, server string) (*rest.Config, erro
 	return cfg, nil
 }
 
-// manifestDiffs server-side-applies manifests/<name> as a dry run through
+// ManifestDiffs server-side-applies manifests/<name> as a dry run through
 // server ("" = the admin kubeconfig's, the load balancer): an object that
 // would be created or changed is a diff.
 func ManifestDiffs(ctx context.Context, m *Machines, env *steps.Env, server, name string) ([]steps.Diff, error) {
@@ -97,7 +97,7 @@ func ManifestDiffs(ctx context.Context, m *Machines, env *steps.Env, server, nam
 	return diffs, nil
 }
 
-// applyManifest server-side-applies manifests/<name> through server ("" =
+// ApplyManifest server-side-applies manifests/<name> through server ("" =
 // the load balancer) and logs each object's outcome for step id.
 func ApplyManifest(ctx context.Context, m *Machines, env *steps.Env, server, name, id string) error {
 	data, err := os.ReadFile(filepath.Join(env.State.ManifestsDir(), name))

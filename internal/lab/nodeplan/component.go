@@ -73,7 +73,7 @@ func (m *Machines) allFacts(ctx context.Context, c *config.Cluster) (map[string]
 	return out, FirstErr(errs)
 }
 
-// componentSpec describes a step that runs systemd services on the nodes of
+// ComponentSpec describes a step that runs systemd services on the nodes of
 // one role: binaries from the catalog, rendered files, input files from the
 // state directory, and units with the files each one reads at start.
 type ComponentSpec struct {
@@ -216,7 +216,7 @@ func (m *Machines) ComponentWants(ctx context.Context, env *steps.Env, spec *Com
 	return wants, nil
 }
 
-// renderState writes D/nodes and D/manifests (render.All) with the measured
+// RenderState writes D/nodes and D/manifests (render.All) with the measured
 // facts, so the files a learner copies by hand are the ones khw installs.
 func (m *Machines) RenderState(ctx context.Context, env *steps.Env) error {
 	facts, err := m.allFacts(ctx, env.Cluster)
@@ -227,7 +227,7 @@ func (m *Machines) RenderState(ctx context.Context, env *steps.Env) error {
 	return err
 }
 
-// inputUnder keeps render.Inputs whose node path is under one of dirs.
+// InputUnder keeps render.Inputs whose node path is under one of dirs.
 func InputUnder(dirs ...string) func(render.Input) bool {
 	return func(in render.Input) bool {
 		for _, d := range dirs {
@@ -243,7 +243,7 @@ func InputUnder(dirs ...string) func(render.Input) bool {
 // units are right: it returns one diff per problem.
 type healthCheck func(ctx context.Context, env *steps.Env) ([]steps.Diff, error)
 
-// componentStep runs a componentSpec: Check = node files and units, then
+// ComponentStep runs a componentSpec: Check = node files and units, then
 // the health check; Apply = install, restart, wait for the units and the
 // health check (bounded by wait).
 type ComponentStep struct {
@@ -352,11 +352,11 @@ func (s *ComponentStep) Apply(ctx context.Context, env *steps.Env, diffs []steps
 	}, s.Wait*vm.Slowdown(s.M.Provider))
 }
 
-// waitProgressEvery is how often a wait that is still going says what it
+// WaitProgressEvery is how often a wait that is still going says what it
 // waits for (a TCG VM's node may take minutes to turn Ready).
 const WaitProgressEvery = 30 * time.Second
 
-// waitHealthy polls check twice a second until it returns no diff, at most
+// WaitHealthy polls check twice a second until it returns no diff, at most
 // timeout; then it fails with the diffs of the last round. While it waits it
 // notes what is still missing, when that changes and every
 // waitProgressEvery, with the time waited and the bound.

@@ -11,7 +11,20 @@ import (
 	"github.com/khw-dev/khw/internal/steps"
 )
 
-// nodeDebDir is where offline installs put the .debs on a node.
+// Distribution packages (the packages a step wants) are installed in one
+// of two ways:
+//
+//   - online (no mirror): the node's own apt, after `apt-get update` once per
+//     node and run, since a fresh cloud image has empty /var/lib/apt/lists
+//     ("Unable to locate package") and an older node's lists go stale;
+//   - offline (a mirror is set): khw reads the node's OS from /etc/os-release
+//     and its installed packages from dpkg, takes the dependency closure of
+//     the missing packages from the mirror's copy of the distribution archive
+//     (components.Fetcher.DebIndex, verified through the pinned manifest),
+//     uploads those .debs to NodeDebDir and installs them with apt-get with
+//     every source list switched off, so apt cannot reach for the network.
+
+// NodeDebDir is where offline installs put the .debs on a node.
 const NodeDebDir = "/var/cache/khw/debs"
 
 // aptOffline makes apt-get see no package source at all: it installs the
@@ -27,7 +40,7 @@ const aptOffline = "-o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts="
 // dpkg architecture, then components.DpkgInstalledQuery's lines.
 const nodeOSProbe = `. /etc/os-release && printf '%s\n%s\n' "$ID" "${VERSION_CODENAME:-}" && dpkg --print-architecture && ` + components.DpkgInstalledQuery
 
-// debPlan is what an offline install puts on one node.
+// DebPlan is what an offline install puts on one node.
 type DebPlan struct {
 	Archive components.DebArchive
 	Arch    string
@@ -109,7 +122,7 @@ func (m *Machines) planDebs(ctx context.Context, cl *remote.Client, w *NodeWant,
 	return p, nil
 }
 
-// planKey names the plan of w's packages on w's node (steps 06, 07 and 08
+// PlanKey names the plan of w's packages on w's node (steps 06, 07 and 08
 // each have their own).
 func PlanKey(w *NodeWant) string {
 	k := w.Node.Name
@@ -205,7 +218,7 @@ func lastLines(b []byte, n int) string {
 	return strings.Join(ls, "\n")
 }
 
-// packageCommands is the shell a learner types for w's packages. Online:
+// PackageCommands is the shell a learner types for w's packages. Online:
 // refresh the lists and install. Offline: copy the .debs from the mirror
 // and install them with no network; the list is the plan khw worked out
 // for the node in this run, else the wanted packages with a note that

@@ -21,7 +21,7 @@ const WorkerWait = 3 * time.Minute
 // CoreDNS, agnhost = the smoke tests' workload).
 var workerImages = []string{"pause-image", "coredns-image", "agnhost-image"}
 
-// imagesExtra imports the worker images into containerd's k8s.io namespace
+// ImagesExtra imports the worker images into containerd's k8s.io namespace
 // (the one the CRI uses) when `ctr images ls` does not list them.
 func (m *Machines) ImagesExtra(c *config.Cluster) NodeExtra {
 	return NodeExtra{

@@ -81,7 +81,7 @@ func (f *wantFile) ensureData() error {
 	return nil
 }
 
-// wantUnit is one systemd unit a step runs on a node.
+// WantUnit is one systemd unit a step runs on a node.
 type WantUnit struct {
 	// Name is the unit, e.g. "etcd.service".
 	Name string
@@ -93,7 +93,7 @@ type WantUnit struct {
 	Deps []string
 }
 
-// nodeWant is what a step wants on one node.
+// NodeWant is what a step wants on one node.
 type NodeWant struct {
 	Node  config.Node
 	Files []*wantFile
@@ -109,7 +109,7 @@ type NodeWant struct {
 	Extras []NodeExtra
 }
 
-// nodeExtra is a piece of node state checked and fixed by commands.
+// NodeExtra is a piece of node state checked and fixed by commands.
 type NodeExtra struct {
 	// Check returns one diff per difference, for node w.Node.
 	Check func(ctx context.Context, cl *remote.Client, w *NodeWant) ([]steps.Diff, error)
@@ -123,7 +123,7 @@ type NodeExtra struct {
 	Commands func(w *NodeWant) []steps.Command
 }
 
-// wantPackage is a distribution package, present when Path exists.
+// WantPackage is a distribution package, present when Path exists.
 type WantPackage struct {
 	Name string // apt package name, e.g. "haproxy"
 	Path string // a file it installs, e.g. "/usr/sbin/haproxy"
@@ -272,7 +272,7 @@ func orNone(s string) string {
 	return s
 }
 
-// checkNode probes one node and returns its diffs, files first.
+// CheckNode probes one node and returns its diffs, files first.
 func CheckNode(ctx context.Context, m *Machines, w *NodeWant) ([]steps.Diff, nodeState, error) {
 	cl, err := m.Pool.Get(ctx, RemoteNode(w.Node))
 	if err != nil {
@@ -378,7 +378,7 @@ func allPaths(w *NodeWant) []string {
 	return ps
 }
 
-// checkNodes runs checkNode on every node in parallel and returns the diffs
+// CheckNodes runs checkNode on every node in parallel and returns the diffs
 // in the order of wants.
 func CheckNodes(ctx context.Context, m *Machines, wants []*NodeWant) ([]steps.Diff, error) {
 	if err := requireRunning(ctx, m, wants); err != nil {
@@ -423,7 +423,7 @@ func requireRunning(ctx context.Context, m *Machines, wants []*NodeWant) error {
 	return nil
 }
 
-// firstErr returns the only error (keeping its *NodeError type) or all of
+// FirstErr returns the only error (keeping its *NodeError type) or all of
 // them joined.
 func FirstErr(errs []error) error {
 	var failed []error
@@ -445,7 +445,7 @@ type restarted struct {
 	Was  time.Time
 }
 
-// applyNode installs the files that differ, reloads systemd when a unit file
+// ApplyNode installs the files that differ, reloads systemd when a unit file
 // changed, enables units and restarts (without waiting: --no-block, so the
 // members of a cluster such as etcd start together) those that are not
 // running or run with an old dep. It logs every action to the node's log and
@@ -714,7 +714,7 @@ func fileCommands(w *NodeWant, only map[string]bool) []steps.Command {
 	return cmds
 }
 
-// diffCommands is fileCommands for the nodes and files named in diffs (nil:
+// DiffCommands is fileCommands for the nodes and files named in diffs (nil:
 // everything).
 func DiffCommands(wants []*NodeWant, diffs []steps.Diff) []steps.Command {
 	var cmds []steps.Command

@@ -208,7 +208,7 @@ func unitFromShow(kv map[string]string) (unitState, error) {
 	return u, nil
 }
 
-// probe runs probeScript on the node through cl (as root) and parses it.
+// Probe runs probeScript on the node through cl (as root) and parses it.
 func Probe(ctx context.Context, cl *remote.Client, paths, units []string) (nodeState, error) {
 	out, _, err := cl.Run(ctx, probeScript(paths, units), remote.RunOptions{Sudo: true})
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/khw-dev/khw/internal/steps"
 )
 
-// stateFile reads a file of the state directory (src relative to it, or
+// StateFile reads a file of the state directory (src relative to it, or
 // absolute for a pre-issued kubelet cert) as a wantFile for node path p.
 // A missing file is reported with ok=false and no error.
 func StateFile(d state.Dir, src, p string, mode fs.FileMode, what string) (*wantFile, bool, error) {
@@ -34,7 +34,7 @@ func StateFile(d state.Dir, src, p string, mode fs.FileMode, what string) (*want
 	return wf, true, nil
 }
 
-// inputWants turns render.Inputs of every node, filtered by keep, into
+// InputWants turns render.Inputs of every node, filtered by keep, into
 // wants. A source file that does not exist yet (the workstation half of the
 // step has not run) is skipped when skipMissing, else an error.
 func InputWants(c *config.Cluster, d state.Dir, keep func(render.Input) bool, skipMissing bool) ([]*NodeWant, error) {
@@ -66,7 +66,7 @@ func InputWants(c *config.Cluster, d state.Dir, keep func(render.Input) bool, sk
 	return wants, nil
 }
 
-// notChecked is one diff per node saying its copies of what were not
+// NotChecked is one diff per node saying its copies of what were not
 // compared, because the jumpbox's files are about to change (by cmd).
 func NotChecked(c *config.Cluster, what, cmd string) []steps.Diff {
 	var diffs []steps.Diff
@@ -76,7 +76,7 @@ func NotChecked(c *config.Cluster, what, cmd string) []steps.Diff {
 	return diffs
 }
 
-// copyToNodes installs the wanted state files on every node where they
+// CopyToNodes installs the wanted state files on every node where they
 // differ (the node half of 02 and 03).
 func CopyToNodes(ctx context.Context, env *steps.Env, m *Machines, id string, wants []*NodeWant) error {
 	nd, err := CheckNodes(ctx, m, wants)
@@ -87,7 +87,7 @@ func CopyToNodes(ctx context.Context, env *steps.Env, m *Machines, id string, wa
 	return err
 }
 
-// hasWorkstationDiff reports whether a diff is about the jumpbox's files.
+// HasWorkstationDiff reports whether a diff is about the jumpbox's files.
 func HasWorkstationDiff(diffs []steps.Diff) bool {
 	for _, d := range diffs {
 		if d.Node == "" {
@@ -97,7 +97,7 @@ func HasWorkstationDiff(diffs []steps.Diff) bool {
 	return false
 }
 
-// nodeOnly returns the node diffs (nil stays nil: the whole step).
+// NodeOnly returns the node diffs (nil stays nil: the whole step).
 func NodeOnly(diffs []steps.Diff) []steps.Diff {
 	if diffs == nil {
 		return nil

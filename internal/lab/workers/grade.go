@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// workerSel picks the workers a lab sets up: 07-workers the ones with a
+// WorkerSel picks the workers a lab sets up: 07-workers the ones with a
 // cert from khw, 10-tls-bootstrap the ones that join by TLS bootstrap.
 func WorkerSel(bootstrap bool) func(*labcheck.Env) []config.Node {
 	return func(e *labcheck.Env) []config.Node {
@@ -242,7 +242,7 @@ func cniConfig(e *labcheck.Env, lab string, n config.Node, cc containerdConfig) 
 	return out, nil
 }
 
-// workerDNS checks the kubelet's clusterDNS: it must list the kube-dns
+// WorkerDNS checks the kubelet's clusterDNS: it must list the kube-dns
 // Service IP of cluster.yaml, and, once the Service exists, its ClusterIP;
 // otherwise pods with dnsPolicy ClusterFirst ask a nameserver that is not
 // there (https://kubernetes.io/docs/tasks/administer-cluster/dns-custom-nameservers/).
@@ -287,7 +287,7 @@ func WorkerDNS(bootstrap bool) func(*labcheck.Env) ([]labcheck.Mistake, error) {
 	}
 }
 
-// workerIdentity checks who each kubelet and kube-proxy is: the node name
+// WorkerIdentity checks who each kubelet and kube-proxy is: the node name
 // (--hostname-override, else the host name) must be the node's name in
 // cluster.yaml, and the kubelet's client cert must be CN=system:node:<that
 // name>, O=system:nodes (the Node authorizer and NodeRestriction let a

@@ -46,7 +46,7 @@ func workerRendered(c *config.Cluster) []string {
 	return append(files, "/etc/cni/net.d/10-bridge.conf", "/etc/cni/net.d/99-loopback.conf")
 }
 
-// kubeletSide reports whether node path p belongs to the kubelet or
+// KubeletSide reports whether node path p belongs to the kubelet or
 // kube-proxy (their binaries, units, configs, certs and kubeconfigs) rather
 // than to the host and its container runtime.
 func KubeletSide(p string) bool {
@@ -63,7 +63,7 @@ func KubeletSide(p string) bool {
 	return false
 }
 
-// workerUnits are the units of a worker and what each reads at start. A
+// WorkerUnits are the units of a worker and what each reads at start. A
 // TLS-bootstrap worker's kubelet reads a bootstrap kubeconfig only until it
 // has its own cert, so that file is not a restart reason.
 func WorkerUnits(n config.Node) []nodeplan.WantUnit {
@@ -81,7 +81,7 @@ func WorkerUnits(n config.Node) []nodeplan.WantUnit {
 	}
 }
 
-// workerPackages are the distribution tools the worker components exec:
+// WorkerPackages are the distribution tools the worker components exec:
 // iptables for kube-proxy's iptables mode (kube-proxy-config.yaml) and for
 // the CNI plugins' masquerade rule (bridge with ipMasq; mybridge), and jq for
 // the mybridge CNI plugin (templates/files/mybridge). Not needed: conntrack,
@@ -192,7 +192,7 @@ func hostPrepDiffs(node, out string) []steps.Diff {
 	return diffs
 }
 
-// workerSpec is the component spec of the workers chosen by only.
+// WorkerSpec is the component spec of the workers chosen by only.
 func WorkerSpec(m *nodeplan.Machines, c *config.Cluster, id, title string, only func(config.Node) bool, inputs func(render.Input) bool) *nodeplan.ComponentSpec {
 	return &nodeplan.ComponentSpec{
 		ID: id, Title: title,
@@ -249,7 +249,7 @@ func NewStep(m *nodeplan.Machines, c *config.Cluster) steps.Step {
 	return s
 }
 
-// nodesReady returns one diff per node that is not registered or not Ready,
+// NodesReady returns one diff per node that is not registered or not Ready,
 // with the kubelet's reason.
 func NodesReady(ctx context.Context, m *nodeplan.Machines, env *steps.Env, names []string) ([]steps.Diff, error) {
 	cfg, err := m.RestConfig(env, "")

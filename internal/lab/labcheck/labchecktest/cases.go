@@ -22,7 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// replaceCert puts a new cert (and its key) at certPath/keyPath on node.
+// ReplaceCert puts a new cert (and its key) at certPath/keyPath on node.
 func (f *Fixture) ReplaceCert(t *testing.T, node, certPath, keyPath string, s CertSpec) {
 	t.Helper()
 	c, k := f.Issue(t, s)
@@ -33,7 +33,7 @@ func (f *Fixture) ReplaceCert(t *testing.T, node, certPath, keyPath string, s Ce
 	}
 }
 
-// secretObj returns the fixture's bootstrap token Secret.
+// SecretObj returns the fixture's bootstrap token Secret.
 func (f *Fixture) SecretObj(t *testing.T) *corev1.Secret {
 	t.Helper()
 	for _, o := range f.Objs {
@@ -67,7 +67,7 @@ func (f *Fixture) DropObj(t *testing.T, match func(runtime.Object) bool) {
 	t.Fatal("no object to drop")
 }
 
-// servingCSR is a kubelet-serving CSR from node with the given SANs.
+// ServingCSR is a kubelet-serving CSR from node with the given SANs.
 func ServingCSR(t *testing.T, name, node string, dns []string, ips []string, created time.Time) *certsv1.CertificateSigningRequest {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -99,11 +99,11 @@ resources:
   providers:
 `
 
-// want is one expected mistake: its lab, node and a piece of What.
+// Want is one expected mistake: its lab, node and a piece of What.
 // want is a mistake a case must find: its lab, node and a part of its What.
 type Want [3]string
 
-// runCase breaks a fresh good cluster with break_ and expects ds to find
+// RunCase breaks a fresh good cluster with break_ and expects ds to find
 // each of wants, with evidence and a fix, and no secret in any mistake.
 func RunCase(t *testing.T, ds []labcheck.Detector, break_ func(t *testing.T, f *Fixture), wants []Want) {
 	t.Helper()
@@ -138,7 +138,7 @@ func RunCase(t *testing.T, ds []labcheck.Detector, break_ func(t *testing.T, f *
 	}
 }
 
-// assertNoSecrets fails when a mistake shows a token secret, an encryption
+// AssertNoSecrets fails when a mistake shows a token secret, an encryption
 // key or a private key.
 func AssertNoSecrets(t *testing.T, f *Fixture, ms []labcheck.Mistake) {
 	t.Helper()
@@ -156,7 +156,7 @@ func AssertNoSecrets(t *testing.T, f *Fixture, ms []labcheck.Mistake) {
 	}
 }
 
-// bootstrapped puts on w3 what its kubelet writes after TLS bootstrap: a
+// Bootstrapped puts on w3 what its kubelet writes after TLS bootstrap: a
 // client cert (cert and key in one file, as kubelet --cert-dir keeps it)
 // with the given CN, and a kubeconfig naming it.
 func (f *Fixture) Bootstrapped(t *testing.T, cn string) {

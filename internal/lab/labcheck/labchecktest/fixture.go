@@ -74,7 +74,7 @@ func (f *fakeSource) Get(t *testing.T, node, p string) string {
 	return string(b)
 }
 
-// edit replaces old by new in a file, failing when old is not there (so a
+// Edit replaces old by new in a file, failing when old is not there (so a
 // test cannot silently stop breaking anything).
 func (f *fakeSource) Edit(t *testing.T, node, p, old, new string) {
 	t.Helper()
@@ -128,7 +128,7 @@ func (f *fakeSource) Run(_ context.Context, node, shell string) (string, error) 
 	return out, nil
 }
 
-// fixture is a whole default cluster built by khw's own code: the PKI,
+// Fixture is a whole default cluster built by khw's own code: the PKI,
 // kubeconfigs and encryption config of the state directory, every node's
 // rendered files and inputs, kernel settings, routes, and the API objects
 // of the rendered manifests plus a valid bootstrap token for w3 (which has
@@ -148,7 +148,7 @@ var (
 	fixErr  error
 )
 
-// newFixture returns a fresh copy of the good cluster.
+// NewFixture returns a fresh copy of the good cluster.
 func NewFixture(t *testing.T) *Fixture {
 	t.Helper()
 	fixOnce.Do(func() { fixBase, fixErr = buildFixture() })
@@ -314,7 +314,7 @@ func stripComments(s string) string {
 	return strings.Join(out, "\n")
 }
 
-// certSpec is a test cert.
+// CertSpec is a test cert.
 type CertSpec struct {
 	CN       string
 	Org      []string
@@ -327,7 +327,7 @@ type CertSpec struct {
 	SelfSigned bool
 }
 
-// issue makes a cert and key (PEM) signed by the fixture CA unless
+// Issue makes a cert and key (PEM) signed by the fixture CA unless
 // s.selfSigned.
 func (f *Fixture) Issue(t *testing.T, s CertSpec) (certPEM, keyPEM []byte) {
 	t.Helper()
@@ -372,7 +372,7 @@ func (f *Fixture) Issue(t *testing.T, s CertSpec) (certPEM, keyPEM []byte) {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
 }
 
-// kubernetesSANs are the SANs of the good apiserver cert.
+// KubernetesSANs are the SANs of the good apiserver cert.
 func (f *Fixture) KubernetesSANs() (dns, ips []string) {
 	for _, s := range pki.APIServerSANs(f.Cluster) {
 		if net.ParseIP(s) != nil {
@@ -384,7 +384,7 @@ func (f *Fixture) KubernetesSANs() (dns, ips []string) {
 	return dns, ips
 }
 
-// without returns list without the items of drop.
+// Without returns list without the items of drop.
 func Without(list []string, drop ...string) []string {
 	var out []string
 	for _, s := range list {
