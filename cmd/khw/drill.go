@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,7 +16,6 @@ import (
 	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/lab"
 	"github.com/khw-dev/khw/internal/labid"
-	"github.com/khw-dev/khw/internal/smoketest"
 	"github.com/khw-dev/khw/internal/state"
 )
 
@@ -141,7 +137,7 @@ func newHealCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			store := drill.Store{Dir: drillsDir(d)}
+			store := drill.StoreOf(d)
 			rec, err := store.Active()
 			if errors.Is(err, drill.ErrNoActive) {
 				fmt.Fprintf(a.out, "Nothing to heal: no drill is active in cluster %s.\n", c.Name)
@@ -183,7 +179,7 @@ func newHealCmd(a *app) *cobra.Command {
 				fmt.Fprintf(a.out, "Healed. The khw break that started the drill (pid %d) is watching and writes the report.\n", rec.WatcherPID)
 				return nil
 			}
-			return printDrillReport(a.out, store, rep)
+			return drill.WriteSummary(a.out, store, rep)
 		},
 	}
 }
@@ -207,8 +203,6 @@ func healLock(a *app, d state.Dir, rec *drill.Record) (func(), error) {
 	}
 	return nil, err
 }
-
-func drillsDir(d state.Dir) string { return filepath.Join(d.Root, "drills") }
 
 // openDrill opens cluster c for a drill (drill.Open); close env.S when done.
 func openDrill(d state.Dir, c *config.Cluster) (*drill.Env, error) {
@@ -234,15 +228,6 @@ func runBreak(parent context.Context, a *app, spec drill.Spec) error {
 		return err
 	}
 	defer unlock()
-	store := drill.Store{Dir: drillsDir(d)}
-	if rec, err := store.Active(); err == nil {
-		if rec.HealedAt != nil && drill.ProcessAlive(rec.WatcherPID) {
-			return fmt.Errorf("drill %s is healed; khw (pid %d) is still recording the recovery (at most 2 min): start the next drill after it writes the report", rec.ID, rec.WatcherPID)
-		}
-		return fmt.Errorf("drill %s (khw break %s) is still active: run khw heal first", rec.ID, rec.Spec.CommandLine())
-	} else if !errors.Is(err, drill.ErrNoActive) {
-		return err
-	}
 	// Plan once without the live cluster so that a bad command line fails
 	// before anything is contacted.
 	if _, err := drill.Plan(c, spec, drill.Live{}); err != nil {
@@ -253,58 +238,18 @@ func runBreak(parent context.Context, a *app, spec drill.Spec) error {
 		return err
 	}
 	defer env.S.Close()
-
 	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-
-	fmt.Fprintf(a.out, "Checking that cluster %s is healthy…\n", c.Name)
-	live, problems := env.Preflight(ctx)
-	if len(problems) > 0 {
-		if !spec.Force {
-			return fmt.Errorf("cluster %s is not healthy, so a drill would measure the wrong thing:\n  - %s\nfix it (khw status, khw up) or add --force", c.Name, strings.Join(problems, "\n  - "))
-		}
-		fmt.Fprintf(a.errOut, "Warning: drilling an unhealthy cluster (--force):\n  - %s\n", strings.Join(problems, "\n  - "))
+	store := drill.StoreOf(d)
+	rep, err := env.Break(ctx, store, spec, a.out, a.errOut)
+	var pe *drill.PlanError
+	if errors.As(err, &pe) {
+		return usageError{pe.Err}
 	}
-	actions, err := drill.Plan(c, spec, live)
-	if err != nil {
-		return usageError{err}
-	}
-
-	cs, err := env.S.Clientset()
-	if err != nil {
-		return err
-	}
-	image, err := smoketest.AgnhostImage(c)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(a.out, "Preparing the probe workload (namespace %s)…\n", drill.Namespace)
-	port, err := drill.EnsureWorkload(ctx, cs, image, env.Prober.Target.Scaled(2*time.Minute, 6*time.Minute))
-	if err != nil {
-		return fmt.Errorf("probe workload: %w", err)
-	}
-	env.Prober.NodePort = port
-
-	rec := drill.NewRecord(c, spec, actions, port, env.Prober.Every(), time.Now())
-	if err := store.Save(rec); err != nil {
-		return err
-	}
-	if err := store.SetActive(rec.ID); err != nil {
-		return err
-	}
-	heal := "until khw heal"
-	if spec.For > 0 {
-		heal = "for " + spec.For.String() + " (Ctrl-C heals early)"
-	}
-	fmt.Fprintf(a.out, "Drill %s: %s, %s\n", rec.ID, describeActions(actions, live), heal)
-	fmt.Fprintf(a.out, "Sampling %s (each every %s)\n", signalList(env.Prober), env.Prober.Every())
-	r := &drill.Runner{Store: store, Prober: env.Prober, Act: env.Act, Out: a.out}
-	rep, err := r.Run(ctx, rec)
 	if err != nil && rep.ID == "" {
 		return err
 	}
-	perr := printDrillReport(a.out, store, rep)
-	if perr != nil && err == nil {
+	if perr := drill.WriteSummary(a.out, store, rep); perr != nil && err == nil {
 		err = perr
 	}
 	if err == nil {
@@ -314,72 +259,4 @@ func runBreak(parent context.Context, a *app, spec drill.Spec) error {
 		}
 	}
 	return err
-}
-
-func describeActions(actions []drill.Action, live drill.Live) string {
-	var parts []string
-	for _, a := range actions {
-		s := a.String()
-		var roles []string
-		if a.Node == live.EtcdLeader {
-			roles = append(roles, "etcd leader")
-		}
-		for i, h := range live.LeaseHolders {
-			if h == a.Node {
-				roles = append(roles, []string{"controller-manager leader", "scheduler leader"}[min(i, 1)])
-			}
-		}
-		if len(roles) > 0 {
-			s += " (" + strings.Join(roles, ", ") + ")"
-		}
-		parts = append(parts, s)
-	}
-	return strings.Join(parts, "; ")
-}
-
-func signalList(p *drill.Prober) string {
-	s := []string{"api-read", "api-write", "etcd", "apiservers", "leases", "nodes"}
-	if p.LBDial != nil {
-		s = append(s, "haproxy")
-	}
-	if p.NodePort > 0 {
-		s = append(s, "workload")
-	}
-	return strings.Join(s, ", ")
-}
-
-// printDrillReport prints the verdict and where the report is, and returns
-// an error when an expectation failed.
-func printDrillReport(w io.Writer, store drill.Store, rep drill.Report) error {
-	md, js := store.ReportPaths(rep.ID)
-	fmt.Fprintf(w, "\nDrill %s: broken for %s", rep.ID, rep.BrokenFor)
-	if rep.Recovery != nil {
-		fmt.Fprintf(w, ", healthy again %s after the heal", *rep.Recovery)
-	}
-	fmt.Fprintln(w)
-	for _, s := range rep.Signals {
-		if s.Failed == 0 {
-			continue
-		}
-		fmt.Fprintf(w, "  %-10s failed %d of %d samples, longest outage %s, total %s\n", s.Signal, s.Failed, s.Samples, s.Longest, s.Total)
-	}
-	fmt.Fprintf(w, "  etcd: raft term %d → %d", rep.Etcd.TermBefore, rep.Etcd.TermAfter)
-	for _, l := range rep.Leases {
-		fmt.Fprintf(w, "; %s %s → %s", l.Name, l.HolderBefore, l.HolderAfter)
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Verdict:")
-	failed := 0
-	for _, e := range rep.Expectations {
-		mark := map[string]string{drill.Pass: "✓", drill.Fail: "✗", drill.Skip: "-"}[e.Result]
-		if e.Result == drill.Fail {
-			failed++
-		}
-		fmt.Fprintf(w, "  %s %s\n      %s\n", mark, e.Text, e.Evidence)
-	}
-	fmt.Fprintf(w, "Report: %s (JSON: %s)\n", md, js)
-	if failed > 0 {
-		return fmt.Errorf("drill %s: %d expectation(s) did not hold (see the report)", rep.ID, failed)
-	}
-	return nil
 }

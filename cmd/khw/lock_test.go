@@ -192,7 +192,7 @@ func TestHealUnderTheWatchersLock(t *testing.T) {
 // activeDrill saves rec as the cluster's active drill and returns the store.
 func activeDrill(t *testing.T, d state.Dir, rec *drill.Record) drill.Store {
 	t.Helper()
-	store := drill.Store{Dir: drillsDir(d)}
+	store := drill.StoreOf(d)
 	if err := store.Save(rec); err != nil {
 		t.Fatal(err)
 	}

@@ -90,7 +90,7 @@ func (a *app) lock(d state.Dir) (func(), error) {
 	if err != nil {
 		var le *state.LockedError
 		if errors.As(err, &le) {
-			if rec, aerr := (drill.Store{Dir: drillsDir(d)}).Active(); aerr == nil && le.PID != 0 && rec.WatcherPID == le.PID {
+			if rec, aerr := (drill.StoreOf(d)).Active(); aerr == nil && le.PID != 0 && rec.WatcherPID == le.PID {
 				return nil, fmt.Errorf("%w; it is the khw break of drill %s (%s), watching the cluster until it is healed: end the drill with khw heal (from any shell) or Ctrl-C in its shell, then run this again", err, rec.ID, rec.Spec.CommandLine())
 			}
 		}

@@ -3,10 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -91,7 +89,7 @@ func newSmokeCmd(a *app) *cobra.Command {
 			defer stop()
 			opts := smoketest.Options{Keep: keep, Wait: wait}
 			if output == "text" {
-				opts.Progress = func(ch smoketest.Check) { printSmokeCheck(a.out, ch) }
+				opts.Progress = func(ch smoketest.Check) { smoketest.WriteCheck(a.out, ch) }
 			}
 			rep := r.Run(ctx, opts)
 			if output == "json" {
@@ -101,7 +99,7 @@ func newSmokeCmd(a *app) *cobra.Command {
 					return err
 				}
 			} else {
-				printSmokeSummary(a.out, rep)
+				smoketest.WriteSummary(a.out, rep)
 			}
 			if rep.CleanupErr != "" {
 				fmt.Fprintf(a.errOut, "Warning: %s\n", rep.CleanupErr)
@@ -110,7 +108,7 @@ func newSmokeCmd(a *app) *cobra.Command {
 				// Interrupted: the checks cut short say nothing about the cluster.
 				return fmt.Errorf("cluster %s: smoke checks interrupted: %w", c.Name, err)
 			}
-			return smokeResult(c.Name, rep)
+			return rep.Err(c.Name)
 		},
 	}
 	f := cmd.Flags()
@@ -118,49 +116,4 @@ func newSmokeCmd(a *app) *cobra.Command {
 	f.StringVarP(&output, "output", "o", "text", "output format: text or json")
 	f.DurationVar(&wait, "wait", smoketest.DefaultWait, "how long each smoke pod may take to become Ready (unset: this, scaled for slow VMs such as TCG, up to 15m)")
 	return cmd
-}
-
-// printSmokeCheck prints one check: "✓ name  evidence (1.2s)", or
-// "✗ name  error" with the evidence on a second line; "- name …" when
-// skipped.
-func printSmokeCheck(w io.Writer, c smoketest.Check) {
-	mark, text := "✓", c.Evidence
-	switch {
-	case c.Skipped:
-		mark = "-"
-	case !c.OK:
-		mark, text = "✗", c.Err
-	}
-	fmt.Fprintf(w, "%s %-18s %s (%s)\n", mark, c.Name, text, c.Duration.Round(100*time.Millisecond))
-	if !c.OK && c.Evidence != "" {
-		fmt.Fprintf(w, "  %-18s seen: %s\n", "", c.Evidence)
-	}
-}
-
-// printSmokeSummary prints the closing line: how many checks passed and
-// what happened to the namespace.
-func printSmokeSummary(w io.Writer, rep *smoketest.Report) {
-	passed := len(rep.Checks) - len(rep.Failed())
-	fmt.Fprintf(w, "%d of %d checks passed", passed, len(rep.Checks))
-	switch {
-	case rep.Kept:
-		fmt.Fprintf(w, "; namespace %s kept (kubectl delete namespace %s when done)", rep.Namespace, rep.Namespace)
-	case rep.CleanupErr == "":
-		fmt.Fprintf(w, "; namespace %s deleted", rep.Namespace)
-	}
-	fmt.Fprintln(w)
-}
-
-// smokeResult is the command's error: nil when every check passed, else
-// one naming the failed checks (exit status 1).
-func smokeResult(cluster string, rep *smoketest.Report) error {
-	failed := rep.Failed()
-	if len(failed) == 0 {
-		return nil
-	}
-	var names []string
-	for _, c := range failed {
-		names = append(names, c.Name)
-	}
-	return fmt.Errorf("cluster %s: %d of %d smoke checks failed: %s", cluster, len(failed), len(rep.Checks), strings.Join(names, ", "))
 }

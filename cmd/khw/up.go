@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/khw-dev/khw/internal/cluster"
+	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/lab"
 	"github.com/khw-dev/khw/internal/lab/nodeplan"
 	"github.com/khw-dev/khw/internal/steps"
@@ -173,7 +174,7 @@ func newDownCmd(a *app) *cobra.Command {
 			}
 			// What described the machines that are now gone: the lab progress
 			// and snapshots, an active drill (its reports stay).
-			for _, stale := range []string{filepath.Join(d.Root, "labs"), filepath.Join(drillsDir(d), "active")} {
+			for _, stale := range []string{filepath.Join(d.Root, "labs"), filepath.Join(drill.StoreOf(d).Dir, "active")} {
 				if _, serr := os.Stat(stale); serr == nil {
 					if rerr := os.RemoveAll(stale); rerr != nil {
 						return fmt.Errorf("cluster %s: down: %w", c.Name, rerr)
