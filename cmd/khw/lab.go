@@ -15,9 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/charmbracelet/glamour"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
@@ -132,7 +130,7 @@ Labs without detectors are graded by their step's own check alone (01: every
 machine runs and answers SSH; 11: the smoke tests); lab 12 passes once a
 drill has passed its verdict since the last reset.
 
-` + detectorList(),
+` + lab.DetectorHelp(),
 		Args:              exactArgs(1),
 		ValidArgsFunction: completeLab,
 		RunE:              func(cmd *cobra.Command, args []string) error { return labCheck(cmd.Context(), a, args[0]) },
@@ -159,36 +157,6 @@ func completeLab(_ *cobra.Command, args []string, toComplete string) ([]string, 
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
 	return lab.Complete(toComplete, false), cobra.ShellCompDirectiveNoFileComp
-}
-
-func detectorList() string {
-	var b strings.Builder
-	b.WriteString("What khw lab check looks for, per lab:\n")
-	for _, l := range lab.All() {
-		ds := l.Detectors()
-		if len(ds) == 0 {
-			continue
-		}
-		var names []string
-		for _, d := range ds {
-			names = append(names, d.Name)
-		}
-		// Names wrapped to 80 columns under the lab's ID.
-		line := fmt.Sprintf("  %-17s", l.ID)
-		for i, n := range names {
-			sep := " "
-			if i > 0 {
-				sep = ", "
-			}
-			if len(line)+len(sep)+len(n) > 80 {
-				b.WriteString(strings.TrimRight(line, " ") + ",\n")
-				line, sep = strings.Repeat(" ", 19), " "
-			}
-			line += sep + n
-		}
-		b.WriteString(line + "\n")
-	}
-	return strings.TrimRight(b.String(), "\n")
 }
 
 // labEnv is what the lab commands work with.
@@ -276,33 +244,6 @@ func shortenText(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// renderLab prints the lab's text, rendered for a terminal unless plain or
-// stdout is not one.
-func renderLab(w io.Writer, l labs.Lab, plain bool) {
-	md := l.Markdown()
-	f, isFile := w.(*os.File)
-	if plain || !isFile || !term.IsTerminal(int(f.Fd())) {
-		fmt.Fprintln(w, md)
-		return
-	}
-	width := 100
-	if cols, _, err := term.GetSize(int(f.Fd())); err == nil && cols > 40 {
-		width = min(cols-2, 110)
-	}
-	style := glamour.WithStandardStyle("dark")
-	if p := os.Getenv("GLAMOUR_STYLE"); p != "" {
-		style = glamour.WithStylePath(p)
-	}
-	r, err := glamour.NewTermRenderer(style, glamour.WithWordWrap(width))
-	if err == nil {
-		if out, err := r.Render(md); err == nil {
-			fmt.Fprint(w, out)
-			return
-		}
-	}
-	fmt.Fprintln(w, md)
-}
-
 // withLab resolves the lab id (a usage error when unknown), takes the
 // cluster lock, opens the machines and the step environment, and runs fn with a context that Ctrl-C
 // and SIGTERM cancel.
@@ -329,7 +270,7 @@ func runLabIn(ctx context.Context, a *app, l lab.Lab, t labs.Lab, e *labEnv, o l
 	// The text first, so it can be read ahead; then the earlier labs (a
 	// drifted one does not block: it was done, and khw lab check says
 	// whether the drift is a mistake).
-	renderLab(a.out, t, o.plain)
+	t.Render(a.out, o.plain)
 	missing, err := e.course.EarlierNotDone(ctx, l, o.force)
 	if err != nil {
 		return err

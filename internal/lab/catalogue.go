@@ -301,3 +301,35 @@ func Complete(prefix string, stepsOnly bool) []string {
 	}
 	return out
 }
+
+// DetectorHelp lists each lab's detectors by name, wrapped to 80 columns
+// under the lab's ID, for khw lab check --help.
+func DetectorHelp() string {
+	var b strings.Builder
+	b.WriteString("What khw lab check looks for, per lab:\n")
+	for _, l := range All() {
+		ds := l.Detectors()
+		if len(ds) == 0 {
+			continue
+		}
+		var names []string
+		for _, d := range ds {
+			names = append(names, d.Name)
+		}
+		// Names wrapped to 80 columns under the lab's ID.
+		line := fmt.Sprintf("  %-17s", l.ID)
+		for i, n := range names {
+			sep := " "
+			if i > 0 {
+				sep = ", "
+			}
+			if len(line)+len(sep)+len(n) > 80 {
+				b.WriteString(strings.TrimRight(line, " ") + ",\n")
+				line, sep = strings.Repeat(" ", 19), " "
+			}
+			line += sep + n
+		}
+		b.WriteString(line + "\n")
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
