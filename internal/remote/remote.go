@@ -214,6 +214,48 @@ func (p *Pool) Get(ctx context.Context, n Node) (*Client, error) {
 	return c, nil
 }
 
+// Run runs cmd on n as Client.Run does, through the pool's connection to
+// n. When that connection turns out to be dead before the command could
+// start (ErrSessionNotOpened: the node rebooted or was reverted since the
+// connection was made), it redials once and runs cmd on the new
+// connection; a command that started is never run twice.
+func (p *Pool) Run(ctx context.Context, n Node, cmd string, opts RunOptions) (stdout, stderr []byte, err error) {
+	for attempt := 0; ; attempt++ {
+		cl, err := p.Get(ctx, n)
+		if err != nil {
+			return nil, nil, err
+		}
+		stdout, stderr, err = cl.Run(ctx, cmd, opts)
+		if attempt == 0 && errors.Is(err, ErrSessionNotOpened) && p.forget(ctx, n, cl) {
+			continue
+		}
+		return stdout, stderr, err
+	}
+}
+
+// forget drops cl from n's entry (closing it) so that the next Get dials
+// anew; false when ctx ended first.
+func (p *Pool) forget(ctx context.Context, n Node, cl *Client) bool {
+	p.mu.Lock()
+	e := p.entries[n]
+	p.mu.Unlock()
+	if e == nil {
+		return true
+	}
+	select {
+	case e.sem <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	defer func() { <-e.sem }()
+	if e.c == cl {
+		p.uploadsOfClosed.Add(cl.Uploads())
+		cl.Close()
+		e.c = nil
+	}
+	return true
+}
+
 // Uploads returns how many files all of this pool's clients have uploaded
 // (content transfers by Install; mode/owner fixes do not count).
 func (p *Pool) Uploads() int64 {

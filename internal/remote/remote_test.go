@@ -499,3 +499,28 @@ func TestNonRootUser(t *testing.T) {
 		t.Fatalf("installed file: %v %v", st, err)
 	}
 }
+
+// A connection that died without the pool seeing it yet (a node reverted
+// to a snapshot): Client.Run says the session could not be opened, and
+// Pool.Run redials once and runs the command on the new connection.
+func TestPoolRunRedialsAConnectionThatDied(t *testing.T) {
+	e := newTestEnv(t)
+	e.sshd.start()
+	p := e.pool(t, "root", nil)
+	old := e.client(t, p, "cp1")
+	old.conn.Close()
+	<-old.dead
+	old.dead = make(chan struct{}) // looks alive to the pool, as before the reader notices
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, _, err := old.Run(ctx, "true", RunOptions{}); !errors.Is(err, ErrSessionNotOpened) {
+		t.Fatalf("Run on the dead connection: %v, want ErrSessionNotOpened", err)
+	}
+	out, _, err := p.Run(ctx, e.node("cp1"), "echo again", RunOptions{})
+	if err != nil || string(out) != "again\n" {
+		t.Fatalf("Pool.Run: %q, %v; want the command run on a new connection", out, err)
+	}
+	if c := e.client(t, p, "cp1"); c == old {
+		t.Error("the pool still holds the dead connection")
+	}
+}

@@ -27,6 +27,11 @@ type RunOptions struct {
 
 // CommandError is the error of a Run call that did not exit 0 or could not
 // run at all.
+// ErrSessionNotOpened is the cause of a CommandError when no SSH session
+// could be opened on the connection: the command did not run, and Pool.Run
+// may run it again on a new connection.
+var ErrSessionNotOpened = errors.New("open SSH session")
+
 type CommandError struct {
 	Node    Node
 	Command string // cmd as passed to Run
@@ -121,7 +126,7 @@ func (c *Client) Run(ctx context.Context, cmd string, opts RunOptions) (stdout, 
 
 	sess, err := c.conn.NewSession()
 	if err != nil {
-		return nil, nil, fail(-1, "", nil, fmt.Errorf("open SSH session: %w", err))
+		return nil, nil, fail(-1, "", nil, fmt.Errorf("%w: %w", ErrSessionNotOpened, err))
 	}
 	defer sess.Close()
 	var outBuf, errBuf bytes.Buffer

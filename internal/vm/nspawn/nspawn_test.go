@@ -343,13 +343,9 @@ func pinHostKeys(t *testing.T, p *Provider, pool *remote.Pool) {
 func run(t *testing.T, ctx context.Context, pool *remote.Pool, p *Provider, node, cmd string) string {
 	t.Helper()
 	n, _ := p.c.Node(node)
-	cl, err := pool.Get(ctx, remote.Node{Name: node, Addr: n.IP})
+	out, _, err := pool.Run(ctx, remote.Node{Name: node, Addr: n.IP}, cmd, remote.RunOptions{})
 	if err != nil {
-		t.Fatalf("%s/%s: %v\njournal:\n%s", p.c.Name, node, err, nodeJournal(p, node))
-	}
-	out, _, err := cl.Run(ctx, cmd, remote.RunOptions{})
-	if err != nil {
-		t.Fatalf("%s/%s: %s: %v", p.c.Name, node, cmd, err)
+		t.Fatalf("%s/%s: %s: %v\njournal:\n%s", p.c.Name, node, cmd, err, nodeJournal(p, node))
 	}
 	return strings.TrimSpace(string(out))
 }
