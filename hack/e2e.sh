@@ -228,8 +228,25 @@ break_authorization() { # a security setting weakened
 break_etcd_listener() { # a listener on the wrong address, and a flag that differs on one member
   on cp3 "sed -i 's|--listen-client-urls=https://[0-9.]*:2379,|--listen-client-urls=|' /etc/systemd/system/etcd.service && systemctl daemon-reload && systemctl restart etcd"
   on cp2 "sed -i 's/--initial-cluster-token=[^ ]*/--initial-cluster-token=mine/' /etc/systemd/system/etcd.service && systemctl daemon-reload && systemctl restart etcd"
+  # The files, and the live tryout: a key stored in etcd is not readable
+  # through cp3's member, whose cause is read from the members' status.
   expect_mistake 04 "[04-etcd] cp3: --listen-client-urls in etcd.service is https://127.0.0.1:2379: nothing listens on https://192.168.122.13:2379" \
-    "[04-etcd] cp2: --initial-cluster-token in etcd.service is mine on cp2 but not on its peers"
+    "[04-etcd] cp2: --initial-cluster-token in etcd.service is mine on cp2 but not on its peers" \
+    "[04-etcd] cp3: a key just stored in etcd cannot be read back through the member on cp3" \
+    "the member on cp3 does not answer its Status at https://192.168.122.13:2379"
+}
+
+break_encryption_key() { # material that must be the same on every control plane, tried live
+  # shellcheck disable=SC2016 # expanded by the node's shell
+  on cp2 'k=$(head -c 32 /dev/urandom | base64); sed -i "0,/secret: .*/s||secret: $k|" /var/lib/kubernetes/encryption-config.yaml && systemctl restart kube-apiserver'
+  local _
+  for _ in $(seq 60); do
+    "$KHW" kubectl --server=https://192.168.122.12:6443 get --raw /readyz >/dev/null 2>&1 && break
+    sleep 2
+  done
+  expect_mistake 05 "[05-control-plane] cp2: a Secret stored through cp1's apiserver cannot be read back through cp2's" \
+    "[05-control-plane] cp1: a Secret stored through cp2's apiserver cannot be read back through cp1's" \
+    "cp1:/var/lib/kubernetes/encryption-config.yaml (sha256 "
 }
 
 break_kubelet_anonymous() { # a security setting weakened in a YAML config
@@ -305,6 +322,7 @@ if [ "${E2E_LABS:-}" = 1 ]; then
   phase "w1 ip_forward=0" break_ip_forward
   phase "cp1 cert no lb"  break_apiserver_cert
   phase "cp2 AlwaysAllow" break_authorization
+  phase "cp2 encryption"  break_encryption_key
   phase "cp3 etcd lo"     break_etcd_listener
   phase "w2 anonymous"    break_kubelet_anonymous
   phase "lb variant"      variant_passes

@@ -185,13 +185,27 @@ func (t Target) EtcdClient() (*clientv3.Client, error) {
 	if len(cps) == 0 {
 		return nil, fmt.Errorf("cluster %s has no node with role %s: no etcd member to ask", t.Cluster.Name, config.RoleControlPlane)
 	}
+	return t.etcdClient(cps...)
+}
+
+// EtcdMemberClient is EtcdClient bound to the one member on control plane
+// n: a request it answers was served by that member (a linearizable read
+// still goes through the leader's quorum).
+func (t Target) EtcdMemberClient(n config.Node) (*clientv3.Client, error) {
+	if err := t.requireCluster(); err != nil {
+		return nil, err
+	}
+	return t.etcdClient(n)
+}
+
+func (t Target) etcdClient(nodes ...config.Node) (*clientv3.Client, error) {
 	tlsCfg, err := t.EtcdClientTLS()
 	if err != nil {
 		return nil, err
 	}
 	dial := t.Dialer()
-	endpoints := make([]string, len(cps))
-	for i, n := range cps {
+	endpoints := make([]string, len(nodes))
+	for i, n := range nodes {
 		endpoints[i] = "https://" + net.JoinHostPort(n.IP, strconv.Itoa(EtcdClientPort))
 	}
 	cli, err := clientv3.New(clientv3.Config{

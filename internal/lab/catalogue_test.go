@@ -77,7 +77,7 @@ func TestDetectorsBelongToTheCatalogue(t *testing.T) {
 	for _, d := range catalogue[pos["04-etcd"]].Detectors() {
 		got = append(got, d.Name)
 	}
-	if strings.Join(got, ",") != "etcd-initial-cluster,etcd-certs" {
+	if strings.Join(got, ",") != "etcd-initial-cluster,etcd-certs,etcd-stored-data" {
 		t.Errorf("04-etcd's detectors = %v", got)
 	}
 	if len(catalogue[pos["11-smoke"]].Detectors()) != 0 {

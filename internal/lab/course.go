@@ -225,7 +225,11 @@ func (c *Course) Grade(ctx context.Context, l Lab) (*Grade, error) {
 		if cerr != nil {
 			g.Warnings = append(g.Warnings, fmt.Sprintf("no API client (%v): the checks of API objects are skipped", cerr))
 		}
-		ms, err := labcheck.Check(ctx, detectors, c.S.Config, src, cs)
+		var live *labcheck.Live
+		if admin, aerr := c.S.AdminRESTConfig(); aerr == nil {
+			live = &labcheck.Live{Target: c.S.Target(), Admin: admin}
+		}
+		ms, err := labcheck.CheckLive(ctx, detectors, c.S.Config, src, cs, live, time.Now())
 		if err != nil {
 			g.Warnings = append(g.Warnings, err.Error())
 		}

@@ -512,4 +512,5 @@ var Detectors = []labcheck.Detector{
 	{Name: "apiserver-kubelet-rbac", Lab: labid.ControlPlane, Doc: "the CN of --kubelet-client-certificate is bound to a ClusterRole with nodes/proxy (API)", Run: apiserverKubeletRBAC},
 	{Name: "controlplane-kubeconfigs", Lab: labid.ControlPlane, Doc: "controller-manager and scheduler kubeconfigs: an apiserver they can reach, the cluster CA, their own user", Run: controlPlaneKubeconfigs},
 	{Name: "encryption-config", Lab: labid.ControlPlane, Doc: "--encryption-provider-config on every apiserver, same file, kind/apiVersion, identity not first, key sizes", Run: encryptionConfig},
+	{Name: "apiserver-stored-secret", Lab: labid.ControlPlane, Doc: "tries it live: a Secret written through each apiserver is read back through every other; a failing one named with its cause", Run: storedSecret},
 }

@@ -547,4 +547,5 @@ func etcdAllowlists(e *labcheck.Env, node string, o etcdOpts) ([]labcheck.Mistak
 var Detectors = []labcheck.Detector{
 	{Name: "etcd-initial-cluster", Lab: labid.Etcd, Doc: "--name in --initial-cluster, same list on every member, only the control planes at their IPs, cert auth on", Run: etcdCluster},
 	{Name: "etcd-certs", Lab: labid.Etcd, Doc: "etcd's server and peer certs: SANs of its URLs, keys, the cluster CA", Run: etcdCerts},
+	{Name: "etcd-stored-data", Lab: labid.Etcd, Doc: "tries it live: a key written to etcd is read back through every member; a failing one named with its cause", Run: storedData},
 }

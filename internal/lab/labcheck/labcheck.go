@@ -29,12 +29,16 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/health"
 	"github.com/khw-dev/khw/internal/lab/grade"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 // Jumpbox is the node name under which a Source serves the jumpbox's state
@@ -90,6 +94,11 @@ type Env struct {
 	src     Source
 	API     kubernetes.Interface
 	Now     time.Time
+	// Live reaches the running cluster's etcd members and apiservers one
+	// by one, for the detectors that try what a lab makes work; nil when
+	// there is no live cluster (tests of the file detectors), and then
+	// those detectors report nothing.
+	Live *Live
 
 	files   map[string]fileResult
 	outputs map[string]string
@@ -98,6 +107,23 @@ type Env struct {
 	ca     *x509.Certificate
 	caWhat string
 	caDone bool
+}
+
+// Live is how a detector reaches the cluster itself rather than its files:
+// the health target (etcd members and apiservers at their IPs, with the
+// jumpbox's client certs, dialled inside the cluster's network) and the
+// admin's client config (through the load balancer).
+type Live struct {
+	Target health.Target
+	Admin  *rest.Config
+}
+
+// APIServer is a client of node's apiserver alone
+// (https://<its IP>:<apiserver port>), as the admin.
+func (l *Live) APIServer(node config.Node) (kubernetes.Interface, error) {
+	cfg := rest.CopyConfig(l.Admin)
+	cfg.Host = "https://" + net.JoinHostPort(node.IP, strconv.Itoa(l.Target.Cluster.Kubernetes.APIServerPort))
+	return kubernetes.NewForConfig(cfg)
 }
 
 type fileResult struct {
@@ -121,7 +147,20 @@ func Check(ctx context.Context, ds []Detector, c *config.Cluster, src Source, cs
 // CheckAt is Check with the clock at now (certificate validity is judged
 // against it; tests pin it).
 func CheckAt(ctx context.Context, ds []Detector, c *config.Cluster, src Source, cs kubernetes.Interface, now time.Time) ([]Mistake, error) {
-	e := &Env{Ctx: ctx, Cluster: c, src: src, API: cs, Now: now, files: map[string]fileResult{}, outputs: map[string]string{}}
+	return CheckLive(ctx, ds, c, src, cs, nil, now)
+}
+
+// NewEnv is what the detectors of one check see: c, the nodes through src
+// (each file and command read once), the API through cs (nil when not
+// reachable), the live cluster through live (nil: none), the clock at now.
+func NewEnv(ctx context.Context, c *config.Cluster, src Source, cs kubernetes.Interface, live *Live, now time.Time) *Env {
+	return &Env{Ctx: ctx, Cluster: c, src: src, API: cs, Live: live, Now: now, files: map[string]fileResult{}, outputs: map[string]string{}}
+}
+
+// CheckLive is CheckAt with the live cluster reachable through live (nil:
+// the detectors that try the cluster report nothing).
+func CheckLive(ctx context.Context, ds []Detector, c *config.Cluster, src Source, cs kubernetes.Interface, live *Live, now time.Time) ([]Mistake, error) {
+	e := NewEnv(ctx, c, src, cs, live, now)
 	var all []Mistake
 	var errs []error
 	for _, d := range ds {

@@ -164,6 +164,11 @@ func NewFixture(t *testing.T) *Fixture {
 	return &f
 }
 
+// Env is the detectors' view of the fixture (no live cluster).
+func (f *Fixture) Env() *labcheck.Env {
+	return labcheck.NewEnv(context.Background(), f.Cluster, f.Src, fake.NewSimpleClientset(f.Objs...), nil, Now)
+}
+
 func (f *Fixture) Check(t *testing.T, ds []labcheck.Detector) ([]labcheck.Mistake, error) {
 	t.Helper()
 	return labcheck.CheckAt(context.Background(), ds, f.Cluster, f.Src, fake.NewSimpleClientset(f.Objs...), Now)
