@@ -41,8 +41,9 @@ func storedSecret(e *labcheck.Env) ([]labcheck.Mistake, error) {
 		return nil, nil
 	}
 	const lab = labid.ControlPlane
-	ctx, cancel := context.WithTimeout(e.Ctx, e.Live.Target.Scaled(20*time.Second, 2*time.Minute))
-	defer cancel()
+	// Each request gets its own time: an apiserver that does not answer
+	// must not use up the others'.
+	reqTimeout := e.Live.Target.Scaled(5*time.Second, 20*time.Second)
 	cps := e.Cluster.ControlPlanes()
 	clients := map[string]kubernetes.Interface{}
 	for _, n := range cps {
@@ -75,10 +76,12 @@ func storedSecret(e *labcheck.Env) ([]labcheck.Mistake, error) {
 	}()
 	for _, n := range cps {
 		s := stored{by: n, name: "khw-lab-check-" + run + "-" + n.Name, value: []byte("stored through " + n.Name + " at " + e.Now.UTC().Format(time.RFC3339))}
+		ctx, cancel := context.WithTimeout(e.Ctx, reqTimeout)
 		_, err := clients[n.Name].CoreV1().Secrets(tryoutNamespace).Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: s.name, Labels: map[string]string{tryoutLabel: "true"}},
 			Data:       map[string][]byte{"value": s.value},
 		}, metav1.CreateOptions{})
+		cancel()
 		if err != nil {
 			out = append(out, labcheck.Mistake{Lab: lab, Node: n.Name, Kind: grade.Breaks, Subject: "store through " + n.Name,
 				What:     "a Secret cannot be stored through the apiserver on " + n.Name + ": " + oneLine(err),
@@ -93,7 +96,9 @@ func storedSecret(e *labcheck.Env) ([]labcheck.Mistake, error) {
 			if r.Name == s.by.Name {
 				continue
 			}
+			ctx, cancel := context.WithTimeout(e.Ctx, reqTimeout)
 			got, err := clients[r.Name].CoreV1().Secrets(tryoutNamespace).Get(ctx, s.name, metav1.GetOptions{})
+			cancel()
 			if err == nil && bytes.Equal(got.Data["value"], s.value) {
 				continue
 			}

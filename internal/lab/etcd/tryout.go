@@ -60,7 +60,11 @@ func storedData(e *labcheck.Env) ([]labcheck.Mistake, error) {
 	}()
 	var out []labcheck.Mistake
 	for _, n := range e.Cluster.ControlPlanes() {
-		got, err := readThrough(ctx, t, n, key)
+		// Each member gets its own time: one that does not answer must not
+		// use up the others'.
+		rctx, rcancel := context.WithTimeout(e.Ctx, t.Scaled(5*time.Second, 20*time.Second))
+		got, err := readThrough(rctx, t, n, key)
+		rcancel()
 		if err == nil && got == value {
 			continue
 		}
