@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/lab/labcheck"
 	"github.com/khw-dev/khw/internal/labid"
 )
@@ -90,137 +91,169 @@ var publicPaths = []string{"/healthz", "/livez", "/readyz", "/version", "/versio
 // httpchk, http-check, check-ssl, verify) and
 // https://kubernetes.io/docs/reference/using-api/health-checks/.
 func lbHealthCheck(e *labcheck.Env) ([]labcheck.Mistake, error) {
-	const lab = labid.LB
 	lb, ok := e.Cluster.LB()
 	if !ok {
 		return nil, nil
 	}
-	const path = "/etc/haproxy/haproxy.cfg"
-	data, found, err := e.Read(lb.Name, path)
+	data, found, err := e.Read(lb.Name, haproxyCfg)
 	if err != nil {
 		return nil, err
 	}
-	if !found {
-		return []labcheck.Mistake{labcheck.Missing(lab, lb.Name, path, "HAProxy's configuration", "apt-get install haproxy, then write the frontend and backend for :"+strconv.Itoa(e.Cluster.Kubernetes.APIServerPort))}, nil
-	}
 	port := strconv.Itoa(e.Cluster.Kubernetes.APIServerPort)
-	secs := parseHAProxy(string(data))
-	mk := func(what, ev, fix string) labcheck.Mistake {
-		return labcheck.Mistake{Lab: lab, Node: lb.Name, What: what, Evidence: path + ": " + ev, Fix: fix}
+	if !found {
+		return []labcheck.Mistake{labcheck.Missing(labid.LB, lb.Name, haproxyCfg, "HAProxy's configuration", "apt-get install haproxy, then write the frontend and backend for :"+port)}, nil
 	}
-	// The frontend (or listen) bound to the apiserver port.
-	var front *haSection
+	h := &haCheck{e: e, lb: lb, port: port, secs: parseHAProxy(string(data))}
+	if m, ok := h.route(); !ok {
+		return []labcheck.Mistake{m}, nil
+	}
+	h.modes()
+	h.request()
+	if err := h.servers(); err != nil {
+		return nil, err
+	}
+	return h.out, nil
+}
+
+// haproxyCfg is HAProxy's configuration on the load balancer.
+const haproxyCfg = "/etc/haproxy/haproxy.cfg"
+
+// haCheck is one reading of haproxy.cfg by lbHealthCheck.
+type haCheck struct {
+	e    *labcheck.Env
+	lb   config.Node
+	port string
+	secs []haSection
+	out  []labcheck.Mistake
+
+	front, back         *haSection
+	frontDefs, backDefs []*haSection // the defaults in force for each
+	backChain           []*haSection // backDefs, then back
+
+	// The health check request: option httpchk and http-check send.
+	httpchk, send   haLine
+	isHTTP, hasSend bool
+	method, uri     string
+}
+
+func (h *haCheck) mk(what, ev, fix string) labcheck.Mistake {
+	return labcheck.Mistake{Lab: labid.LB, Node: h.lb.Name, What: what, Evidence: haproxyCfg + ": " + ev, Fix: fix}
+}
+
+// route finds the frontend (or listen) bound to the apiserver port and the
+// backend it sends to; ok false with the mistake when there is none.
+func (h *haCheck) route() (labcheck.Mistake, bool) {
 	var defs []*haSection
-	var frontDefs []*haSection
-	for i := range secs {
-		s := &secs[i]
+	for i := range h.secs {
+		s := &h.secs[i]
 		if s.kind == "defaults" {
 			defs = append(defs, s)
 			continue
 		}
-		if front != nil || (s.kind != "frontend" && s.kind != "listen") {
+		if h.front != nil || (s.kind != "frontend" && s.kind != "listen") {
 			continue
 		}
 		for _, l := range s.lines {
-			if l.words[0] == "bind" && len(l.words) > 1 && strings.HasSuffix(l.words[1], ":"+port) {
-				front = s
-				frontDefs = slices.Clone(defs)
+			if l.words[0] == "bind" && len(l.words) > 1 && strings.HasSuffix(l.words[1], ":"+h.port) {
+				h.front = s
+				h.frontDefs = slices.Clone(defs)
 			}
 		}
 	}
-	if front == nil {
-		return []labcheck.Mistake{mk("no frontend binds port "+port+": clients of https://"+lb.Name+":"+port+" get connection refused", "no `bind *:"+port+"` in a frontend or listen section", "frontend kube-apiserver / bind *:"+port+" / default_backend kube-apiservers")}, nil
+	if h.front == nil {
+		return h.mk("no frontend binds port "+h.port+": clients of https://"+h.lb.Name+":"+h.port+" get connection refused", "no `bind *:"+h.port+"` in a frontend or listen section", "frontend kube-apiserver / bind *:"+h.port+" / default_backend kube-apiservers"), false
 	}
-	back := front
-	if front.kind == "frontend" {
-		l, ok := last([]*haSection{front}, "default_backend")
+	h.back = h.front
+	if h.front.kind == "frontend" {
+		l, ok := last([]*haSection{h.front}, "default_backend")
 		if !ok {
-			l, ok = last([]*haSection{front}, "use_backend")
+			l, ok = last([]*haSection{h.front}, "use_backend")
 		}
 		if !ok || len(l.words) < 2 {
-			return []labcheck.Mistake{mk("frontend "+front.name+" has no default_backend: HAProxy has nowhere to send the connections", "frontend "+front.name+" without default_backend", "default_backend kube-apiservers")}, nil
+			return h.mk("frontend "+h.front.name+" has no default_backend: HAProxy has nowhere to send the connections", "frontend "+h.front.name+" without default_backend", "default_backend kube-apiservers"), false
 		}
-		back = nil
-		for i := range secs {
-			if secs[i].kind == "backend" && secs[i].name == l.words[1] {
-				back = &secs[i]
+		h.back = nil
+		for i := range h.secs {
+			if h.secs[i].kind == "backend" && h.secs[i].name == l.words[1] {
+				h.back = &h.secs[i]
 			}
 		}
-		if back == nil {
-			return []labcheck.Mistake{mk("frontend "+front.name+" sends to backend "+l.words[1]+", which is not defined", l.text, "define backend "+l.words[1]+" with a server line per control plane")}, nil
+		if h.back == nil {
+			return h.mk("frontend "+h.front.name+" sends to backend "+l.words[1]+", which is not defined", l.text, "define backend "+l.words[1]+" with a server line per control plane"), false
 		}
 	}
-	var out []labcheck.Mistake
-	// The defaults in force for the backend: those before it.
-	var backDefs []*haSection
-	for i := range secs {
-		if &secs[i] == back {
+	for i := range h.secs {
+		if &h.secs[i] == h.back {
 			break
 		}
-		if secs[i].kind == "defaults" {
-			backDefs = append(backDefs, &secs[i])
+		if h.secs[i].kind == "defaults" {
+			h.backDefs = append(h.backDefs, &h.secs[i])
 		}
 	}
-	backChain := append(slices.Clone(backDefs), back)
-	for _, chain := range [][]*haSection{append(frontDefs, front), backChain} {
+	h.backChain = append(slices.Clone(h.backDefs), h.back)
+	return labcheck.Mistake{}, true
+}
+
+// modes: the frontend and the backend must pass TLS through (mode tcp).
+func (h *haCheck) modes() {
+	for _, chain := range [][]*haSection{append(h.frontDefs, h.front), h.backChain} {
 		if l, ok := last(chain, "mode"); ok && len(l.words) > 1 && l.words[1] != "tcp" {
-			out = append(out, mk(fmt.Sprintf("%s %s runs in mode %s: HAProxy reads the clients' TLS as HTTP; the apiservers need TLS passed through", chain[len(chain)-1].kind, chain[len(chain)-1].name, l.words[1]), l.text, "mode tcp"))
+			h.out = append(h.out, h.mk(fmt.Sprintf("%s %s runs in mode %s: HAProxy reads the clients' TLS as HTTP; the apiservers need TLS passed through", chain[len(chain)-1].kind, chain[len(chain)-1].name, l.words[1]), l.text, "mode tcp"))
 		}
 	}
+}
+
+// request reads the health check's request: method and URI from option
+// httpchk, overridden by http-check send (HAProxy's defaults OPTIONS /).
+func (h *haCheck) request() {
+	h.httpchk, h.isHTTP = last(h.backChain, "option", "httpchk")
+	h.send, h.hasSend = last(h.backChain, "http-check", "send")
+	h.method, h.uri = "OPTIONS", "/"
+	if h.isHTTP {
+		switch a := h.httpchk.words[2:]; len(a) {
+		case 0:
+		case 1:
+			h.uri = a[0]
+		default:
+			h.method, h.uri = a[0], a[1]
+		}
+	}
+	if h.hasSend {
+		for i := 2; i+1 < len(h.send.words); i++ {
+			switch h.send.words[i] {
+			case "meth":
+				h.method = h.send.words[i+1]
+			case "uri":
+				h.uri = h.send.words[i+1]
+			}
+		}
+	}
+}
+
+// servers checks the backend's server lines (each control plane a server,
+// at the apiserver port, with a check that can pass), then the check's
+// request against what the apiservers allow anonymous clients.
+func (h *haCheck) servers() error {
 	var defaultServer []string
-	for _, s := range backChain {
+	for _, s := range h.backChain {
 		for _, l := range s.lines {
 			if l.words[0] == "default-server" {
 				defaultServer = append(defaultServer, l.words[1:]...)
 			}
 		}
 	}
-	httpchk, isHTTP := last(backChain, "option", "httpchk")
-	send, hasSend := last(backChain, "http-check", "send")
-	method, uri := "OPTIONS", "/"
-	if isHTTP {
-		switch a := httpchk.words[2:]; len(a) {
-		case 0:
-		case 1:
-			uri = a[0]
-		default:
-			method, uri = a[0], a[1]
-		}
-	}
-	if hasSend {
-		for i := 2; i+1 < len(send.words); i++ {
-			switch send.words[i] {
-			case "meth":
-				method = send.words[i+1]
-			case "uri":
-				uri = send.words[i+1]
-			}
-		}
-	}
 	globalNoVerify := false
-	for _, s := range secs {
+	for _, s := range h.secs {
 		if s.kind == "global" {
 			if l, ok := last([]*haSection{&s}, "ssl-server-verify"); ok && len(l.words) > 1 && l.words[1] == "none" {
 				globalNoVerify = true
 			}
 		}
 	}
-	anonOff := []string{}
-	if isHTTP {
-		for _, n := range e.Cluster.ControlPlanes() {
-			u, ok, err := e.ReadUnit(n.Name, "kube-apiserver.service")
-			if err != nil {
-				return nil, err
-			}
-			if v, set := u.Flag("anonymous-auth"); ok && set && v == "false" {
-				anonOff = append(anonOff, n.Name)
-			}
-		}
-	}
 	seenCP := map[string]bool{}
 	anyCheck := false
 	var noSSL, noCA []haLine
-	for _, l := range back.lines {
+	for _, l := range h.back.lines {
 		if l.words[0] != "server" || len(l.words) < 3 {
 			continue
 		}
@@ -230,30 +263,30 @@ func lbHealthCheck(e *labcheck.Env) ([]labcheck.Mistake, error) {
 			host, sport = l.words[2], ""
 		}
 		cp := ""
-		for _, n := range e.Cluster.ControlPlanes() {
-			if host == n.IP || host == n.Name || host == e.Cluster.FQDN(n) {
+		for _, n := range h.e.Cluster.ControlPlanes() {
+			if host == n.IP || host == n.Name || host == h.e.Cluster.FQDN(n) {
 				cp = n.Name
 			}
 		}
 		switch {
 		case cp == "":
-			out = append(out, mk(fmt.Sprintf("server %s points at %s, which is not a control plane of cluster.yaml: its check never passes and clients sent there fail", l.words[1], host), l.text, "server <cp> <cp IP>:"+port+" check"))
+			h.out = append(h.out, h.mk(fmt.Sprintf("server %s points at %s, which is not a control plane of cluster.yaml: its check never passes and clients sent there fail", l.words[1], host), l.text, "server <cp> <cp IP>:"+h.port+" check"))
 		case !slices.Contains(params, "backup"):
 			// A backup server takes traffic only when every other one is
 			// down: it does not put its cp into the rotation.
 			seenCP[cp] = true
 		}
-		if sport != "" && sport != port {
-			out = append(out, mk(fmt.Sprintf("server %s uses port %s; the apiserver listens on %s", l.words[1], sport, port), l.text, "server "+l.words[1]+" "+host+":"+port+" check"))
+		if sport != "" && sport != h.port {
+			h.out = append(h.out, h.mk(fmt.Sprintf("server %s uses port %s; the apiserver listens on %s", l.words[1], sport, h.port), l.text, "server "+l.words[1]+" "+host+":"+h.port+" check"))
 		}
 		if !slices.Contains(params, "check") {
 			continue
 		}
 		anyCheck = true
-		if i := slices.Index(params, "port"); i >= 0 && i+1 < len(params) && params[i+1] != port {
-			out = append(out, mk(fmt.Sprintf("server %s checks port %s, where no apiserver listens: the check never passes", l.words[1], params[i+1]), l.text, "drop `port "+params[i+1]+"` (the check then uses the server's port "+port+")"))
+		if i := slices.Index(params, "port"); i >= 0 && i+1 < len(params) && params[i+1] != h.port {
+			h.out = append(h.out, h.mk(fmt.Sprintf("server %s checks port %s, where no apiserver listens: the check never passes", l.words[1], params[i+1]), l.text, "drop `port "+params[i+1]+"` (the check then uses the server's port "+h.port+")"))
 		}
-		if !isHTTP {
+		if !h.isHTTP {
 			continue
 		}
 		ssl := slices.Contains(params, "check-ssl") || slices.Contains(params, "ssl")
@@ -273,51 +306,65 @@ func lbHealthCheck(e *labcheck.Env) ([]labcheck.Mistake, error) {
 	}
 	if len(noSSL) > 0 {
 		ns, ts := serverNames(noSSL)
-		out = append(out, mk(fmt.Sprintf("the HTTP health check of %s has no check-ssl: the apiserver speaks only TLS on %s and answers 400, so the check never passes", ns, port),
-			ts+" (with "+httpchk.text+")", "add check-ssl verify none to the server lines (or to default-server)"))
+		h.out = append(h.out, h.mk(fmt.Sprintf("the HTTP health check of %s has no check-ssl: the apiserver speaks only TLS on %s and answers 400, so the check never passes", ns, h.port),
+			ts+" (with "+h.httpchk.text+")", "add check-ssl verify none to the server lines (or to default-server)"))
 	}
 	if len(noCA) > 0 {
 		ns, ts := serverNames(noCA)
-		out = append(out, mk(fmt.Sprintf("the health check of %s verifies TLS but has no ca-file: HAProxy refuses the configuration (\"verify is enabled by default but no CA file specified\")", ns),
+		h.out = append(h.out, h.mk(fmt.Sprintf("the health check of %s verifies TLS but has no ca-file: HAProxy refuses the configuration (\"verify is enabled by default but no CA file specified\")", ns),
 			ts, "add verify none (clients verify the apiserver themselves), or ca-file /etc/haproxy/ca.pem with the cluster CA"))
 	}
-	for _, n := range e.Cluster.ControlPlanes() {
+	for _, n := range h.e.Cluster.ControlPlanes() {
 		if !seenCP[n.Name] {
-			out = append(out, mk("control plane "+n.Name+" is not a server of backend "+back.name+": the load balancer never sends clients to it", "no server line for "+n.IP, "server "+n.Name+" "+n.IP+":"+port+" check"))
+			h.out = append(h.out, h.mk("control plane "+n.Name+" is not a server of backend "+h.back.name+": the load balancer never sends clients to it", "no server line for "+n.IP, "server "+n.Name+" "+n.IP+":"+h.port+" check"))
 		}
 	}
-	if !anyCheck && len(back.lines) > 0 {
-		out = append(out, mk("no server of backend "+back.name+" has `check`: HAProxy keeps sending clients to an apiserver that is down",
-			"backend "+back.name+" server lines have no check", "add check to every server line, and option httpchk GET /readyz with check-ssl verify none"))
+	if !anyCheck && len(h.back.lines) > 0 {
+		h.out = append(h.out, h.mk("no server of backend "+h.back.name+" has `check`: HAProxy keeps sending clients to an apiserver that is down",
+			"backend "+h.back.name+" server lines have no check", "add check to every server line, and option httpchk GET /readyz with check-ssl verify none"))
 	}
-	if isHTTP && anyCheck {
-		ev := httpchk.text
-		if hasSend {
-			ev += "; " + send.text
+	if h.isHTTP && anyCheck {
+		return h.anonymousRequest()
+	}
+	return nil
+}
+
+// anonymousRequest checks that the HTTP health check asks what an
+// anonymous client may read (GET or HEAD of a health path), expects 200,
+// and that no apiserver turns anonymous requests off.
+func (h *haCheck) anonymousRequest() error {
+	ev := h.httpchk.text
+	if h.hasSend {
+		ev += "; " + h.send.text
+	}
+	m := strings.ToUpper(h.method)
+	p := h.uri
+	if u, err := url.Parse(h.uri); err == nil {
+		p = u.Path
+	}
+	switch {
+	case m != "GET" && m != "HEAD":
+		h.out = append(h.out, h.mk(fmt.Sprintf("the health check sends %s %s: anonymous clients may only GET (or HEAD) the health paths, so the apiserver answers 403 and the check never passes", m, h.uri),
+			ev, "option httpchk GET /readyz"))
+	case !slices.Contains(publicPaths, p):
+		h.out = append(h.out, h.mk(fmt.Sprintf("the health check asks for %s, which anonymous clients may not read (only %s): the apiserver answers 401/403 and the check never passes", h.uri, strings.Join(publicPaths[:3], ", ")),
+			ev, "option httpchk GET /readyz"))
+	}
+	if l, ok := last(h.backChain, "http-check", "expect", "status"); ok && len(l.words) > 3 && l.words[3] != "200" {
+		h.out = append(h.out, h.mk("the health check expects status "+l.words[3]+"; a ready apiserver answers 200", l.text, "http-check expect status 200"))
+	}
+	for _, n := range h.e.Cluster.ControlPlanes() {
+		u, ok, err := h.e.ReadUnit(n.Name, "kube-apiserver.service")
+		if err != nil {
+			return err
 		}
-		m := strings.ToUpper(method)
-		p := uri
-		if u, err := url.Parse(uri); err == nil {
-			p = u.Path
-		}
-		switch {
-		case m != "GET" && m != "HEAD":
-			out = append(out, mk(fmt.Sprintf("the health check sends %s %s: anonymous clients may only GET (or HEAD) the health paths, so the apiserver answers 403 and the check never passes", m, uri),
-				ev, "option httpchk GET /readyz"))
-		case !slices.Contains(publicPaths, p):
-			out = append(out, mk(fmt.Sprintf("the health check asks for %s, which anonymous clients may not read (only %s): the apiserver answers 401/403 and the check never passes", uri, strings.Join(publicPaths[:3], ", ")),
-				ev, "option httpchk GET /readyz"))
-		}
-		if l, ok := last(backChain, "http-check", "expect", "status"); ok && len(l.words) > 3 && l.words[3] != "200" {
-			out = append(out, mk("the health check expects status "+l.words[3]+"; a ready apiserver answers 200", l.text, "http-check expect status 200"))
-		}
-		for _, n := range anonOff {
-			out = append(out, labcheck.Mistake{Lab: lab, Node: n, What: "kube-apiserver on " + n + " runs with --anonymous-auth=false: HAProxy's unauthenticated health check gets 401 and never passes",
-				Evidence: "kube-apiserver.service has --anonymous-auth=false; " + path + " on " + lb.Name + ": " + httpchk.text,
+		if v, set := u.Flag("anonymous-auth"); ok && set && v == "false" {
+			h.out = append(h.out, labcheck.Mistake{Lab: labid.LB, Node: n.Name, What: "kube-apiserver on " + n.Name + " runs with --anonymous-auth=false: HAProxy's unauthenticated health check gets 401 and never passes",
+				Evidence: "kube-apiserver.service has --anonymous-auth=false; " + haproxyCfg + " on " + h.lb.Name + ": " + h.httpchk.text,
 				Fix:      "drop --anonymous-auth=false (anonymous clients may only read the health and version paths), or use a TCP check"})
 		}
 	}
-	return out, nil
+	return nil
 }
 
 func hasParam(params []string, k, v string) bool {
