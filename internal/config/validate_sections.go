@@ -1,0 +1,168 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func (c *Cluster) validateLibvirt(v *validator) {
+	l := c.Libvirt
+	if l == nil {
+		return
+	}
+	if c.Provider == ProviderNspawn {
+		v.warn("libvirt", "is ignored: provider is "+c.Provider)
+	}
+	if l.URI != "" && !strings.HasPrefix(l.URI, "qemu:///") && !strings.HasPrefix(l.URI, "qemu+") {
+		v.add("libvirt.uri", l.URI, "is not a QEMU driver URI", "use qemu:///system (the default) or a qemu+unix/qemu+ssh/qemu+tls URI")
+	}
+	if l.DomainType != "" {
+		v.oneOf("libvirt.domainType", l.DomainType, DomainTypeKVM, DomainTypeQEMU)
+	}
+	for _, f := range []struct{ field, val string }{
+		{"libvirt.image", l.Image}, {"libvirt.kernel", l.Kernel}, {"libvirt.initrd", l.Initrd},
+	} {
+		switch {
+		case f.val != "" && !strings.HasPrefix(f.val, "/"):
+			v.add(f.field, f.val, "is not an absolute path", "write the full path of the file, e.g. /var/lib/khw/"+strings.TrimPrefix(f.field, "libvirt."))
+		case len(f.val) >= maxPath:
+			v.add(f.field, f.val, fmt.Sprintf("is %d bytes long, no path is that long (PATH_MAX %d)", len(f.val), maxPath), "write the full path of the file")
+		}
+	}
+	if len(l.Cmdline) >= maxCmdline {
+		v.add("libvirt.cmdline", l.Cmdline, fmt.Sprintf("is %d bytes long, over the kernel's command line limit (COMMAND_LINE_SIZE %d)", len(l.Cmdline), maxCmdline),
+			"keep only the parameters the image needs, e.g. root=/dev/vda1 console=ttyS0")
+	}
+	if l.Kernel != "" && l.Image == "" {
+		v.add("libvirt.kernel", l.Kernel, "is set without libvirt.image", "set libvirt.image to the disk image whose root file system that kernel boots, or remove kernel")
+	}
+	if l.Initrd != "" && l.Kernel == "" {
+		v.add("libvirt.initrd", l.Initrd, "is set without libvirt.kernel", "set libvirt.kernel too, or remove initrd")
+	}
+	if l.Cmdline != "" && l.Kernel == "" {
+		v.add("libvirt.cmdline", l.Cmdline, "is set without libvirt.kernel", "set libvirt.kernel too, or remove cmdline")
+	}
+	if l.Network != "" && !libvirtNetworkRE.MatchString(l.Network) {
+		v.add("libvirt.network", l.Network, "is not a libvirt network name", "use the name `virsh net-list --all` shows, e.g. default")
+	}
+}
+
+// nthAddr returns the n-th address after the network address of p.
+func nthAddr(p netip.Prefix, n int) netip.Addr {
+	a := p.Masked().Addr()
+	for i := 0; i < n; i++ {
+		a = a.Next()
+	}
+	return a
+}
+
+// ParsePortRange parses "FIRST-LAST" with 1 <= FIRST <= LAST <= 65535.
+func ParsePortRange(s string) (first, last int, err error) {
+	a, b, ok := strings.Cut(s, "-")
+	if !ok {
+		return 0, 0, errors.New("is not a port range")
+	}
+	first, err1 := strconv.Atoi(strings.TrimSpace(a))
+	last, err2 := strconv.Atoi(strings.TrimSpace(b))
+	if err1 != nil || err2 != nil {
+		return 0, 0, errors.New("is not a port range")
+	}
+	if first < 1 || last > 65535 || first > last {
+		return 0, 0, errors.New("must satisfy 1 <= FIRST <= LAST <= 65535")
+	}
+	return first, last, nil
+}
+
+func (c *Cluster) validatePKI(v *validator) {
+	p := c.PKI
+	switch p.KeyAlgorithm {
+	case "ecdsa":
+		if p.KeySize != 256 && p.KeySize != 384 && p.KeySize != 521 {
+			v.add("pki.keySize", strconv.Itoa(p.KeySize), "is not an ECDSA curve size", "use 256 (P-256), 384 or 521")
+		}
+	case "rsa":
+		if p.KeySize != 2048 && p.KeySize != 3072 && p.KeySize != 4096 {
+			v.add("pki.keySize", strconv.Itoa(p.KeySize), "is not a supported RSA key size", "use 2048, 3072 or 4096")
+		}
+	default:
+		v.add("pki.keyAlgorithm", p.KeyAlgorithm, "unknown value", "use one of: ecdsa, rsa")
+	}
+	if p.CAValidity < time.Hour {
+		v.add("pki.caValidity", fmtDur(p.CAValidity), "is too short", "use at least 1h, e.g. 87600h (10 years)")
+	}
+	if p.CertValidity < time.Hour {
+		v.add("pki.certValidity", fmtDur(p.CertValidity), "is too short", "use at least 1h, e.g. 8760h (1 year)")
+	} else if p.CertValidity > p.CAValidity && p.CAValidity >= time.Hour {
+		v.add("pki.certValidity", fmtDur(p.CertValidity), "is longer than pki.caValidity "+fmtDur(p.CAValidity)+" (a cert cannot outlive its CA)",
+			"make certValidity at most caValidity")
+	}
+	if p.RenewBefore < 0 || (p.CertValidity >= time.Hour && p.RenewBefore >= p.CertValidity) {
+		v.add("pki.renewBefore", fmtDur(p.RenewBefore), "must be >= 0 and shorter than pki.certValidity "+fmtDur(p.CertValidity)+", or every run would reissue every cert",
+			"use about a tenth of certValidity, e.g. "+fmtDur((p.CertValidity/10).Truncate(time.Hour)))
+	}
+	subj := []struct{ field, val string }{
+		{"pki.subject.country", p.Subject.Country}, {"pki.subject.state", p.Subject.State},
+		{"pki.subject.locality", p.Subject.Locality}, {"pki.subject.organizationalUnit", p.Subject.OrganizationalUnit},
+	}
+	for _, f := range subj {
+		if strings.IndexFunc(f.val, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 || len(f.val) > 64 {
+			v.add(f.field, f.val, "has control characters or is longer than 64 characters (X.509 upper bound)", "use plain text on one line")
+		}
+	}
+	if c := p.Subject.Country; c != "" && !countryRE.MatchString(c) {
+		v.add("pki.subject.country", c, "is not a two-letter country code (X.509 C is ISO 3166 alpha-2)", "use e.g. US or KR")
+	}
+}
+
+func (c *Cluster) validateVersions(v *validator) {
+	check := func(field, val string) {
+		if !semverRE.MatchString(val) {
+			v.add(field, val, "is not a version", "write vMAJOR.MINOR.PATCH, e.g. "+semverExample(field))
+		}
+	}
+	vs := c.Versions
+	check("versions.kubernetes", vs.Kubernetes)
+	check("versions.etcd", vs.Etcd)
+	check("versions.containerd", vs.Containerd)
+	check("versions.runc", vs.Runc)
+	check("versions.cniPlugins", vs.CNIPlugins)
+	check("versions.crictl", vs.Crictl)
+	check("versions.coredns", vs.CoreDNS)
+	if !pauseTagRE.MatchString(vs.Pause) {
+		v.add("versions.pause", vs.Pause, "is not a pause image tag", "write MAJOR.MINOR[.PATCH] without a v, e.g. "+DefaultVersions.Pause)
+	}
+	if m := semverRE.FindStringSubmatch(vs.Kubernetes); m != nil {
+		minor, _ := strconv.Atoi(m[2])
+		switch {
+		case m[1] != "1":
+			v.add("versions.kubernetes", vs.Kubernetes, "is not a Kubernetes 1.x release", "use e.g. "+DefaultVersions.Kubernetes)
+		case minor < MinKubernetesMinor:
+			v.add("versions.kubernetes", vs.Kubernetes, fmt.Sprintf("is older than v1.%d, the oldest release khw's node files support", MinKubernetesMinor), "use e.g. "+DefaultVersions.Kubernetes)
+		}
+	}
+	if semverRE.MatchString(vs.Containerd) && !strings.HasPrefix(vs.Containerd, "v2.") {
+		v.add("versions.containerd", vs.Containerd, "khw configures containerd 2.x (config version 3)", "use e.g. "+DefaultVersions.Containerd)
+	}
+}
+
+func semverExample(field string) string {
+	switch field {
+	case "versions.etcd":
+		return DefaultVersions.Etcd
+	case "versions.containerd":
+		return DefaultVersions.Containerd
+	case "versions.runc":
+		return DefaultVersions.Runc
+	case "versions.cniPlugins":
+		return DefaultVersions.CNIPlugins
+	case "versions.crictl":
+		return DefaultVersions.Crictl
+	case "versions.coredns":
+		return DefaultVersions.CoreDNS
+	}
+	return DefaultVersions.Kubernetes
+}
