@@ -21,21 +21,26 @@ import (
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/lab"
+	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/labs"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
 )
+
+// labIDs writes the catalogue's IDs into a help text, so that an ID is
+// written once (package labid): {etcd} is lab 04's, {smoke} lab 11's.
+var labIDs = strings.NewReplacer("{etcd}", labid.Etcd, "{smoke}", labid.Smoke).Replace
 
 var labLong = `Walk Kubernetes the Hard Way one lab at a time. The labs are the steps of
 khw up, then a failover drill, each with its text:
 
 ` + lab.IDTable(5) + `
 
-khw lab 04-etcd (= khw lab run 04-etcd; "04", "4" and "etcd" work too)
+khw lab {etcd} (= khw lab run {etcd}; "04", "4" and "etcd" work too)
   1. shows the lab text: why the step exists, what khw does, what to observe,
      the mistakes people make (--plain: as plain Markdown);
   2. refuses if an earlier lab is not done, and names it (--force: go anyway);
-  3. snapshots every node and the state directory ("before-04-etcd"), so that
+  3. snapshots every node and the state directory ("before-{etcd}"), so that
      khw lab reset 04 can put everything back;
   4. shows each change as the shell commands it stands for, grouped by node,
      and asks before applying (--yes: do not ask). Say no, and you can type
@@ -62,12 +67,12 @@ func newLabCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "lab [LAB]",
 		Short: "The hard way one lab at a time: run, check, reset, list",
-		Long:  labLong,
-		Example: `  khw lab list
-  khw lab 04-etcd
+		Long:  labIDs(labLong),
+		Example: labIDs(`  khw lab list
+  khw lab {etcd}
   khw lab run 05 --yes
-  khw lab check 04-etcd
-  khw lab reset 04-etcd`,
+  khw lab check {etcd}
+  khw lab reset {etcd}`),
 		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: completeLab,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -80,7 +85,7 @@ func newLabCmd(a *app) *cobra.Command {
 	runCmd := &cobra.Command{
 		Use:   "run LAB",
 		Short: "Run one lab: text, snapshot, changes (asking first), check",
-		Long: `Run one lab (khw lab LAB is the same). LAB is an ID such as 04-etcd, its
+		Long: labIDs(`Run one lab (khw lab LAB is the same). LAB is an ID such as {etcd}, its
 number (04 or 4) or its name (etcd).
 
 khw shows the lab's text, refuses when an earlier lab is not done (--force
@@ -89,8 +94,8 @@ reset LAB can go back, shows each change as the shell commands it stands
 for, node by node, and asks before applying (--yes: do not ask; say no and
 type the commands yourself, then grade them with khw lab check LAB). Then it
 checks the result and runs the lab's read-only observe commands in khw
-shell. Lab 12 runs a failover drill (khw break etcd --count 1 --for 20s).`,
-		Example:           "  khw lab run 04-etcd\n  khw lab run 5 --yes\n  khw lab run etcd --plain",
+shell. Lab 12 runs a failover drill (khw break etcd --count 1 --for 20s).`),
+		Example:           labIDs("  khw lab run {etcd}\n  khw lab run 5 --yes\n  khw lab run etcd --plain"),
 		Args:              exactArgs(1),
 		ValidArgsFunction: completeLab,
 		RunE:              func(cmd *cobra.Command, args []string) error { return runLab(cmd.Context(), a, args[0], o) },

@@ -28,14 +28,14 @@ fixes only what differs and checks again. So running khw up again is safe
 and quick, and after a failure (or Ctrl-C, or a crash) it continues where
 it stopped.
 
-The smoke tests (11-smoke) create pods and take seconds to minutes: when
+The smoke tests ({smoke}) create pods and take seconds to minutes: when
 they passed after the last change khw up applied, and every earlier step is
 clean in this run, they are not run again and the step line says so;
 --smoke runs them anyway (khw smoke runs them alone).
 
 --dry-run checks and prints what would change with the equivalent shell
 commands, changing nothing (it writes no SSH key, log or lock file either).
---from and --until run a sub-range (both inclusive; "04-etcd", "04" or
+--from and --until run a sub-range (both inclusive; "{etcd}", "04" or
 "etcd").
 
 Binaries come from the download cache (~/.cache/khw/artifacts), filled from
@@ -50,7 +50,7 @@ with debootstrap into ~/.cache/khw/nspawn (a few minutes).`
 
 const upExample = `  khw up
   khw up --dry-run
-  khw up --until 04-etcd
+  khw up --until {etcd}
   khw up --from etcd --dry-run
   khw status
   khw down`
@@ -60,8 +60,8 @@ func newUpCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "up",
 		Short:   "Create the machines and build the cluster, step by step",
-		Long:    upLong,
-		Example: upExample,
+		Long:    labIDs(upLong),
+		Example: labIDs(upExample),
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// A dry-run changes nothing, so it takes no lock either (and
@@ -129,7 +129,7 @@ func newUpCmd(a *app) *cobra.Command {
 	f.BoolVar(&opts.DryRun, "dry-run", false, "check only: print what would change and the shell commands, change nothing")
 	f.StringVar(&opts.From, "from", "", "first step to run (ID, number or name, e.g. "+lab.IDs()[0]+")")
 	f.StringVar(&opts.Until, "until", "", "last step to run (ID, number or name)")
-	f.BoolVar(&opts.Recheck, "smoke", false, "run the smoke tests (11-smoke) even when nothing changed since they last passed")
+	f.BoolVar(&opts.Recheck, "smoke", false, labIDs("run the smoke tests ({smoke}) even when nothing changed since they last passed"))
 	for _, flag := range []string{"from", "until"} {
 		cmd.RegisterFlagCompletionFunc(flag, func(_ *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
 			return lab.Complete(toComplete, true), cobra.ShellCompDirectiveNoFileComp

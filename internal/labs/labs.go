@@ -32,6 +32,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/khw-dev/khw/internal/labid"
 	labtexts "github.com/khw-dev/khw/labs"
 )
 
@@ -90,7 +91,7 @@ var (
 func Parse(name string, data []byte) (Lab, error) {
 	m := fileRE.FindStringSubmatch(name)
 	if m == nil {
-		return Lab{}, fmt.Errorf("lab file %q: the name must be NN-name.md (two digits, a dash, lowercase words), e.g. 04-etcd.md", name)
+		return Lab{}, fmt.Errorf("lab file %q: the name must be NN-name.md (two digits, a dash, lowercase words), e.g. %s.md", name, labid.Etcd)
 	}
 	num, _ := strconv.Atoi(m[1])
 	if num < 1 {
