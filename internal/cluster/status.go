@@ -70,38 +70,11 @@ const NotUp = "cluster is not up: no node is running (run khw up)"
 // not running. read is false when no section could be read at all.
 func CollectStatus(ctx context.Context, c *config.Cluster, p vm.Provider, openPool func() (*remote.Pool, func(), error), target health.Target, adminKubeconfig string) (rep StatusReport, read bool) {
 	rep.Errors = map[string]string{}
-	roles := map[string]string{}
-	for _, n := range c.Nodes {
-		roles[n.Name] = n.Role
-	}
-	st, err := p.Status(ctx)
-	if err != nil {
-		rep.Errors["nodes"] = err.Error()
-	} else {
-		read = true
-		rep.Nodes = make([]NodeRow, 0, len(st))
-	}
-	down := map[string]string{} // IP -> node, for nodes known not to run
-	var running []string
-	for _, n := range st {
-		rep.Nodes = append(rep.Nodes, NodeRow{Name: n.Name, Role: roles[n.Name], State: string(n.State), IP: n.IP.String(), PID: n.PID})
-		if n.State == vm.StateRunning {
-			running = append(running, n.Name)
-		} else {
-			down[n.IP.String()] = n.Name + " is " + string(n.State)
-		}
-	}
-	if err != nil {
-		// The provider could not say which nodes run: ask them all.
-		for _, n := range c.Nodes {
-			running = append(running, n.Name)
-		}
-	}
+	running, down, read := rep.nodeRows(ctx, c, p)
 	if len(running) == 0 {
 		rep.Errors["cluster"] = NotUp
 		return rep, read
 	}
-
 	provDial := p.Dialer()
 	target.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if host, _, err := net.SplitHostPort(addr); err == nil {
@@ -111,77 +84,101 @@ func CollectStatus(ctx context.Context, c *config.Cluster, p vm.Provider, openPo
 		}
 		return provDial(ctx, network, addr)
 	}
+	rep.sections(ctx, c, p, openPool, target, adminKubeconfig, running)
+	answered := rep.anythingRead()
+	return rep, read || answered
+}
 
-	var mu sync.Mutex
-	setErr := func(section string, err error) {
-		mu.Lock()
-		rep.Errors[section] = err.Error()
-		mu.Unlock()
+// nodeRows fills the NODES section from the provider: the nodes that run
+// (every node of c when the provider cannot tell), and those that do not
+// by IP with why. read is whether the provider answered.
+func (rep *StatusReport) nodeRows(ctx context.Context, c *config.Cluster, p vm.Provider) (running []string, down map[string]string, read bool) {
+	roles := map[string]string{}
+	for _, n := range c.Nodes {
+		roles[n.Name] = n.Role
 	}
-	var wg sync.WaitGroup
-	wg.Add(5)
-	go func() {
-		defer wg.Done()
+	st, err := p.Status(ctx)
+	if err != nil {
+		rep.Errors["nodes"] = err.Error()
+		// The provider could not say which nodes run: ask them all.
+		for _, n := range c.Nodes {
+			running = append(running, n.Name)
+		}
+		return running, map[string]string{}, false
+	}
+	rep.Nodes = make([]NodeRow, 0, len(st))
+	down = map[string]string{}
+	for _, n := range st {
+		rep.Nodes = append(rep.Nodes, NodeRow{Name: n.Name, Role: roles[n.Name], State: string(n.State), IP: n.IP.String(), PID: n.PID})
+		if n.State == vm.StateRunning {
+			running = append(running, n.Name)
+		} else {
+			down[n.IP.String()] = n.Name + " is " + string(n.State)
+		}
+	}
+	return running, down, true
+}
+
+// sections reads the sections that contact the nodes, all at once: units
+// over SSH on the running nodes, etcd, the apiservers, the Leases and the
+// Kubernetes Nodes; each one that fails records its error.
+func (rep *StatusReport) sections(ctx context.Context, c *config.Cluster, p vm.Provider, openPool func() (*remote.Pool, func(), error), target health.Target, adminKubeconfig string, running []string) {
+	var mu sync.Mutex
+	set := func(section string, err error, f func()) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			rep.Errors[section] = err.Error()
+		}
+		f()
+	}
+	units := func() {
 		pool, closePool, err := openPool()
 		if err != nil {
-			setErr("units", fmt.Errorf("open SSH: %w", err))
+			set("units", fmt.Errorf("open SSH: %w", err), func() {})
 			return
 		}
 		defer closePool()
 		uctx, cancel := context.WithTimeout(ctx, vm.Scaled(p, StatusUnitsTimeout, 3*StatusUnitsTimeout))
 		defer cancel()
-		units, err := health.Units(uctx, pool, c, running)
-		if err != nil {
-			setErr("units", err)
-		}
-		if len(units) > 0 {
-			mu.Lock()
-			rep.Units = units
-			mu.Unlock()
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		e, err := health.Etcd(ctx, target)
-		if err != nil {
-			setErr("etcd", err)
-		}
-		mu.Lock()
-		rep.Etcd = e
-		mu.Unlock()
-	}()
-	go func() {
-		defer wg.Done()
-		r := health.APIServers(ctx, target, adminKubeconfig)
-		mu.Lock()
-		rep.APIServers = r
-		mu.Unlock()
-	}()
-	go func() {
-		defer wg.Done()
-		l, err := health.Leases(ctx, target, adminKubeconfig)
-		if err != nil {
-			setErr("leases", err)
-		}
-		mu.Lock()
-		rep.Leases = l
-		mu.Unlock()
-	}()
-	go func() {
-		defer wg.Done()
-		n, err := health.KubeNodes(ctx, target, adminKubeconfig)
-		if err != nil {
-			setErr("kubeNodes", err)
-		}
-		mu.Lock()
-		rep.KubeNodes = n
-		mu.Unlock()
-	}()
-	wg.Wait()
-
-	if len(rep.Units) > 0 || len(rep.Leases) > 0 || rep.KubeNodes != nil {
-		read = true
+		u, err := health.Units(uctx, pool, c, running)
+		set("units", err, func() {
+			if len(u) > 0 {
+				rep.Units = u
+			}
+		})
 	}
+	etcd := func() {
+		e, err := health.Etcd(ctx, target)
+		set("etcd", err, func() { rep.Etcd = e })
+	}
+	apiservers := func() {
+		r := health.APIServers(ctx, target, adminKubeconfig)
+		set("apiservers", nil, func() { rep.APIServers = r })
+	}
+	leases := func() {
+		l, err := health.Leases(ctx, target, adminKubeconfig)
+		set("leases", err, func() { rep.Leases = l })
+	}
+	kubeNodes := func() {
+		n, err := health.KubeNodes(ctx, target, adminKubeconfig)
+		set("kubeNodes", err, func() { rep.KubeNodes = n })
+	}
+	var wg sync.WaitGroup
+	for _, f := range []func(){units, etcd, apiservers, leases, kubeNodes} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f()
+		}()
+	}
+	wg.Wait()
+}
+
+// anythingRead reports whether a section that contacts the nodes got an
+// answer; it records that no apiserver answered.
+func (rep *StatusReport) anythingRead() bool {
+	read := len(rep.Units) > 0 || len(rep.Leases) > 0 || rep.KubeNodes != nil
 	if rep.Etcd != nil {
 		for _, e := range rep.Etcd.Endpoints {
 			read = read || e.OK
@@ -191,11 +188,10 @@ func CollectStatus(ctx context.Context, c *config.Cluster, p vm.Provider, openPo
 	for _, r := range rep.APIServers {
 		answered = answered || r.HTTPStatus != 0
 	}
-	read = read || answered
 	if !answered && len(rep.APIServers) > 0 {
 		rep.Errors["apiservers"] = "no apiserver answered"
 	}
-	return rep, read
+	return read || answered
 }
 
 // JoinErrors lists the section errors on one line, sections sorted.
