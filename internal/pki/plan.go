@@ -143,62 +143,90 @@ func createdOr(p pair) Action {
 // can verify then).
 func (r *reconciler) planCA(s Spec, leaves []onDisk) (ca *x509.Certificate, key crypto.Signer, newKey bool, u unit) {
 	p := loadPair(r.dir, s.Name)
-	fail := func(err error) (*x509.Certificate, crypto.Signer, bool, unit) { return nil, nil, false, unit{err: err} }
-	certPath, keyPath := filepath.Join(r.dir, certFile(s.Name)), filepath.Join(r.dir, keyFile(s.Name))
-	certExists, keyExists := exists(certPath), exists(keyPath)
-	spec := csrDocFor(r.c, s)
-
-	var leafNames []string
+	f := caFacts{spec: csrDocFor(r.c, s)}
+	f.keyPath = filepath.Join(r.dir, keyFile(s.Name))
+	f.certExists, f.keyExists = exists(filepath.Join(r.dir, certFile(s.Name))), exists(f.keyPath)
 	for _, l := range leaves {
-		leafNames = append(leafNames, certFile(l.name))
+		f.leafNames = append(f.leafNames, certFile(l.name))
 	}
-	newCAHow := fmt.Sprintf("`khw pki --new-ca` to make a new CA, which reissues every cert and breaks every "+
+	f.newCAHow = fmt.Sprintf("`khw pki --new-ca` to make a new CA, which reissues every cert and breaks every "+
 		"kubeconfig and node that trusts the old %s", certFile(s.Name))
-
 	if p.key == nil {
-		var rs []Reason
-		if keyExists || certExists || len(leaves) > 0 {
-			if !r.opts.newCA {
-				var deps []string
-				if certExists {
-					deps = append(deps, certFile(s.Name))
-				}
-				if len(leaves) > 0 {
-					deps = append(deps, fmt.Sprintf("%d cert(s) it may have signed (%s)", len(leaves), strings.Join(leafNames, ", ")))
-				}
-				problem := fileProblem(p.keyErr)
-				if len(deps) > 0 {
-					problem += ", but " + strings.Join(deps, " and ") + " still exist"
-				}
-				return fail(&PreciousKeyError{File: keyPath, Problem: problem, Option: "AllowNewCA",
-					Fix: "restore " + keyPath + " from a backup; or run " + newCAHow})
-			}
-			rs = append(rs, fileReason(keyFile(s.Name), p.keyErr))
-			rs[0].Detail += "; a new CA key was made (AllowNewCA): every cert is reissued, and every kubeconfig and node must get the new " + certFile(s.Name)
-			newKey = len(leaves) > 0
-		} else {
-			rs = append(rs, fileReason(certFile(s.Name), p.certErr))
-		}
-		csrJSON := spec.json()
-		req, err := parseCSRJSON(s.Name, csrJSON)
-		if err != nil {
-			return fail(err)
-		}
-		certPEM, keyPEM, err := newCA(req, nil, nil, r.now, r.c.PKI.CAValidity)
-		if err != nil {
-			return fail(err)
-		}
-		key, err := helpers.ParsePrivateKeyPEM(keyPEM)
-		if err != nil {
-			return fail(fmt.Errorf("pki: %s: the key cfssl just generated does not parse: %w", keyFile(s.Name), plainErr(err)))
-		}
-		u := signedUnit(s, createdOr(p), rs, csrJSON, certPEM, keyPEM)
-		if u.err != nil {
-			return fail(u.err)
-		}
-		return u.cert, key, newKey, u
+		return r.planCANewKey(s, p, leaves, f)
 	}
+	return r.planCAKeptKey(s, p, leaves, f)
+}
 
+// caFacts are what planCA's two cases share.
+type caFacts struct {
+	spec                  csrDoc
+	keyPath               string
+	certExists, keyExists bool
+	leafNames             []string
+	newCAHow              string
+}
+
+// caFail is planCA's result for an error.
+func caFail(err error) (*x509.Certificate, crypto.Signer, bool, unit) {
+	return nil, nil, false, unit{err: err}
+}
+
+// planCANewKey: the CA key is missing or unreadable. A new CA is made,
+// unless something the old key signed remains and AllowNewCA was not given
+// (*PreciousKeyError).
+func (r *reconciler) planCANewKey(s Spec, p pair, leaves []onDisk, f caFacts) (*x509.Certificate, crypto.Signer, bool, unit) {
+	fail := caFail
+	newKey := false
+	var rs []Reason
+	if f.keyExists || f.certExists || len(leaves) > 0 {
+		if !r.opts.newCA {
+			var deps []string
+			if f.certExists {
+				deps = append(deps, certFile(s.Name))
+			}
+			if len(leaves) > 0 {
+				deps = append(deps, fmt.Sprintf("%d cert(s) it may have signed (%s)", len(leaves), strings.Join(f.leafNames, ", ")))
+			}
+			problem := fileProblem(p.keyErr)
+			if len(deps) > 0 {
+				problem += ", but " + strings.Join(deps, " and ") + " still exist"
+			}
+			return fail(&PreciousKeyError{File: f.keyPath, Problem: problem, Option: "AllowNewCA",
+				Fix: "restore " + f.keyPath + " from a backup; or run " + f.newCAHow})
+		}
+		rs = append(rs, fileReason(keyFile(s.Name), p.keyErr))
+		rs[0].Detail += "; a new CA key was made (AllowNewCA): every cert is reissued, and every kubeconfig and node must get the new " + certFile(s.Name)
+		newKey = len(leaves) > 0
+	} else {
+		rs = append(rs, fileReason(certFile(s.Name), p.certErr))
+	}
+	csrJSON := f.spec.json()
+	req, err := parseCSRJSON(s.Name, csrJSON)
+	if err != nil {
+		return fail(err)
+	}
+	certPEM, keyPEM, err := newCA(req, nil, nil, r.now, r.c.PKI.CAValidity)
+	if err != nil {
+		return fail(err)
+	}
+	key, err := helpers.ParsePrivateKeyPEM(keyPEM)
+	if err != nil {
+		return fail(fmt.Errorf("pki: %s: the key cfssl just generated does not parse: %w", keyFile(s.Name), plainErr(err)))
+	}
+	u := signedUnit(s, createdOr(p), rs, csrJSON, certPEM, keyPEM)
+	if u.err != nil {
+		return fail(u.err)
+	}
+	return u.cert, key, newKey, u
+}
+
+// planCAKeptKey: the CA key parses and is kept, whatever else is wrong; the
+// cert is re-signed from it when it is missing, is not its cert, is not a
+// CA, expires, or (with AllowNewCA) names another subject. A key that
+// signed none of the certs on disk is another CA's (*PreciousKeyError
+// unless AllowNewCA).
+func (r *reconciler) planCAKeptKey(s Spec, p pair, leaves []onDisk, f caFacts) (ca *x509.Certificate, key crypto.Signer, newKey bool, u unit) {
+	fail := caFail
 	// The key parses: it is kept, whatever else is wrong.
 	usable := p.cert != nil && sameKey(p.key, p.cert.PublicKey)
 	var byKey []*x509.Certificate // certs on disk that ca-key.pem signed
@@ -213,15 +241,15 @@ func (r *reconciler) planCA(s Spec, leaves []onDisk) (ca *x509.Certificate, key 
 	}
 	orphan := !usable && parsed > 0 && len(byKey) == 0
 	if orphan && !r.opts.newCA {
-		problem := fmt.Sprintf("signed none of the certs in %s (%s)", r.dir, strings.Join(leafNames, ", "))
+		problem := fmt.Sprintf("signed none of the certs in %s (%s)", r.dir, strings.Join(f.leafNames, ", "))
 		if p.cert != nil {
 			problem += " and is not the key of " + certFile(s.Name)
 		} else {
 			problem += ", and " + certFile(s.Name) + " " + fileProblem(p.certErr)
 		}
 		problem += ": it is the key of another CA"
-		return fail(&PreciousKeyError{File: keyPath, Option: "AllowNewCA", Problem: problem,
-			Fix: "restore the " + keyFile(s.Name) + " (and " + certFile(s.Name) + ") that signed these certs from a backup; or run " + newCAHow})
+		return fail(&PreciousKeyError{File: f.keyPath, Option: "AllowNewCA", Problem: problem,
+			Fix: "restore the " + keyFile(s.Name) + " (and " + certFile(s.Name) + ") that signed these certs from a backup; or run " + f.newCAHow})
 	}
 
 	// The subject the CA has now: its own, or the issuer the certs it signed
@@ -244,7 +272,7 @@ func (r *reconciler) planCA(s Spec, leaves []onDisk) (ca *x509.Certificate, key 
 	default:
 		rs = timeReasons(p.cert, r.now, r.c.PKI.RenewBefore)
 	}
-	doc := spec.withKey(p.key.Public())
+	doc := f.spec.withKey(p.key.Public())
 	if old != nil {
 		if d := subjectDiff(*old, s); d != "" {
 			if r.opts.newCA {
