@@ -1,10 +1,8 @@
 package labcheck
 
 import (
-	"fmt"
 	"strings"
 
-	"github.com/khw-dev/khw/internal/labid"
 	"sigs.k8s.io/yaml"
 )
 
@@ -77,48 +75,4 @@ func OrDefault(s, d string) string {
 		return d
 	}
 	return s
-}
-
-// ComponentKubeconfig is nodeKubeconfig with the server rule given.
-func (e *Env) ComponentKubeconfig(lab, node, p, what, cn, org, nameEv string, bootstrap bool, rule ServerRule) ([]Mistake, error) {
-	if bootstrap {
-		if _, ok, err := e.Read(node, p); err != nil || !ok {
-			return nil, err
-		}
-	}
-	fix := "; khw lab " + lab + " shows how it is made"
-	k, ms, err := e.LoadKubeconfig(lab, node, p, what, "copy the right kubeconfig there"+fix)
-	if err != nil || k == nil {
-		return ms, err
-	}
-	out := e.CheckServer(lab, node, k, rule, fix)
-	ms, err = e.KubeconfigCA(lab, node, k, fix)
-	if err != nil {
-		return nil, err
-	}
-	out = append(out, ms...)
-	cert, where, ms, err := e.KubeconfigCert(lab, node, k, "embed the right cert and key"+fix)
-	if err != nil {
-		return nil, err
-	}
-	out = append(out, ms...)
-	if cert == nil {
-		return out, nil
-	}
-	if cert.Subject.CommonName != cn {
-		ev := where + ": " + Describe(cert)
-		if nameEv != "" {
-			ev += "; " + nameEv
-		}
-		why := "RBAC gives it the rights of that other user, not of " + cn
-		if strings.HasPrefix(cn, NodeUserPrefix) {
-			why = "the Node authorizer and NodeRestriction let it touch only the Node named in the cert"
-		}
-		out = append(out, Mistake{Lab: lab, Node: node, What: fmt.Sprintf("%s logs in as %q, but must be %q: %s", what, cert.Subject.CommonName, cn, why),
-			Evidence: ev, Fix: "embed a client cert with CN=" + cn + " in " + p + " ($KHW_STATE_DIR/$KHW_CLUSTER/kubeconfigs has the right kubeconfig for each component)"})
-	}
-	ca, caWhat, _ := e.ClusterCA()
-	out = append(out, e.CheckCert(node, where, cert, CertWant{Lab: labid.PKI, What: "the client cert of " + p, Org: org, Node: org == GroupNodes, Client: true, CA: ca, CAWhat: caWhat,
-		Fix: "embed the right cert and key in " + p})...)
-	return out, nil
 }
