@@ -164,38 +164,7 @@ func (p *Provider) Snapshot(ctx context.Context, name string) error {
 	// node that could not be frozen (no freezer hierarchy, copied running on
 	// a best-effort basis) may still lose files under rsync.
 	copyAll := func(vanishedOK func(node string) bool) []error {
-		sem := make(chan struct{}, 2)
-		errs := make([]error, len(p.c.Nodes))
-		var wg sync.WaitGroup
-		for i, n := range p.c.Nodes {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				sem <- struct{}{}
-				defer func() { <-sem }()
-				args := []string{}
-				// Hard-link unchanged files to the newest earlier snapshots
-				// (rsync takes up to 20), else to the node image the root
-				// was copied from.
-				for j := len(earlier) - 1; j >= 0 && len(args) < 19; j-- {
-					if earlier[j] == name {
-						continue
-					}
-					if dir := filepath.Join(p.snapshotDir(earlier[j]), n.Name); isDir(dir) {
-						args = append(args, "--link-dest="+dir)
-					}
-				}
-				if img := RootfsPath(p.opts.CacheDir, p.c.Arch); isDir(img) {
-					args = append(args, "--link-dest="+img)
-				}
-				args = append(args, p.NodeRoot(n.Name)+"/", filepath.Join(tmp, n.Name)+"/")
-				if err := runRsync(ctx, args...); err != nil && !(fsutil.IsRsyncVanished(err) && vanishedOK(n.Name)) {
-					errs[i] = fmt.Errorf("node %s: %w", n.Name, err)
-				}
-			}()
-		}
-		wg.Wait()
-		return errs
+		return p.copyRoots(ctx, name, tmp, earlier, vanishedOK)
 	}
 	if err := errors.Join(copyAll(func(string) bool { return true })...); err != nil {
 		os.RemoveAll(tmp)
@@ -249,6 +218,45 @@ func (p *Provider) Snapshot(ctx context.Context, name string) error {
 		return err
 	}
 	return os.Rename(tmp, final)
+}
+
+// copyRoots rsyncs every node's root into tmp/<node> (two at a time),
+// hard-linking unchanged files to the newest earlier snapshots (rsync takes
+// up to 20), else to the node image the root was copied from. A file that
+// vanished under rsync is an error unless vanishedOK(node).
+func (p *Provider) copyRoots(ctx context.Context, name, tmp string, earlier []string, vanishedOK func(node string) bool) []error {
+	sem := make(chan struct{}, 2)
+	errs := make([]error, len(p.c.Nodes))
+	var wg sync.WaitGroup
+	for i, n := range p.c.Nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			args := []string{}
+			// Hard-link unchanged files to the newest earlier snapshots
+			// (rsync takes up to 20), else to the node image the root
+			// was copied from.
+			for j := len(earlier) - 1; j >= 0 && len(args) < 19; j-- {
+				if earlier[j] == name {
+					continue
+				}
+				if dir := filepath.Join(p.snapshotDir(earlier[j]), n.Name); isDir(dir) {
+					args = append(args, "--link-dest="+dir)
+				}
+			}
+			if img := RootfsPath(p.opts.CacheDir, p.c.Arch); isDir(img) {
+				args = append(args, "--link-dest="+img)
+			}
+			args = append(args, p.NodeRoot(n.Name)+"/", filepath.Join(tmp, n.Name)+"/")
+			if err := runRsync(ctx, args...); err != nil && !(fsutil.IsRsyncVanished(err) && vanishedOK(n.Name)) {
+				errs[i] = fmt.Errorf("node %s: %w", n.Name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
 }
 
 func isDir(p string) bool {
