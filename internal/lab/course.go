@@ -225,9 +225,9 @@ func (c *Course) Grade(ctx context.Context, l Lab) (*Grade, error) {
 		if cerr != nil {
 			g.Warnings = append(g.Warnings, fmt.Sprintf("no API client (%v): the checks of API objects are skipped", cerr))
 		}
-		var live *labcheck.Live
+		live := &labcheck.Live{Target: c.S.Target()}
 		if admin, aerr := c.S.AdminRESTConfig(); aerr == nil {
-			live = &labcheck.Live{Target: c.S.Target(), Admin: admin}
+			live.Admin = admin
 		}
 		ms, err := labcheck.CheckLive(ctx, detectors, c.S.Config, src, cs, live, time.Now())
 		if err != nil {

@@ -37,7 +37,7 @@ const (
 // cause read from the nodes: encryption configs that differ, or the
 // apiserver not answering.
 func storedSecret(e *labcheck.Env) ([]labcheck.Mistake, error) {
-	if e.Live == nil {
+	if e.Live == nil || e.Live.Admin == nil {
 		return nil, nil
 	}
 	const lab = labid.ControlPlane

@@ -112,7 +112,8 @@ type Env struct {
 // Live is how a detector reaches the cluster itself rather than its files:
 // the health target (etcd members and apiservers at their IPs, with the
 // jumpbox's client certs, dialled inside the cluster's network) and the
-// admin's client config (through the load balancer).
+// admin's client config (through the load balancer; nil before the
+// kubeconfigs exist, lab 03).
 type Live struct {
 	Target health.Target
 	Admin  *rest.Config
@@ -121,6 +122,9 @@ type Live struct {
 // APIServer is a client of node's apiserver alone
 // (https://<its IP>:<apiserver port>), as the admin.
 func (l *Live) APIServer(node config.Node) (kubernetes.Interface, error) {
+	if l.Admin == nil {
+		return nil, errors.New("no admin kubeconfig yet (lab 03 writes it)")
+	}
 	cfg := rest.CopyConfig(l.Admin)
 	cfg.Host = "https://" + net.JoinHostPort(node.IP, strconv.Itoa(l.Target.Cluster.Kubernetes.APIServerPort))
 	return kubernetes.NewForConfig(cfg)
