@@ -218,81 +218,13 @@ func buildFixture() (*Fixture, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, n := range c.Nodes {
-		files, err := render.Node(c, n.Name, facts[n.Name])
-		if err != nil {
-			return nil, err
-		}
-		for _, f := range files {
-			src.files[Key(n.Name, f.Path)] = f.Data
-		}
-		ins, err := render.Inputs(c, n.Name)
-		if err != nil {
-			return nil, err
-		}
-		for _, in := range ins {
-			b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(in.Source)))
-			if err != nil {
-				return nil, err
-			}
-			src.files[Key(n.Name, in.Path)] = b
-		}
-		src.Set(n.Name, "/proc/sys/kernel/hostname", n.Name+"\n")
-		if n.Role != config.RoleWorker {
-			continue
-		}
-		src.Set(n.Name, facts[n.Name].ResolvConf, "nameserver 192.168.122.1\n")
-		src.Set(n.Name, "/proc/swaps", "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n")
-		src.Set(n.Name, "/proc/sys/net/bridge/bridge-nf-call-iptables", "1\n")
-		src.Set(n.Name, "/proc/sys/net/ipv4/ip_forward", "1\n")
-		for _, b := range []string{"bridge", "host-local", "loopback", "portmap"} {
-			src.Set(n.Name, "/opt/cni/bin/"+b, "\x7fELF")
-		}
-		routes := "default via 192.168.122.1 dev enp1s0 proto static\n192.168.122.0/24 dev enp1s0 proto kernel scope link src " + n.IP + "\n" +
-			n.PodCIDR + " dev cni0 proto kernel scope link src " + strings.TrimSuffix(n.PodCIDR, "0/24") + "1\n"
-		for _, r := range render.PodRoutes(c, n.Name) {
-			routes += r.Dest + " via " + r.Via + " dev enp1s0\n"
-		}
-		src.Runs[Key(n.Name, labcheck.RouteShell)] = routes
+	if err := addNodes(c, dir, facts, src); err != nil {
+		return nil, err
 	}
-	// The API objects of the rendered manifests.
-	var objs []runtime.Object
-	ms, err := render.Manifests(c)
+	objs, err := apiObjects(c, tok)
 	if err != nil {
 		return nil, err
 	}
-	for _, m := range ms {
-		for _, doc := range strings.Split(string(m.Data), "\n---") {
-			if strings.TrimSpace(stripComments(doc)) == "" {
-				continue
-			}
-			o, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", m.Path, err)
-			}
-			objs = append(objs, o)
-		}
-	}
-	sec, err := tok.SecretObject(Now.Add(time.Hour), "khw: TLS bootstrap of w3", nil)
-	if err != nil {
-		return nil, err
-	}
-	sec.Data = map[string][]byte{}
-	for k, v := range sec.StringData {
-		sec.Data[k] = []byte(v)
-	}
-	sec.StringData = nil
-	objs = append(objs, sec)
-	// What the EndpointSlice controller makes for two ready CoreDNS pods.
-	ready := true
-	objs = append(objs, &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "kube-dns-abcde", Namespace: "kube-system", Labels: map[string]string{"kubernetes.io/service-name": "kube-dns"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{
-			{Addresses: []string{"10.200.0.5"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}},
-			{Addresses: []string{"10.200.1.7"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}},
-		},
-	})
 	caPEM := src.files[Key(labcheck.Jumpbox, "pki/ca.pem")]
 	ca, err := labcheck.FirstCert(caPEM)
 	if err != nil {
@@ -439,4 +371,92 @@ func (f *Fixture) secretsOf() []string {
 		}
 	}
 	return out
+}
+
+// addNodes puts into src what every node holds in a good cluster: its
+// rendered files and inputs (read from the state directory dir), its host
+// name, and on workers the kernel settings, CNI plugins and pod routes.
+func addNodes(c *config.Cluster, dir string, facts map[string]render.NodeFacts, src *fakeSource) error {
+	for _, n := range c.Nodes {
+		files, err := render.Node(c, n.Name, facts[n.Name])
+		if err != nil {
+			return err
+		}
+		for _, f := range files {
+			src.files[Key(n.Name, f.Path)] = f.Data
+		}
+		ins, err := render.Inputs(c, n.Name)
+		if err != nil {
+			return err
+		}
+		for _, in := range ins {
+			b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(in.Source)))
+			if err != nil {
+				return err
+			}
+			src.files[Key(n.Name, in.Path)] = b
+		}
+		src.Set(n.Name, "/proc/sys/kernel/hostname", n.Name+"\n")
+		if n.Role != config.RoleWorker {
+			continue
+		}
+		src.Set(n.Name, facts[n.Name].ResolvConf, "nameserver 192.168.122.1\n")
+		src.Set(n.Name, "/proc/swaps", "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n")
+		src.Set(n.Name, "/proc/sys/net/bridge/bridge-nf-call-iptables", "1\n")
+		src.Set(n.Name, "/proc/sys/net/ipv4/ip_forward", "1\n")
+		for _, b := range []string{"bridge", "host-local", "loopback", "portmap"} {
+			src.Set(n.Name, "/opt/cni/bin/"+b, "\x7fELF")
+		}
+		routes := "default via 192.168.122.1 dev enp1s0 proto static\n192.168.122.0/24 dev enp1s0 proto kernel scope link src " + n.IP + "\n" +
+			n.PodCIDR + " dev cni0 proto kernel scope link src " + strings.TrimSuffix(n.PodCIDR, "0/24") + "1\n"
+		for _, r := range render.PodRoutes(c, n.Name) {
+			routes += r.Dest + " via " + r.Via + " dev enp1s0\n"
+		}
+		src.Runs[Key(n.Name, labcheck.RouteShell)] = routes
+	}
+	return nil
+}
+
+// apiObjects are the API objects of a good cluster: those of the rendered
+// manifests, w3's bootstrap token Secret and the EndpointSlice of two ready
+// CoreDNS pods.
+func apiObjects(c *config.Cluster, tok tb.Token) ([]runtime.Object, error) {
+	var objs []runtime.Object
+	ms, err := render.Manifests(c)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range ms {
+		for _, doc := range strings.Split(string(m.Data), "\n---") {
+			if strings.TrimSpace(stripComments(doc)) == "" {
+				continue
+			}
+			o, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", m.Path, err)
+			}
+			objs = append(objs, o)
+		}
+	}
+	sec, err := tok.SecretObject(Now.Add(time.Hour), "khw: TLS bootstrap of w3", nil)
+	if err != nil {
+		return nil, err
+	}
+	sec.Data = map[string][]byte{}
+	for k, v := range sec.StringData {
+		sec.Data[k] = []byte(v)
+	}
+	sec.StringData = nil
+	objs = append(objs, sec)
+	// What the EndpointSlice controller makes for two ready CoreDNS pods.
+	ready := true
+	objs = append(objs, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "kube-dns-abcde", Namespace: "kube-system", Labels: map[string]string{"kubernetes.io/service-name": "kube-dns"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.200.0.5"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}},
+			{Addresses: []string{"10.200.1.7"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}},
+		},
+	})
+	return objs, nil
 }
