@@ -72,104 +72,158 @@ var jobOrder = []string{"kubernetes", "coredns", "containerd", "etcd", "agnhost"
 func main() { os.Exit(realMain(os.Args[1:])) }
 
 func realMain(args []string) int {
-	fs := flag.NewFlagSet("mkmirror", flag.ContinueOnError)
-	out := fs.String("out", "", "mirror directory (default $XDG_CACHE_HOME/khw/mirror)")
-	cache := fs.String("cache", "", "build cache directory (default $XDG_CACHE_HOME/khw)")
-	archFlag := fs.String("arch", "", "comma-separated architectures: amd64, arm64 (default amd64 for CI speed, or the cluster.yaml arch with --config)")
-	cfgPath := fs.String("config", "", "cluster.yaml whose versions to mirror (default: config.Default's versions)")
-	onlyFlag := fs.String("only", "", "comma-separated catalog components to build (default all)")
-	jobs := fs.Int("j", 2, "components built at the same time (each go build also uses every core)")
-	runcFallback := fs.Bool("runc-fallback", true, "when runc cannot be built, put Debian's runc package into the mirror instead (loudly)")
-	busybox := fs.Bool("busybox", true, "add Debian's busybox-static (sh, nslookup, wget, nc) to the agnhost image")
-	verifyOnly := fs.Bool("verify-only", false, "build nothing; only verify an existing mirror")
-	vmImage := vmImageFlag(fs)
-	debs := addDebsFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return 2
+	o, code := parseArgs(args)
+	if o == nil {
+		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "mkmirror: unexpected arguments %q (all options are flags)\n", fs.Args())
-		return 2
+	r, arches, code := o.setup()
+	if r == nil {
+		return code
 	}
-	if *jobs < 1 {
-		fmt.Fprintf(os.Stderr, "mkmirror: -j %d: want at least 1\n", *jobs)
-		return 2
-	}
-	r := &run{runcFallback: *runcFallback, busybox: *busybox}
-	var err error
-	if r.cache = *cache; r.cache == "" {
-		if r.cache, err = cacheRoot(); err != nil {
-			fmt.Fprintln(os.Stderr, "mkmirror:", err)
-			return 2
-		}
-	}
-	if r.out = *out; r.out == "" {
-		r.out = filepath.Join(r.cache, "mirror")
-	}
-	if r.out, err = filepath.Abs(r.out); err != nil {
-		fmt.Fprintln(os.Stderr, "mkmirror:", err)
-		return 2
-	}
-
-	if *cfgPath != "" {
-		c, warns, err := config.Load(*cfgPath)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "mkmirror:", err)
-			return 2
-		}
-		for _, w := range warns {
-			fmt.Fprintf(os.Stderr, "mkmirror: %s: warning: %v\n", *cfgPath, w)
-		}
-		r.cluster = c
-	} else {
-		r.cluster = config.Default(config.DefaultName, config.ArchAMD64, config.ProviderNspawn)
-	}
-	arches := splitList(*archFlag)
-	if len(arches) == 0 {
-		if *cfgPath != "" {
-			arches = []string{r.cluster.Arch}
-		} else {
-			arches = []string{config.ArchAMD64}
-		}
-	}
-
-	if *debs.only {
-		if *debs.manifest == "" {
+	if *o.debs.only {
+		if *o.debs.manifest == "" {
 			fmt.Fprintln(os.Stderr, "mkmirror: --debs-only needs --node-debs MANIFEST")
 			return 2
 		}
-		if err := runNodeDebs(context.Background(), r.out, arches, debs); err != nil {
+		if err := runNodeDebs(context.Background(), r.out, arches, o.debs); err != nil {
 			fmt.Fprintln(os.Stderr, "mkmirror: node packages:", err)
 			return 1
 		}
 		return 0
 	}
-
 	cat, err := components.Load()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mkmirror:", err)
 		return 1
 	}
+	only, resolved, jobsList, code := o.plan(cat, r, arches)
+	if jobsList == nil && code != 0 {
+		return code
+	}
+	gv, err := exec.Command("go", "env", "GOVERSION").Output()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mkmirror: go env GOVERSION:", err, "(fix: put the Go toolchain on PATH)")
+		return 1
+	}
+	r.goVersion = strings.TrimSpace(string(gv))
+	r.goLine = goDirective(r.goVersion)
+
+	fmt.Fprintf(os.Stderr, "mkmirror: mirror %s, cache %s, arch %s, %d jobs (-j %d), %s\n", r.out, r.cache, strings.Join(arches, ","), len(jobsList), *o.jobs, r.goVersion)
+	ctx := context.Background()
+	start := time.Now()
+	results := r.buildAll(ctx, jobsList, *o.jobs, *o.verifyOnly)
+	if !r.assembleAndVerify(ctx, o, start, results, resolved, only) {
+		return 1
+	}
+	if *o.verifyOnly {
+		return 0
+	}
+	return r.finish(ctx, o, cat, arches)
+}
+
+// opts are mkmirror's flags.
+type opts struct {
+	out, cache, archFlag, cfgPath, onlyFlag, vmImage *string
+	jobs                                             *int
+	runcFallback, busybox, verifyOnly                *bool
+	debs                                             *debsFlags
+}
+
+// parseArgs parses the command line; nil and the exit code when it is bad.
+func parseArgs(args []string) (*opts, int) {
+	fs := flag.NewFlagSet("mkmirror", flag.ContinueOnError)
+	o := &opts{
+		out:          fs.String("out", "", "mirror directory (default $XDG_CACHE_HOME/khw/mirror)"),
+		cache:        fs.String("cache", "", "build cache directory (default $XDG_CACHE_HOME/khw)"),
+		archFlag:     fs.String("arch", "", "comma-separated architectures: amd64, arm64 (default amd64 for CI speed, or the cluster.yaml arch with --config)"),
+		cfgPath:      fs.String("config", "", "cluster.yaml whose versions to mirror (default: config.Default's versions)"),
+		onlyFlag:     fs.String("only", "", "comma-separated catalog components to build (default all)"),
+		jobs:         fs.Int("j", 2, "components built at the same time (each go build also uses every core)"),
+		runcFallback: fs.Bool("runc-fallback", true, "when runc cannot be built, put Debian's runc package into the mirror instead (loudly)"),
+		busybox:      fs.Bool("busybox", true, "add Debian's busybox-static (sh, nslookup, wget, nc) to the agnhost image"),
+		verifyOnly:   fs.Bool("verify-only", false, "build nothing; only verify an existing mirror"),
+	}
+	o.vmImage = vmImageFlag(fs)
+	o.debs = addDebsFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "mkmirror: unexpected arguments %q (all options are flags)\n", fs.Args())
+		return nil, 2
+	}
+	if *o.jobs < 1 {
+		fmt.Fprintf(os.Stderr, "mkmirror: -j %d: want at least 1\n", *o.jobs)
+		return nil, 2
+	}
+	return o, 0
+}
+
+// setup makes the run: its cache and mirror directories, the cluster whose
+// versions it mirrors, the architectures. nil and the exit code on error.
+func (o *opts) setup() (*run, []string, int) {
+	r := &run{runcFallback: *o.runcFallback, busybox: *o.busybox}
+	var err error
+	if r.cache = *o.cache; r.cache == "" {
+		if r.cache, err = cacheRoot(); err != nil {
+			fmt.Fprintln(os.Stderr, "mkmirror:", err)
+			return nil, nil, 2
+		}
+	}
+	if r.out = *o.out; r.out == "" {
+		r.out = filepath.Join(r.cache, "mirror")
+	}
+	if r.out, err = filepath.Abs(r.out); err != nil {
+		fmt.Fprintln(os.Stderr, "mkmirror:", err)
+		return nil, nil, 2
+	}
+	if *o.cfgPath != "" {
+		c, warns, err := config.Load(*o.cfgPath)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "mkmirror:", err)
+			return nil, nil, 2
+		}
+		for _, w := range warns {
+			fmt.Fprintf(os.Stderr, "mkmirror: %s: warning: %v\n", *o.cfgPath, w)
+		}
+		r.cluster = c
+	} else {
+		r.cluster = config.Default(config.DefaultName, config.ArchAMD64, config.ProviderNspawn)
+	}
+	arches := splitList(*o.archFlag)
+	if len(arches) == 0 {
+		if *o.cfgPath != "" {
+			arches = []string{r.cluster.Arch}
+		} else {
+			arches = []string{config.ArchAMD64}
+		}
+	}
+	return r, arches, 0
+}
+
+// plan resolves the catalog for each arch and makes one job per component
+// (those of --only), in jobOrder. A nil job list with a non-zero code is an
+// error already printed.
+func (o *opts) plan(cat *components.Catalog, r *run, arches []string) (only map[string]bool, resolved map[string][]components.Resolved, jobsList []job, code int) {
 	known := map[string]bool{}
 	for _, c := range cat.Components {
 		known[c.Name] = true
 	}
-	only := map[string]bool{}
-	for _, o := range splitList(*onlyFlag) {
+	only = map[string]bool{}
+	for _, o := range splitList(*o.onlyFlag) {
 		if !known[o] {
 			fmt.Fprintf(os.Stderr, "mkmirror: --only %s: not a catalog component (have: %s)\n", o, strings.Join(sortedKeys(known), ", "))
-			return 2
+			return nil, nil, nil, 2
 		}
 		only[o] = true
 	}
-
-	resolved := map[string][]components.Resolved{}
-	var jobsList []job
+	resolved = map[string][]components.Resolved{}
+	jobsList = []job{}
 	for _, arch := range arches {
 		rs, err := cat.Resolve(r.cluster, arch)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "mkmirror: --arch %s: %v\n", arch, err)
-			return 2
+			return nil, nil, nil, 2
 		}
 		resolved[arch] = rs
 		byComp := map[string]*job{}
@@ -188,55 +242,59 @@ func realMain(args []string) int {
 			jobsList = append(jobsList, *byComp[c])
 		}
 	}
+	return only, resolved, jobsList, 0
+}
 
-	gv, err := exec.Command("go", "env", "GOVERSION").Output()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "mkmirror: go env GOVERSION:", err, "(fix: put the Go toolchain on PATH)")
-		return 1
-	}
-	r.goVersion = strings.TrimSpace(string(gv))
-	r.goLine = goDirective(r.goVersion)
+// result is one job's outcome.
+type result struct {
+	j    job
+	b    *built
+	err  error
+	took time.Duration
+}
 
-	fmt.Fprintf(os.Stderr, "mkmirror: mirror %s, cache %s, arch %s, %d jobs (-j %d), %s\n", r.out, r.cache, strings.Join(arches, ","), len(jobsList), *jobs, r.goVersion)
-	start := time.Now()
-	ctx := context.Background()
-	type result struct {
-		j    job
-		b    *built
-		err  error
-		took time.Duration
-	}
+// buildAll runs the jobs, n at a time, each with its log (none with
+// verifyOnly).
+func (r *run) buildAll(ctx context.Context, jobsList []job, n int, verifyOnly bool) []result {
 	results := make([]result, len(jobsList))
 	for i, j := range jobsList {
 		results[i].j = j
 	}
-	if !*verifyOnly {
-		g := new(errgroup.Group)
-		g.SetLimit(*jobs)
-		for i, j := range jobsList {
-			g.Go(func() error {
-				t0 := time.Now()
-				lg, err := newJobLog(r.cache, j.String())
-				if err != nil {
-					results[i] = result{j: j, err: err}
-					return nil
-				}
-				defer lg.close()
-				lg.printf("start")
-				b, err := r.buildJob(ctx, j, lg)
-				results[i] = result{j: j, b: b, err: err, took: time.Since(t0)}
-				if err != nil {
-					lg.printf("FAILED after %s: %v", time.Since(t0).Round(time.Second), err)
-				} else {
-					lg.printf("done in %s", time.Since(t0).Round(100*time.Millisecond))
-				}
-				return nil
-			})
-		}
-		g.Wait()
+	if verifyOnly {
+		return results
 	}
-	buildTime := time.Since(start)
+	g := new(errgroup.Group)
+	g.SetLimit(n)
+	for i, j := range jobsList {
+		g.Go(func() error {
+			t0 := time.Now()
+			lg, err := newJobLog(r.cache, j.String())
+			if err != nil {
+				results[i] = result{j: j, err: err}
+				return nil
+			}
+			defer lg.close()
+			lg.printf("start")
+			b, err := r.buildJob(ctx, j, lg)
+			results[i] = result{j: j, b: b, err: err, took: time.Since(t0)}
+			if err != nil {
+				lg.printf("FAILED after %s: %v", time.Since(t0).Round(time.Second), err)
+			} else {
+				lg.printf("done in %s", time.Since(t0).Round(100*time.Millisecond))
+			}
+			return nil
+		})
+	}
+	g.Wait()
+	return results
+}
 
+// assembleAndVerify puts the built products into the mirror, verifies it
+// against the catalog, runs the version commands and prints the times,
+// versions, notes and problems; false when a build failed or a problem
+// was found.
+func (r *run) assembleAndVerify(ctx context.Context, o *opts, start time.Time, results []result, resolved map[string][]components.Resolved, only map[string]bool) bool {
+	buildTime := time.Since(start)
 	failed := 0
 	var products []product
 	var checks []binCheck
@@ -288,12 +346,12 @@ func realMain(args []string) int {
 		if res.err != nil {
 			status = "FAILED: " + res.err.Error()
 		}
-		if *verifyOnly {
+		if *o.verifyOnly {
 			status = "skipped (--verify-only)"
 		}
 		fmt.Printf("  %-40s %8.1fs  %s\n", res.j.String(), res.took.Seconds(), status)
 	}
-	fmt.Printf("  %-40s %8.1fs\n  %-40s %8.1fs\n  %-40s %8.1fs\n", "builds (wall, -j "+fmt.Sprint(*jobs)+")", buildTime.Seconds(),
+	fmt.Printf("  %-40s %8.1fs\n  %-40s %8.1fs\n  %-40s %8.1fs\n", "builds (wall, -j "+fmt.Sprint(*o.jobs)+")", buildTime.Seconds(),
 		"mirror assembly + checksum files", assembleTime.Seconds(), "verification + version commands", verifyTime.Seconds())
 	fmt.Printf("  %-40s %8.1fs\n", "TOTAL", time.Since(start).Seconds())
 
@@ -315,24 +373,28 @@ func realMain(args []string) int {
 	}
 	if failed > 0 || len(problems) > 0 {
 		fmt.Printf("mkmirror: %d build(s) failed, %d verification problem(s); logs in %s\n", failed, len(problems), filepath.Join(r.cache, "logs"))
-		return 1
+		return false
 	}
 	fmt.Printf("  all verified\n")
-	if *verifyOnly {
-		return 0
-	}
-	if *vmImage != "" {
-		arch, err := vmImageArch(*vmImage, arches)
+	return true
+}
+
+// finish places the VM image (--vm-image), writes the manifest khw trusts
+// the mirror through and adds the node packages (--node-debs); the exit
+// code.
+func (r *run) finish(ctx context.Context, o *opts, cat *components.Catalog, arches []string) int {
+	if *o.vmImage != "" {
+		arch, err := vmImageArch(*o.vmImage, arches)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "mkmirror:", err)
 			return 2
 		}
-		p, err := placeVMImage(r.out, *vmImage, arch, r.cluster)
+		p, err := placeVMImage(r.out, *o.vmImage, arch, r.cluster)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "mkmirror:", err)
 			return 1
 		}
-		fmt.Printf("\n== VM image ==\n  %s (%s, from %s)\n", p, arch, *vmImage)
+		fmt.Printf("\n== VM image ==\n  %s (%s, from %s)\n", p, arch, *o.vmImage)
 	}
 	// The manifest khw trusts the mirror through: every catalog artifact of
 	// either arch present in the mirror, hashed now. Its digest is the pin a
@@ -356,8 +418,8 @@ func realMain(args []string) int {
 		return 1
 	}
 	fmt.Printf("\n== manifest ==\n  %s\n  mirror pin: %s\n  use: KHW_MIRROR=%s KHW_MIRROR_DIGEST=%s\n", filepath.Join(r.out, components.MirrorManifestFile), pin, r.out, pin)
-	if *debs.manifest != "" {
-		if err := runNodeDebs(ctx, r.out, arches, debs); err != nil {
+	if *o.debs.manifest != "" {
+		if err := runNodeDebs(ctx, r.out, arches, o.debs); err != nil {
 			fmt.Fprintln(os.Stderr, "mkmirror: node packages:", err)
 			return 1
 		}
