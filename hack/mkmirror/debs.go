@@ -129,61 +129,9 @@ func buildNodeDebs(ctx context.Context, out string, o debsOpts) ([]components.Mi
 		}
 		// The archive's URL as the mirror and khw name it, read from `from`.
 		src := func(official string) string { return from + strings.TrimPrefix(official, a.URL) }
-		var files []debFile
-		var pkgs []components.DebPackage
-		for i, suite := range a.Suites {
-			relURL := a.ReleaseURL(suite)
-			inURL := a.DistURL(suite, "InRelease")
-			inRel, err := httpGet(ctx, src(inURL), 32<<20)
-			if err != nil {
-				if i > 0 {
-					continue // an updates suite the source does not carry
-				}
-				return nil, nil, err
-			}
-			rel, err := gpgvClearSigned(o.keyring, inRel)
-			if err != nil {
-				return nil, nil, fmt.Errorf("%s: %w", src(inURL), err)
-			}
-			r, err := components.ParseRelease(rel)
-			if err != nil {
-				return nil, nil, fmt.Errorf("%s: %w", src(relURL), err)
-			}
-			files = append(files, debFile{url: relURL, name: "Release", arch: arch, data: rel}, debFile{url: inURL, arch: arch, data: inRel})
-			for _, comp := range a.Components {
-				ip := components.IndexPath(comp, arch)
-				ext := ".xz"
-				rf, ok := r.Files[ip+ext]
-				if !ok {
-					ext = ".gz"
-					if rf, ok = r.Files[ip+ext]; !ok {
-						return nil, nil, fmt.Errorf("%s lists no %s.xz or .gz", src(relURL), ip)
-					}
-				}
-				u := a.DistURL(suite, ip+ext)
-				data, err := httpGet(ctx, src(u), rf.Size)
-				if err != nil {
-					return nil, nil, err
-				}
-				if got := hexSum(data); got != rf.SHA256 {
-					return nil, nil, fmt.Errorf("%s: sha256 %s, but the signed Release file says %s", src(u), got, rf.SHA256)
-				}
-				var zr io.Reader
-				if ext == ".xz" {
-					zr, err = xz.NewReader(bytes.NewReader(data))
-				} else {
-					zr, err = gzip.NewReader(bytes.NewReader(data))
-				}
-				if err != nil {
-					return nil, nil, fmt.Errorf("%s: %w", src(u), err)
-				}
-				ps, err := components.ParsePackages(zr)
-				if err != nil {
-					return nil, nil, fmt.Errorf("%s: %w", src(u), err)
-				}
-				pkgs = append(pkgs, ps...)
-				files = append(files, debFile{url: u, name: "Packages", arch: arch, data: data})
-			}
+		files, pkgs, err := fetchIndexes(ctx, a, arch, o.keyring, src)
+		if err != nil {
+			return nil, nil, err
 		}
 		ix := components.NewDebIndex(a, arch, pkgs)
 		installed, err := components.InstalledFromManifest(manifest, ix)
@@ -236,6 +184,68 @@ func buildNodeDebs(ctx context.Context, out string, o debsOpts) ([]components.Mi
 			a, arch, len(closure), float64(total)/(1<<20), strings.Join(want, " "), len(installed), strings.Join(names, " ")))
 	}
 	return entries, summary, nil
+}
+
+// fetchIndexes downloads archive a's signed Release of each suite (an
+// updates suite the source does not carry is skipped), checks its
+// signature with keyring, and the Packages index of each component for
+// arch against it; src maps an official URL to where it is read from.
+func fetchIndexes(ctx context.Context, a components.DebArchive, arch, keyring string, src func(string) string) (files []debFile, pkgs []components.DebPackage, err error) {
+	for i, suite := range a.Suites {
+		relURL := a.ReleaseURL(suite)
+		inURL := a.DistURL(suite, "InRelease")
+		inRel, err := httpGet(ctx, src(inURL), 32<<20)
+		if err != nil {
+			if i > 0 {
+				continue // an updates suite the source does not carry
+			}
+			return nil, nil, err
+		}
+		rel, err := gpgvClearSigned(keyring, inRel)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", src(inURL), err)
+		}
+		r, err := components.ParseRelease(rel)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", src(relURL), err)
+		}
+		files = append(files, debFile{url: relURL, name: "Release", arch: arch, data: rel}, debFile{url: inURL, arch: arch, data: inRel})
+		for _, comp := range a.Components {
+			ip := components.IndexPath(comp, arch)
+			ext := ".xz"
+			rf, ok := r.Files[ip+ext]
+			if !ok {
+				ext = ".gz"
+				if rf, ok = r.Files[ip+ext]; !ok {
+					return nil, nil, fmt.Errorf("%s lists no %s.xz or .gz", src(relURL), ip)
+				}
+			}
+			u := a.DistURL(suite, ip+ext)
+			data, err := httpGet(ctx, src(u), rf.Size)
+			if err != nil {
+				return nil, nil, err
+			}
+			if got := hexSum(data); got != rf.SHA256 {
+				return nil, nil, fmt.Errorf("%s: sha256 %s, but the signed Release file says %s", src(u), got, rf.SHA256)
+			}
+			var zr io.Reader
+			if ext == ".xz" {
+				zr, err = xz.NewReader(bytes.NewReader(data))
+			} else {
+				zr, err = gzip.NewReader(bytes.NewReader(data))
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", src(u), err)
+			}
+			ps, err := components.ParsePackages(zr)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", src(u), err)
+			}
+			pkgs = append(pkgs, ps...)
+			files = append(files, debFile{url: u, name: "Packages", arch: arch, data: data})
+		}
+	}
+	return files, pkgs, nil
 }
 
 // mustRel is the mirror path of an official URL (the URLs here are built
