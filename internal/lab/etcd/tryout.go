@@ -60,11 +60,19 @@ func storedData(e *labcheck.Env) ([]labcheck.Mistake, error) {
 	}()
 	var out []labcheck.Mistake
 	for _, n := range e.Cluster.ControlPlanes() {
-		// Each member gets its own time: one that does not answer must not
-		// use up the others'.
-		rctx, rcancel := context.WithTimeout(e.Ctx, t.Scaled(5*time.Second, 20*time.Second))
-		got, err := readThrough(rctx, t, n, key)
-		rcancel()
+		var got string
+		var err error
+		if ep := endpointOf(rep, n); ep != nil && !ep.OK {
+			// It did not answer its Status just now: a read would only wait
+			// for its deadline.
+			err = fmt.Errorf("it does not answer (%s)", ep.Err)
+		} else {
+			// Each member gets its own time: one that does not answer must
+			// not use up the others'.
+			rctx, rcancel := context.WithTimeout(e.Ctx, t.Scaled(5*time.Second, 20*time.Second))
+			got, err = readThrough(rctx, t, n, key)
+			rcancel()
+		}
 		if err == nil && got == value {
 			continue
 		}
@@ -98,18 +106,26 @@ func readThrough(ctx context.Context, t health.Target, n config.Node, key string
 	return string(resp.Kvs[0].Value), nil
 }
 
+// endpointOf is n's row of the etcd report, nil when there is none.
+func endpointOf(rep *health.EtcdReport, n config.Node) *health.EtcdEndpoint {
+	if rep == nil {
+		return nil
+	}
+	for i := range rep.Endpoints {
+		if rep.Endpoints[i].Node == n.Name {
+			return &rep.Endpoints[i]
+		}
+	}
+	return nil
+}
+
 // memberCause says, from the etcd report, why n's member likely cannot
 // serve a read, and the fix.
 func memberCause(c *config.Cluster, rep *health.EtcdReport, n config.Node) (evidence, fix string) {
 	if rep == nil {
 		return "the etcd members could not be asked", "khw status (ETCD) shows each member"
 	}
-	var ep *health.EtcdEndpoint
-	for i := range rep.Endpoints {
-		if rep.Endpoints[i].Node == n.Name {
-			ep = &rep.Endpoints[i]
-		}
-	}
+	ep := endpointOf(rep, n)
 	member := false
 	for _, m := range rep.Members {
 		if m.Name == n.Name {
