@@ -89,8 +89,9 @@ e2e-drills: deps mirror-deps
 	E2E_DRILLS=1 hack/e2e.sh
 
 ## e2e-labs: the cluster built by the 12 labs in order (khw lab NN --yes)
-## instead of khw up, then the witnesses, the no-op khw up, two hand-made
-## mistakes that khw lab check must name, and khw lab reset 04-etcd (root)
+## instead of khw up, then the witnesses, the no-op khw up, hand-made
+## mistakes (one node each) that khw lab check must name, a variant it must
+## pass, and khw lab reset 04-etcd (root)
 e2e-labs: deps mirror-deps
 	E2E_LABS=1 hack/e2e.sh
 
