@@ -214,7 +214,7 @@ func (c *Course) Grade(ctx context.Context, l Lab) (*Grade, error) {
 	if err != nil {
 		g.Warnings = append(g.Warnings, "the step's files could not be compared setting by setting: "+err.Error())
 	}
-	diffs, err = excuse(ctx, l, diffs, src, g)
+	diffs, err = applyExcuses(ctx, l, diffs, src, g)
 	if err != nil {
 		g.Warnings = append(g.Warnings, "a required node setting could not be judged: "+err.Error())
 	}
@@ -368,9 +368,9 @@ func (g *Grade) addStepDiffs(l Lab, diffs []steps.Diff) {
 	sort.SliceStable(g.Mistakes, func(i, j int) bool { return g.Mistakes[i].Lab < g.Mistakes[j].Lab })
 }
 
-// excuse moves the step's required-setting differences that lab l excuses
+// applyExcuses moves the step's required-setting differences that lab l excuses
 // on their node (Lab.excuse) to g's variants, and returns the others.
-func excuse(ctx context.Context, l Lab, diffs []steps.Diff, src labcheck.Source, g *Grade) ([]steps.Diff, error) {
+func applyExcuses(ctx context.Context, l Lab, diffs []steps.Diff, src labcheck.Source, g *Grade) ([]steps.Diff, error) {
 	if l.excuse == nil {
 		return diffs, nil
 	}

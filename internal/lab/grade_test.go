@@ -118,7 +118,7 @@ func TestRequiredSettingsAreMistakesUnlessExcused(t *testing.T) {
 		return grade.Finding{Node: d.Node, Kind: grade.Variant, What: "excused"}, d.Subject == "swap", nil
 	}
 	g := &Grade{}
-	rest, err := excuse(context.Background(), l, diffs, nil, g)
+	rest, err := applyExcuses(context.Background(), l, diffs, nil, g)
 	if err != nil {
 		t.Fatal(err)
 	}
