@@ -4,15 +4,14 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"path"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/lab/grade"
@@ -503,32 +502,13 @@ func Excuse(ctx context.Context, d steps.Diff, src labcheck.Source) (grade.Findi
 	if d.Subject != SubjectSwap && d.Subject != SubjectSwapFstab {
 		return grade.Finding{}, false, nil
 	}
-	path := kubeletConfigPath
-	unit, err := src.Run(ctx, d.Node, labcheck.UnitShell("kubelet.service"))
-	if err != nil {
+	// ReadKubelet reads only through the source: no cluster, API or clock.
+	k, ms, err := labcheck.NewEnv(ctx, nil, src, nil, nil, time.Time{}).ReadKubelet(labid.Workers, d.Node)
+	if err != nil || len(ms) > 0 || k.Config.FailSwapOn == nil || *k.Config.FailSwapOn {
 		return grade.Finding{}, false, err
 	}
-	if v, ok := grade.Flag(grade.ExecStart(unit), "config"); ok {
-		path = v
-	}
-	data, err := src.ReadFile(ctx, d.Node, path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return grade.Finding{}, false, nil
-	}
-	if err != nil {
-		return grade.Finding{}, false, fmt.Errorf("read %s on %s: %w", path, d.Node, err)
-	}
-	var cfg struct {
-		FailSwapOn *bool `json:"failSwapOn"`
-	}
-	if yaml.Unmarshal(data, &cfg) != nil || cfg.FailSwapOn == nil || *cfg.FailSwapOn {
-		return grade.Finding{}, false, nil
-	}
 	return grade.Finding{Lab: labid.Workers, Node: d.Node, Kind: grade.Variant, Subject: d.Subject,
-		What:     d.Subject + " is on, and the kubelet is told to run with it (failSwapOn: false in " + kubeletConfigPath + ")",
+		What:     d.Subject + " is on, and the kubelet is told to run with it (failSwapOn: false in " + k.ConfigPath + ")",
 		Why:      "the kubelet then starts with swap; by default pods still may not use it (memorySwap.swapBehavior NoSwap)",
 		Evidence: d.Evidence}, true, nil
 }
-
-// kubeletConfigPath is where the kubelet's --config points on khw's nodes.
-const kubeletConfigPath = "/var/lib/kubelet/kubelet-config.yaml"
