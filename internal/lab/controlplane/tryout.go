@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -84,7 +83,7 @@ func storedSecret(e *labcheck.Env) ([]labcheck.Mistake, error) {
 		cancel()
 		if err != nil {
 			out = append(out, labcheck.Mistake{Lab: lab, Node: n.Name, Kind: grade.Breaks, Subject: "store through " + n.Name,
-				What:     "a Secret cannot be stored through the apiserver on " + n.Name + ": " + oneLine(err),
+				What:     "a Secret cannot be stored through the apiserver on " + n.Name + ": " + labcheck.OneLine(err),
 				Evidence: "POST /api/v1/namespaces/" + tryoutNamespace + "/secrets at https://" + n.IP + " as admin",
 				Fix:      "on " + n.Name + ": systemctl status kube-apiserver and journalctl -u kube-apiserver (its /readyz?verbose names the failing check); khw lab check 04 if etcd is the cause"})
 			continue
@@ -104,7 +103,7 @@ func storedSecret(e *labcheck.Env) ([]labcheck.Mistake, error) {
 			}
 			what := fmt.Sprintf("a Secret stored through %s's apiserver cannot be read back through %s's", s.by.Name, r.Name)
 			if err != nil {
-				what += ": " + oneLine(err)
+				what += ": " + labcheck.OneLine(err)
 			} else {
 				what += ": it reads other data"
 			}
@@ -149,6 +148,3 @@ func encryptionConfigSum(e *labcheck.Env, n config.Node) (sum, path string) {
 	h := sha256.Sum256(data)
 	return hex.EncodeToString(h[:]), p
 }
-
-// oneLine is err's text on one line.
-func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }

@@ -50,7 +50,7 @@ func storedData(e *labcheck.Env) ([]labcheck.Mistake, error) {
 	}
 	if err != nil {
 		return []labcheck.Mistake{{Lab: labid.Etcd, Kind: grade.Breaks, Subject: "etcd write",
-			What:     "nothing can be stored in etcd: a write through the members failed (" + oneLine(err) + "); the apiservers cannot store anything either",
+			What:     "nothing can be stored in etcd: a write through the members failed (" + labcheck.OneLine(err) + "); the apiservers cannot store anything either",
 			Evidence: clusterEvidence(rep), Fix: clusterFix(e.Cluster, rep)}}, nil
 	}
 	defer func() {
@@ -78,7 +78,7 @@ func storedData(e *labcheck.Env) ([]labcheck.Mistake, error) {
 		}
 		what := fmt.Sprintf("a key just stored in etcd cannot be read back through the member on %s", n.Name)
 		if err != nil {
-			what += ": " + oneLine(err)
+			what += ": " + labcheck.OneLine(err)
 		} else {
 			what += fmt.Sprintf(": it answers %q instead (a member of another etcd cluster)", got)
 		}
@@ -181,6 +181,3 @@ func memberNames(rep *health.EtcdReport) string {
 	}
 	return strings.Join(names, ", ")
 }
-
-// oneLine is err's text on one line.
-func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }

@@ -1,6 +1,8 @@
 package labcheck
 
 import (
+	"strings"
+
 	"github.com/khw-dev/khw/internal/lab/grade"
 )
 
@@ -47,3 +49,6 @@ func (u UnitCmd) Evidence(name string) string {
 	}
 	return u.Unit + " has no --" + name
 }
+
+// OneLine is err's text on one line, for a finding's What.
+func OneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
