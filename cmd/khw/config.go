@@ -14,11 +14,8 @@ func newConfigCmd(a *app) *cobra.Command {
 	cmd.AddCommand(&cobra.Command{
 		Use:   "validate",
 		Short: "Check cluster.yaml and list every problem with its fix",
-		Long: `Check cluster.yaml strictly: unknown fields, bad addresses, overlapping node,
-pod and service networks, duplicate names/IPs/podCIDRs, the number of load
-balancers and control planes, versions, PKI settings. Every problem names the
-field, the bad value and the fix. Exit code 3 when the file is invalid.`,
-		Args: exactArgs(0),
+		Long:  help("config-validate"),
+		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d, c, err := a.load()
 			if err != nil {

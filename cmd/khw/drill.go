@@ -19,70 +19,14 @@ import (
 	"github.com/khw-dev/khw/internal/state"
 )
 
-const breakLong = `Run a failover drill: break something real in the cluster, watch what the
-cluster does from outside, heal it, and report what happened against what
-etcd and Kubernetes promise.
-
-What can be broken:
-  etcd --count N [--nodes cp1,cp2]   stop etcd on N control planes. The
-                                     current leader goes first, so that
-                                     --count 1 shows an election. etcd needs
-                                     a quorum (2 of 3) for every write and
-                                     linearizable read: --count 2 takes it away.
-  apiserver --count N [--nodes …]    stop kube-apiserver on N control planes
-                                     (the holder of the controller-manager
-                                     Lease first). HAProxy routes around them.
-  node NAME                          power a node off at once (no shutdown),
-                                     through the provider: cp2, w1, lb …
-  lb                                 stop HAProxy on the load balancer.
-  kubelet WORKER                     stop the kubelet on one worker: its pods
-                                     keep running, the Node turns NotReady.
-
-While it runs, khw samples, twice a second (every 2 s on TCG VMs, whose
-emulated control plane would be swamped) and each on a new connection: an
-API read and an API write through the load balancer, every etcd member's
-status (leader, raft term), /readyz of each apiserver directly,
-the kube-controller-manager and kube-scheduler Leases (holder,
-leaseTransitions), HAProxy's view of its backends (its stats page, read on
-lb through SSH), a web pod on every worker through its node port (the data
-plane), and the Ready condition of every Node. Changes print as they happen.
-
-With --for, khw heals after that long; Ctrl-C heals early. Without it, the
-cluster stays broken until you run khw heal (from any shell, later: the
-drill is kept in the state directory); Ctrl-C then stops watching and leaves
-it broken.
-
-The report (Markdown and JSON) lands in <state>/drills/<id>/: detection time
-per signal, the windows of API unavailability, leader and raft term changes,
-Lease moves, time to recover after the heal, and a verdict per expectation.
-The probe workload (DaemonSet and NodePort Service "web", ConfigMap "probe")
-lives in the namespace khw-drill, kept between drills.
-
-Guard rails: khw refuses to start on an unhealthy cluster (a node not
-running, etcd not all healthy, an apiserver not ready, a Lease not held, a
-Node NotReady or under memory/disk/PID pressure; khw status shows why) and
-to break every etcd member or apiserver, unless --force. Only nodes
-of cluster.yaml are touched, never the machine khw runs on. One drill at a
-time: khw break holds the cluster lock until the drill ends, so khw up,
-power, lab … wait for it; khw heal, status, shell and kubectl work
-meanwhile.
-
-Exit status: 0 when every expectation held, 1 when one failed (or the drill
-could not run), 2 for a bad command line, 130 when interrupted (with --for
-the cluster was healed first; without it, it is still broken).`
-
 func newBreakCmd(a *app) *cobra.Command {
 	var spec drill.Spec
 	var nodes string
 	cmd := &cobra.Command{
-		Use:   "break etcd|apiserver|node|lb|kubelet [NODE]",
-		Short: "Run a failover drill (etcd, apiserver, node, LB, kubelet)",
-		Long:  breakLong,
-		Example: `  khw break etcd --count 1 --for 30s     # one member down: the API stays up, one election
-  khw break etcd --count 2 --for 30s     # quorum lost: reads and writes time out
-  khw break node cp2 --for 40s           # power cp2 off: HAProxy and the Leases move
-  khw break kubelet w2 --for 70s         # pods keep serving; w2 turns NotReady
-  khw break etcd --count 2               # stay broken; then, from any shell: khw heal`,
+		Use:       "break etcd|apiserver|node|lb|kubelet [NODE]",
+		Short:     "Run a failover drill (etcd, apiserver, node, LB, kubelet)",
+		Long:      help("break"),
+		Example:   help("break.example"),
 		Args:      cobra.RangeArgs(1, 2),
 		ValidArgs: []string{"etcd", "apiserver", "node", "lb", "kubelet"},
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -114,22 +58,11 @@ func newBreakCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-const healLong = `Restore what the active drill broke: start the stopped units (systemctl
-start) or power the node back on. Works from any shell, any time after
-khw break: the drill is kept in <state>/drills/.
-
-When the khw break that started the drill is still watching, it sees the heal
-and writes the report. Otherwise khw heal watches until every signal is
-healthy again (at most 2 minutes) and writes the report itself.
-
-Exit status: 0 when healed (and, if it wrote the report, every expectation
-held) or when no drill is active; 1 otherwise.`
-
 func newHealCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:     "heal",
 		Short:   "Heal what khw break broke and write the drill report",
-		Long:    healLong,
+		Long:    help("heal"),
 		Example: "  khw heal",
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -31,19 +31,9 @@ func newEncryptionCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "encryption",
 		Short: "Create or check the encryption-at-rest config for Secrets",
-		Long: `Create encryption-config.yaml (EncryptionConfiguration, apiserver.config.k8s.io/v1)
-for Secrets: the aescbc provider with key1 (32 random bytes) first, identity
-last. The apiserver writes with the first provider and reads with whichever
-provider's prefix matches, so once this is in place every new Secret is
-stored in etcd as k8s:enc:aescbc:v1:key1:... instead of plain text.
-
-An existing file is validated, never regenerated: a new key would make every
-Secret already encrypted with the old one unreadable. To change keys use
-` + "`khw encryption rotate`" + ` (new key first, old key kept to read old data), rewrite
-all Secrets, then ` + "`khw encryption prune`" + `.
-See https://kubernetes.io/docs/tasks/administer-cluster/encrypt-data/`,
-		Args: exactArgs(0),
-		RunE: encryptionRun(a, func(p string) (*encryption.Result, error) { return encryption.Reconcile(p, nil) }),
+		Long:  help("encryption"),
+		Args:  exactArgs(0),
+		RunE:  encryptionRun(a, func(p string) (*encryption.Result, error) { return encryption.Reconcile(p, nil) }),
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "rotate",

@@ -18,41 +18,6 @@ import (
 	"github.com/khw-dev/khw/internal/config"
 )
 
-const fetchLong = `Download every artifact the cluster needs for one CPU architecture, verify
-it, and keep it in the artifact cache: the Kubernetes binaries (dl.k8s.io),
-etcd, containerd, runc, the CNI plugins and crictl (GitHub releases), the
-pause, CoreDNS and agnhost images (registry.k8s.io), and with the libvirt
-provider the Ubuntu 24.04 cloud image. Versions come from cluster.yaml's
-versions section; URLs and archive contents from khw's catalog
-(docs/catalog.md).
-
-Verification (docs/catalog.md "Trust model"): without a mirror each download
-is checked against the SHA-256 in the checksum file its project publishes
-over HTTPS (e.g. kubectl.sha256, etcd's SHA256SUMS) or a digest pinned in
-the catalog; images pulled from a registry are checked by the registry's
-content addressing. A mismatch is an error and nothing is kept. No download
-may exceed the catalog's size bound for it.
-
-Mirror: --mirror or $KHW_MIRROR reads https://HOST/PATH from MIRROR/HOST/PATH,
-where MIRROR is a directory or an http(s) base URL, e.g. one made with
-` + "`khw mirror export`" + ` and served with ` + "`khw mirror serve`" + `. A mirror is trusted
-only through its pin: --mirror-digest or $KHW_MIRROR_DIGEST, the sha256 of
-its khw-mirror.json that ` + "`khw mirror export`" + ` prints. khw checks the
-manifest against the pin and every file against the manifest (digest and
-size); a mirror without a pin is refused.
-
-Cache: --cache-dir or $KHW_CACHE_DIR (default $XDG_CACHE_HOME/khw/artifacts,
-else ~/.cache/khw/artifacts). Files are stored by their SHA-256 with the
-source that named it; what is already cached is re-hashed and not downloaded
-again, so a fetch works offline once the mirror is gone. A cache that another
-user can write to is refused. An interrupted download (Ctrl-C, a dropped
-connection) resumes where it stopped.`
-
-const fetchExample = `  khw fetch                                  # everything, for the cluster's arch
-  khw fetch --arch amd64 --only kubectl,etcd
-  khw fetch --mirror /media/usb/khw-mirror --mirror-digest sha256:<hex>   # offline, from a directory
-  khw fetch --mirror http://192.168.1.5:8080 --mirror-digest sha256:<hex> # from a classroom server`
-
 // artifactFlags are the flags fetch and mirror export share.
 type artifactFlags struct {
 	arch     string
@@ -232,8 +197,8 @@ func newFetchCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "fetch",
 		Short:   "Download, verify and cache every binary and image needed",
-		Long:    fetchLong,
-		Example: fetchExample,
+		Long:    help("fetch"),
+		Example: help("fetch.example"),
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			_, c, err := a.load()

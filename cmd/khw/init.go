@@ -14,32 +14,13 @@ import (
 	"github.com/khw-dev/khw/internal/state"
 )
 
-const initLong = `Write cluster.yaml, the desired state of a new cluster, and create the
-cluster's state directory (mode 0700; a directory that exists keeps its
-mode). The state directory may not be a system or home directory such as /,
-/tmp, /var, /home or $HOME: khw creates, replaces and removes files in it.
-
-The file describes the HA cluster of "Kubernetes the Hard Way": one load
-balancer, three control planes and three workers on 192.168.122.0/24, service
-CIDR 10.32.0.0/24 (the kubernetes Service is 10.32.0.1, cluster DNS 10.32.0.10),
-pod CIDR 10.200.0.0/16 with a /24 per worker, and w3 joining by TLS bootstrap.
-Every field is commented; edit it before ` + "`khw up`" + ` to change the topology.
-
-Providers:
-  libvirt  VMs from Ubuntu 24.04 cloud images (the main path on an ARM or x86
-           Linux host with KVM; without KVM, QEMU's TCG emulation, ~15× slower)
-  nspawn   the same nodes as systemd-nspawn system containers inside the
-           network namespace khw-<name>: no KVM needed, boots in seconds
-
-An existing cluster.yaml is never overwritten unless --force is given.`
-
 func newInitCmd(a *app) *cobra.Command {
 	var name, arch, provider string
 	var force bool
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Write cluster.yaml for a new cluster and its state dir",
-		Long:  initLong,
+		Long:  help("init"),
 		Example: `  khw init                                  # cluster "khw", this host's arch, libvirt
   khw init --name lab --arch amd64 --provider nspawn
   khw init --force                          # start over from the defaults`,

@@ -21,42 +21,10 @@ import (
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/lab"
-	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/labs"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
 )
-
-// labIDs writes the catalogue's IDs into a help text, so that an ID is
-// written once (package labid): {etcd} is lab 04's, {smoke} lab 11's.
-var labIDs = strings.NewReplacer("{etcd}", labid.Etcd, "{smoke}", labid.Smoke).Replace
-
-var labLong = `Walk Kubernetes the Hard Way one lab at a time. The labs are the steps of
-khw up, then a failover drill, each with its text:
-
-` + lab.IDTable(5) + `
-
-khw lab {etcd} (= khw lab run {etcd}; "04", "4" and "etcd" work too)
-  1. shows the lab text: why the step exists, what khw does, what to observe,
-     the mistakes people make (--plain: as plain Markdown);
-  2. refuses if an earlier lab is not done, and names it (--force: go anyway);
-  3. snapshots every node and the state directory ("before-{etcd}"), so that
-     khw lab reset 04 can put everything back;
-  4. shows each change as the shell commands it stands for, grouped by node,
-     and asks before applying (--yes: do not ask). Say no, and you can type
-     the commands yourself, then grade your work with khw lab check 04;
-  5. checks the result, then runs the lab's read-only "observe" commands
-     (the etcd member list, the Leases, the CSRs …) inside khw shell.
-
-khw lab list           every lab: done, not done, or drifted (done once, now
-                       differs, and how), from each step's own check
-khw lab check 04       grade a step done by hand on the live nodes: each
-                       mistake with its evidence, the fix and its lab
-khw lab reset 04       put the nodes and the state directory back to what they
-                       were before lab 04; labs 04-12 are then not done
-
-Exit status: 0 success (check: no mistake), 1 a lab failed or check found
-mistakes, 2 bad command line (unknown lab), 130 interrupted.`
 
 type labOpts struct {
 	yes, force, plain bool
@@ -65,14 +33,10 @@ type labOpts struct {
 func newLabCmd(a *app) *cobra.Command {
 	var o labOpts
 	cmd := &cobra.Command{
-		Use:   "lab [LAB]",
-		Short: "The hard way one lab at a time: run, check, reset, list",
-		Long:  labIDs(labLong),
-		Example: labIDs(`  khw lab list
-  khw lab {etcd}
-  khw lab run 05 --yes
-  khw lab check {etcd}
-  khw lab reset {etcd}`),
+		Use:               "lab [LAB]",
+		Short:             "The hard way one lab at a time: run, check, reset, list",
+		Long:              help("lab"),
+		Example:           help("lab.example"),
 		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: completeLab,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -83,19 +47,10 @@ func newLabCmd(a *app) *cobra.Command {
 		},
 	}
 	runCmd := &cobra.Command{
-		Use:   "run LAB",
-		Short: "Run one lab: text, snapshot, changes (asking first), check",
-		Long: labIDs(`Run one lab (khw lab LAB is the same). LAB is an ID such as {etcd}, its
-number (04 or 4) or its name (etcd).
-
-khw shows the lab's text, refuses when an earlier lab is not done (--force
-goes anyway), snapshots every node and the state directory so that khw lab
-reset LAB can go back, shows each change as the shell commands it stands
-for, node by node, and asks before applying (--yes: do not ask; say no and
-type the commands yourself, then grade them with khw lab check LAB). Then it
-checks the result and runs the lab's read-only observe commands in khw
-shell. Lab 12 runs a failover drill (khw break etcd --count 1 --for 20s).`),
-		Example:           labIDs("  khw lab run {etcd}\n  khw lab run 5 --yes\n  khw lab run etcd --plain"),
+		Use:               "run LAB",
+		Short:             "Run one lab: text, snapshot, changes (asking first), check",
+		Long:              help("lab-run"),
+		Example:           helpVars.Replace("  khw lab run {etcd}\n  khw lab run 5 --yes\n  khw lab run etcd --plain"),
 		Args:              exactArgs(1),
 		ValidArgsFunction: completeLab,
 		RunE:              func(cmd *cobra.Command, args []string) error { return runLab(cmd.Context(), a, args[0], o) },
@@ -120,22 +75,9 @@ shell. Lab 12 runs a failover drill (khw break etcd --count 1 --for 20s).`),
 	}
 	listCmd.Flags().StringVarP(&listOut, "output", "o", "text", "output format: text or json")
 	checkCmd := &cobra.Command{
-		Use:   "check LAB",
-		Short: "Grade a lab done by hand: each mistake, its evidence and fix",
-		Long: `Grade a step on the live nodes. khw reads what is really there (certificates,
-unit files and their flags, kernel settings, the CNI config, routes, API
-objects) and names each mistake with the evidence, the fix, and the lab it
-belongs to. A config file that differs from khw's own is compared setting by
-setting (a unit flag by flag; YAML, TOML, HAProxy key by key): a setting that
-breaks the cluster, weakens its security, or differs from the node's peers
-(every control plane, every worker) is a mistake, with what it breaks; any
-other difference is a correct hand-made variant, listed apart with what the
-setting does (the comment of khw's template). Every node must be running.
-Labs without detectors are graded by their step's own check alone (01: every
-machine runs and answers SSH; 11: the smoke tests); lab 12 passes once a
-drill has passed its verdict since the last reset.
-
-` + lab.DetectorHelp(),
+		Use:               "check LAB",
+		Short:             "Grade a lab done by hand: each mistake, its evidence and fix",
+		Long:              help("lab-check"),
 		Args:              exactArgs(1),
 		ValidArgsFunction: completeLab,
 		RunE:              func(cmd *cobra.Command, args []string) error { return labCheck(cmd.Context(), a, args[0]) },

@@ -18,33 +18,11 @@ import (
 	"github.com/khw-dev/khw/internal/state"
 )
 
-const mirrorLong = `A mirror holds every file khw downloads, at its official path, so that
-machines without internet access (or 30 laptops in a classroom) fetch from it
-instead: https://HOST/PATH is read from MIRROR/HOST/PATH.
-
-Layout (docs/catalog.md "Mirror layout"):
-  dl.k8s.io/release/v1.37.2/bin/linux/arm64/kubelet            (+ .sha256)
-  github.com/etcd-io/etcd/releases/download/v3.7.3/etcd-v3.7.3-linux-arm64.tar.gz
-  github.com/etcd-io/etcd/releases/download/v3.7.3/SHA256SUMS
-  ...
-  registry.k8s.io/pause/3.10.2/image-linux-arm64.tar            (+ .sha256)
-  khw-mirror.json               (the manifest: every file with its sha256 and size)
-
-Trust: a machine that uses the mirror believes nothing it serves until
-khw-mirror.json has the digest the user pinned (--mirror-digest sha256:<hex>
-or $KHW_MIRROR_DIGEST), then checks every file against the manifest.
-` + "`khw mirror export`" + ` prints that digest; hand it out with the address
-(on the board, in the course notes), not through the mirror itself.
-
-Images have no official file path; khw stores each as
-<registry>/<repository>/<tag>/image-linux-<arch>.tar, an image tarball that
-` + "`ctr -n k8s.io images import`" + ` accepts, with its SHA-256 next to it.`
-
 func newMirrorCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "mirror",
 		Short: "Make and serve a mirror of every artifact (offline, classroom)",
-		Long:  mirrorLong,
+		Long:  help("mirror"),
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cmd.Help()
@@ -61,23 +39,7 @@ func newMirrorExportCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "export DIR",
 		Short: "Write everything the cluster needs into DIR, mirror layout",
-		Long: `Fetch (or take from the cache) every artifact the cluster needs, verified as
-` + "`khw fetch`" + ` does, and write it into DIR under its official path, with
-checksum files in the format the project publishes them, recreated for what
-khw verified (a shared file such as etcd's SHA256SUMS lists the exported
-files only). Images go to <registry>/<repository>/<tag>/image-linux-<arch>.tar.
-Exporting again adds to DIR and rewrites only what changed.
-
-Another machine then uses it with --mirror DIR (e.g. from a USB stick), or
-over HTTP after ` + "`khw mirror serve DIR`" + `.
-
-With --node-debs MANIFEST (the node image's package list, lines
-name<TAB>version, as Ubuntu publishes beside its cloud images) it also
-writes the distribution packages khw installs on such nodes (haproxy,
-iproute2, iptables, jq and the dependencies the image lacks) with the
-archive's InRelease, Release and Packages index, so that nodes without
-network get them from the mirror. Each InRelease must be signed by a key
-khw pins for that archive, found in --debs-keyring.`,
+		Long:  help("mirror-export"),
 		Example: `  khw mirror export /media/usb/khw-mirror
   khw mirror export ./mirror --arch amd64,arm64   # a classroom with both kinds of laptop
   khw mirror export ./mirror --node-debs ubuntu-24.04-server-cloudimg-amd64.manifest`,
@@ -226,20 +188,7 @@ func newMirrorServeCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve DIR",
 		Short: "Serve a mirror directory over HTTP (read-only)",
-		Long: `Serve DIR, a mirror made by ` + "`khw mirror export`" + ` (or by hand with the same
-layout), over plain HTTP, read-only: GET and HEAD only, Range requests
-supported so clients resume, dot-files hidden, no symlink out of DIR
-followed. Each request is logged on stderr. SIGINT (Ctrl-C) or SIGTERM stops
-the server: requests in flight get up to 10 s to finish, then are closed.
-
-Clients trust the mirror only through its pin, the sha256 of khw-mirror.json
-that this command and ` + "`khw mirror export`" + ` print: they check the manifest
-against it and every file against the manifest, so plain HTTP is safe on a
-network you do not trust as long as the pin reaches students another way.
-Timeouts: 10 s for a request's headers, 30 s for the request, 2 min idle
-keep-alive, and 1 min for each write to a client to make progress (a download
-itself may take as long as it needs). A directory that does not look like a
-mirror is refused, so a typo cannot publish your home directory.`,
+		Long:  help("mirror-serve"),
 		Example: `  khw mirror serve ./mirror                          # http://127.0.0.1:8080/
   khw mirror serve ./mirror --listen 0.0.0.0:8080    # for the classroom
   khw fetch --mirror http://<this host>:8080 --mirror-digest sha256:<pin it prints>   # on each laptop`,

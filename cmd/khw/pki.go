@@ -16,44 +16,13 @@ import (
 	"github.com/khw-dev/khw/internal/pki"
 )
 
-const pkiLong = `Make the cluster's PKI with cfssl (used as a library): one CA and a cert per
-identity, each with the subject, SANs and usages Kubernetes expects.
-
-  cert                      CN                              O
-  ca                        the cluster CA (signs everything; the controller-
-                            manager also signs kubelet CSRs with it)
-  admin                     admin                           system:masters
-  w1, w2                    system:node:wN                  system:nodes
-  kube-controller-manager   system:kube-controller-manager  system:kube-controller-manager
-  kube-scheduler            system:kube-scheduler           system:kube-scheduler
-  kube-proxy                system:kube-proxy               system:node-proxier
-  kubernetes                kubernetes                      Kubernetes   (apiserver + etcd serving,
-                            18 SANs: service IP, 127.0.0.1, cps, lb and their names)
-  service-account           service-accounts                Kubernetes   (signs ServiceAccount tokens)
-
-The apiserver reads a client cert's CN as the user and O as the groups; that is
-all the identity a cert carries. w3 (tlsBootstrap: true) gets no cert here: its
-kubelet asks the cluster for one with a CSR.
-
-Beside each cert: <name>-csr.json (the cfssl request) and ca-config.json, so you
-can make the same cert by hand (` + "`khw pki inspect NAME`" + ` prints the exact command;
-the profile decides the usages: client for client-only identities such as
-admin, kubernetes for certs that also serve):
-  cfssl gencert -ca=ca.pem -ca-key=ca-key.pem -config=ca-config.json \
-    -profile=client admin-csr.json | cfssljson -bare admin
-
-Re-running keeps every valid cert (same serial) and reissues only what changed,
-with the reason: a SAN set that no longer matches (a control plane was added),
-a cert that expires within pki.renewBefore, a key that does not match its cert,
-a cert not signed by the current CA.`
-
 func newPKICmd(a *app) *cobra.Command {
 	var dryRun, newCA, newSAKey bool
 	var output string
 	cmd := &cobra.Command{
 		Use:   "pki",
 		Short: "Create or reconcile the CA and every component certificate",
-		Long:  pkiLong,
+		Long:  help("pki"),
 		Example: `  khw pki                 # create what is missing, reissue what changed
   khw pki --dry-run       # say what would change
   khw pki inspect admin   # who is this cert, and what may it do?`,
@@ -125,11 +94,7 @@ func newPKIInspectCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "inspect [NAME]",
 		Short: "Show a certificate: subject, SANs, usages, validity, identity",
-		Long: `Show a certificate of the cluster (all of them without NAME): subject, issuer,
-serial, SANs, key usages and extended key usages, validity, and the identity the
-apiserver derives from it as a client cert (user = CN, groups = O, as in
-k8s.io/apiserver/pkg/authentication/request/x509) with what that identity may
-do, e.g. "system:masters → cluster-admin".`,
+		Long:  help("pki-inspect"),
 		Example: `  khw pki inspect kubernetes
   khw pki inspect w1 -o json`,
 		Args: maxArgs(1),

@@ -138,56 +138,13 @@ func (a *app) load() (state.Dir, *config.Cluster, error) {
 	return d, c, nil
 }
 
-const rootLong = `khw builds a real, highly available Kubernetes cluster "the hard way":
-one CA and every certificate with cfssl, every kubeconfig, every systemd unit,
-etcd x3, three control planes behind HAProxy, workers, a pod network, CoreDNS,
-and a worker (w3) that joins by TLS bootstrap. Nothing is hidden: every file
-khw makes is in the cluster's state directory, with the cfssl request beside
-each certificate and a comment on each flag of each unit.
-
-The default cluster (khw init):
-  lb  192.168.122.10   HAProxy in front of the three apiservers (:6443)
-  cp1 192.168.122.11   etcd, kube-apiserver, controller-manager, scheduler
-  cp2 192.168.122.12   (same)
-  cp3 192.168.122.13   (same)
-  w1  192.168.122.21   containerd, kubelet, kube-proxy; podCIDR 10.200.0.0/24
-  w2  192.168.122.22   (same); podCIDR 10.200.1.0/24
-  w3  192.168.122.23   joins by TLS bootstrap; podCIDR 10.200.2.0/24
-
-Where things live:
-  state directory  --state-dir or $KHW_STATE_DIR (default $XDG_STATE_HOME/khw,
-                   else ~/.local/state/khw); one sub-directory per cluster
-                   (made with mode 0700), holding cluster.yaml, pki/,
-                   kubeconfigs/, encryption-config.yaml, nodes/ and
-                   manifests/. A system or home directory (/, /tmp, /var,
-                   /home, $HOME …) is refused: the state directory is khw's.
-  cluster          --cluster or $KHW_CLUSTER; defaults to the only cluster
-                   in the state directory.
-
-Exit codes: 0 success, 1 the operation failed, 2 bad command line,
-3 an input file (cluster.yaml, a cert) is invalid and nothing was changed,
-127 khw shell -- CMD: no such command, 130 interrupted (Ctrl-C; run the
-command again to continue). khw shell and khw kubectl pass on the exit
-code of what they ran.`
-
-const rootExample = `  # Describe a cluster, then make its certificates, kubeconfigs and node files
-  khw init --provider nspawn
-  khw pki
-  khw pki inspect kubernetes
-  khw kubeconfig
-  khw encryption
-  khw render
-
-  # Shell completion (bash; also zsh, fish, powershell)
-  source <(khw completion bash)`
-
 func newRootCmd(out, errOut io.Writer) *cobra.Command {
 	a := &app{out: out, errOut: errOut}
 	root := &cobra.Command{
 		Use:           "khw",
 		Short:         "Kubernetes the Hard Way, automated and explained",
-		Long:          rootLong,
-		Example:       rootExample,
+		Long:          help("root"),
+		Example:       help("root.example"),
 		Version:       version,
 		SilenceErrors: true,
 		SilenceUsage:  true,

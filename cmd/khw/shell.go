@@ -24,66 +24,12 @@ import (
 	"github.com/khw-dev/khw/internal/vm"
 )
 
-const shellLong = `Open a shell, or run one command, on "the jumpbox": a place where the
-cluster's nodes are reachable by name, kubectl talks to the cluster as
-admin, and ssh logs in to any node.
-
-The network namespace. With provider nspawn the nodes (lb 192.168.122.10,
-cp1 .11 …) sit on a bridge inside the cluster's own network namespace,
-khw-<cluster>: a separate copy of the kernel's network stack with its own
-interfaces, addresses, routes and firewall, made by khw up. Nothing in the
-host's normal (root) namespace routes to them, so ping, ssh or kubectl fail
-there. khw shell moves itself into that namespace (setns(2), what
-` + "`ip netns exec khw-<cluster>`" + ` does) and then becomes your shell, so
-everything you start from it sees the bridge khw0, the nodes and the
-jumpbox's own address on that network (network.gateway, 192.168.122.1).
-
-The hosts file. admin.kubeconfig names its server https://lb:6443 and you
-want to type ssh cp1, so the node names must resolve. khw writes
-<state>/hosts (every node as NAME and NAME.<network.domain>, the same lines
-the nodes have in their /etc/hosts) and bind-mounts it over /etc/hosts in a
-private mount namespace that only this shell and its children see: the
-trick ip netns exec plays with /etc/netns/<ns>/hosts. The host's /etc/hosts
-is not changed and other programs see no difference.
-
-Inside the shell:
-  KUBECONFIG      <state>/kubeconfigs/admin.kubeconfig (user admin, group
-                  system:masters), so plain kubectl works
-  PATH            <state>/bin first: kubectl of the cluster's Kubernetes
-                  version for this host (installed as by khw kubectl)
-  KHW_CLUSTER, KHW_STATE_DIR
-                  so khw commands run in the shell pick this cluster
-  KHW_SSH_CONFIG  <state>/ssh/config: ssh -F "$KHW_SSH_CONFIG" cp1 logs in
-                  as ubuntu (sudo without password) with khw's key, and
-                  refuses a node whose host key is not the one khw pinned
-                  (add alias ssh='ssh -F "$KHW_SSH_CONFIG"' for short)
-  KHW_NETNS       khw-<cluster>, e.g. for your prompt
-
-How to leave: exit (or Ctrl-D). Nothing needs undoing: khw shell replaced
-itself with the shell, the private mount namespace (and its /etc/hosts)
-ends with the shell's last process, and the network namespace belongs to
-the cluster: it stays until khw down.
-
-With -- CMD ARGS… the command runs instead of a shell (looked up in the
-PATH above) and its exit code becomes khw's. The shell is $SHELL, else bash,
-else /bin/sh.
-
-Provider libvirt: the VMs are on a bridge of the host itself, so there is no
-namespace to enter; the shell gets the same variables and hosts file.
-Needs root (entering namespaces and mounting are privileged).`
-
-const shellExample = `  khw shell
-  khw shell -- kubectl get nodes -o wide
-  khw shell -- sh -c 'ssh -F "$KHW_SSH_CONFIG" cp1 sudo systemctl is-active etcd'
-  khw shell -- getent hosts lb
-  sudo -E khw shell   # keep KHW_* and KHW_MIRROR when not already root`
-
 func newShellCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "shell [-- CMD ARGS...]",
 		Short:   "A shell (or CMD) in the cluster's network, kubectl and ssh ready",
-		Long:    shellLong,
-		Example: shellExample,
+		Long:    help("shell"),
+		Example: help("shell.example"),
 		Args:    cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d, c, err := a.load()
@@ -157,35 +103,12 @@ func ensureKubectl(ctx context.Context, c *config.Cluster, d state.Dir, progress
 	return jumpbox.EnsureKubectl(ctx, c, d, runtime.GOARCH, &f)
 }
 
-const kubectlLong = `Run kubectl against the cluster as admin, from where the cluster is
-reachable: exactly ` + "`khw shell -- kubectl ARGS...`" + ` (see khw help shell:
-inside the cluster's network namespace, node names resolving through
-<state>/hosts, KUBECONFIG=<state>/kubeconfigs/admin.kubeconfig).
-
-kubectl itself is <state>/bin/kubectl, of the cluster's Kubernetes version
-(cluster.yaml versions.kubernetes) for this host's architecture, taken from
-khw's component catalog like every other binary: from the artifact cache
-($KHW_CACHE_DIR), the mirror in $KHW_MIRROR (pinned by $KHW_MIRROR_DIGEST),
-or dl.k8s.io, verified as khw fetch verifies (khw help fetch). It is rewritten only when it differs; remove it to
-get a fresh copy.
-
-Everything after the word kubectl belongs to kubectl, flags included
-(khw kubectl -n kube-system get pods). khw's own flags (--state-dir,
---cluster/-c, -v) go before it: khw -c lab kubectl get nodes. So
-khw kubectl --help is kubectl's help; this text is khw help kubectl.
-The exit code is kubectl's. Needs root, like khw shell.`
-
-const kubectlExample = `  khw kubectl get nodes -o wide
-  khw kubectl -n kube-system get leases
-  khw -c lab kubectl get --raw '/readyz?verbose'
-  khw kubectl version`
-
 func newKubectlCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:                "kubectl [KUBECTL ARGS...]",
 		Short:              "Run kubectl as admin inside the cluster's network",
-		Long:               kubectlLong,
-		Example:            kubectlExample,
+		Long:               help("kubectl"),
+		Example:            help("kubectl.example"),
 		DisableFlagParsing: true,
 		Args:               cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -278,38 +201,12 @@ func splitKubectlArgs(name string, args, raw []string, khwFlags *pflag.FlagSet) 
 	return args[:i], args[i:]
 }
 
-const powerLong = `Power nodes off and on, as you would pull a machine's plug or press its
-power button: the tool of the failover labs (power off cp2 and watch the API
-stay up through the load balancer, the leases move and etcd elect a new
-leader).
-
-  khw power off NODE...          graceful: the node's systemd stops every
-                                 unit (kubelet, etcd, the apiserver…) and
-                                 shuts down, bounded by --timeout
-  khw power off --force NODE...  at once, like pulling the plug: every
-                                 process of the node is killed, nothing is
-                                 flushed or deregistered; what a crash
-                                 looks like to the rest of the cluster
-  khw power on NODE...           boot the node again; its units start as
-                                 on any boot
-
-It acts through the cluster's provider (nspawn: the systemd-nspawn process
-of the node; libvirt: the VM) and prints each node's result and how long it
-took. NODE is a name from cluster.yaml (lb, cp1 …); several nodes are
-handled at the same time. power on does not wait for the node: khw status
-shows when it is running again, and the services take a few seconds more.`
-
-const powerExample = `  khw power off cp2              # a control plane goes away cleanly
-  khw power off --force cp2 cp3  # two of three etcd members crash: quorum lost
-  khw power on cp2 cp3
-  khw status`
-
 func newPowerCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "power on|off NODE...",
 		Short:   "Power nodes off (gracefully or pulling the plug) and on",
-		Long:    powerLong,
-		Example: powerExample,
+		Long:    help("power"),
+		Example: help("power.example"),
 		Args:    cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
@@ -323,7 +220,7 @@ func newPowerCmd(a *app) *cobra.Command {
 	off := &cobra.Command{
 		Use:   "off NODE...",
 		Short: "Power nodes off: gracefully, or --force (pull the plug)",
-		Long:  powerLong,
+		Long:  help("power"),
 		Args:  nodeArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if timeout <= 0 {
@@ -348,7 +245,7 @@ func newPowerCmd(a *app) *cobra.Command {
 	on := &cobra.Command{
 		Use:   "on NODE...",
 		Short: "Power nodes on (boot them); khw status shows when they run",
-		Long:  powerLong,
+		Long:  help("power"),
 		Args:  nodeArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return powerNodes(cmd.Context(), a, args, "on", func(ctx context.Context, p vm.Provider, node string) (string, error) {

@@ -15,39 +15,6 @@ import (
 	"github.com/khw-dev/khw/internal/smoketest"
 )
 
-const smokeLong = `Run the smoke tests of Kubernetes the Hard Way against the running cluster,
-as admin through the load balancer, and show what proves each one:
-
-  encryption          create Secret kubernetes-the-hard-way (mykey=mydata) and
-                      read its raw value from etcd: it must start with the
-                      prefix of the first key of encryption-config.yaml
-                      (k8s:enc:aescbc:v1:key1:) and hold no plaintext
-  deployment          a Deployment of agnhost (netexec on :80) gets a Ready
-                      pod; the image is imported on the workers, not pulled
-  logs                the pod's logs, which the apiserver fetches from the
-                      kubelet on :10250
-  exec                cat /etc/hostname in the container prints the pod name
-  port-forward        a local port on this machine reaches the pod's port 80
-  nodeport            a NodePort Service answers on every worker's IP, also
-                      on workers without the pod (kube-proxy, pod routes)
-  dns                 from the pod, kubernetes.default.svc.<domain> resolves
-                      to the kubernetes Service IP through the cluster DNS
-  tls-bootstrap-node  a pod pinned to the worker that joined by TLS bootstrap
-                      serves logs and exec, and that kubelet's serving
-                      certificate on :10250 verifies against ca.pem
-
-Everything is created in the namespace khw-smoke, which is deleted at the
-end (and before, if an earlier run left it); --keep leaves it to look at.
-Each wait is bounded (--wait for each pod, a minute for the logs, the
-NodePorts and DNS to answer; both longer on slow VMs such as TCG, up to 15
-and 5 minutes), so a broken cluster fails with what was seen instead of
-hanging.
-
-Exit status: 0 when every check passed, 1 when one failed (or the cluster
-could not be reached). -o json prints
-  {"cluster", "namespace", "kept", "cleanupError",
-   "checks": [{"name", "ok", "skipped", "node", "evidence", "error", "durationNs"}]}`
-
 func newSmokeCmd(a *app) *cobra.Command {
 	var keep bool
 	var output string
@@ -55,7 +22,7 @@ func newSmokeCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "smoke",
 		Short:   "Smoke-test the cluster (encryption, pods, logs, exec, DNS…)",
-		Long:    smokeLong,
+		Long:    help("smoke"),
 		Example: "  khw smoke\n  khw smoke --keep\n  khw smoke -o json | jq '.checks[] | select(.ok | not)'",
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -16,52 +16,13 @@ import (
 	"github.com/khw-dev/khw/internal/steps"
 )
 
-var upLong = `Bring the cluster up, one lab step at a time, in order:
-
-` + lab.UpHelp() + `
-
-Each step first checks the actual state against cluster.yaml: files on the
-nodes (SHA-256, mode, owner), systemd units (enabled, active, started after
-the files they read changed) and the cluster's own answers. A step that is
-already done prints "✓ ID  Title  (clean)" and changes nothing; otherwise it
-fixes only what differs and checks again. So running khw up again is safe
-and quick, and after a failure (or Ctrl-C, or a crash) it continues where
-it stopped.
-
-The smoke tests ({smoke}) create pods and take seconds to minutes: when
-they passed after the last change khw up applied, and every earlier step is
-clean in this run, they are not run again and the step line says so;
---smoke runs them anyway (khw smoke runs them alone).
-
---dry-run checks and prints what would change with the equivalent shell
-commands, changing nothing (it writes no SSH key, log or lock file either).
---from and --until run a sub-range (both inclusive; "{etcd}", "04" or
-"etcd").
-
-Binaries come from the download cache (~/.cache/khw/artifacts), filled from
-$KHW_MIRROR (an offline mirror, see khw mirror; trusted only through its pin
-$KHW_MIRROR_DIGEST) or the official URLs, each checked as khw help fetch
-says.
-
-Logs: <state>/<cluster>/logs/<node>.log per node and
-<state>/<cluster>/logs/_khw.log (the runner's trail).
-Provider nspawn needs root (sudo); the first run builds the Debian node image
-with debootstrap into ~/.cache/khw/nspawn (a few minutes).`
-
-const upExample = `  khw up
-  khw up --dry-run
-  khw up --until {etcd}
-  khw up --from etcd --dry-run
-  khw status
-  khw down`
-
 func newUpCmd(a *app) *cobra.Command {
 	var opts steps.Options
 	cmd := &cobra.Command{
 		Use:     "up",
 		Short:   "Create the machines and build the cluster, step by step",
-		Long:    labIDs(upLong),
-		Example: labIDs(upExample),
+		Long:    help("up"),
+		Example: help("up.example"),
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// A dry-run changes nothing, so it takes no lock either (and
@@ -129,7 +90,7 @@ func newUpCmd(a *app) *cobra.Command {
 	f.BoolVar(&opts.DryRun, "dry-run", false, "check only: print what would change and the shell commands, change nothing")
 	f.StringVar(&opts.From, "from", "", "first step to run (ID, number or name, e.g. "+lab.IDs()[0]+")")
 	f.StringVar(&opts.Until, "until", "", "last step to run (ID, number or name)")
-	f.BoolVar(&opts.Recheck, "smoke", false, labIDs("run the smoke tests ({smoke}) even when nothing changed since they last passed"))
+	f.BoolVar(&opts.Recheck, "smoke", false, helpVars.Replace("run the smoke tests ({smoke}) even when nothing changed since they last passed"))
 	for _, flag := range []string{"from", "until"} {
 		cmd.RegisterFlagCompletionFunc(flag, func(_ *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
 			return lab.Complete(toComplete, true), cobra.ShellCompDirectiveNoFileComp
@@ -138,21 +99,11 @@ func newUpCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-const downLong = `Destroy everything the provider made for this cluster: every node
-(powered off at once, like pulling the plug, then its root directory or disk
-removed) and the cluster's network (nspawn: the network namespace
-khw-<cluster> with its bridge). The nodes' pinned SSH host keys
-(<state>/ssh/known_hosts) and the host keys khw generated for them
-(<state>/ssh/hostkeys) go too, and so do the lab progress and snapshots
-(<state>/labs) and an active drill's mark (drill reports stay).
-cluster.yaml, pki/, kubeconfigs/, the SSH key and the shared node image in
-~/.cache/khw stay, so khw up builds the same cluster again.`
-
 func newDownCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:     "down",
 		Short:   "Destroy the machines and network (the state dir stays)",
-		Long:    downLong,
+		Long:    help("down"),
 		Example: "  khw down\n  khw status",
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
