@@ -1,0 +1,373 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/khw-dev/khw/internal/labs"
+	"github.com/khw-dev/khw/internal/steps"
+)
+
+// UI is how the lab workflows (Run, Check, Reset) talk to the person at
+// the terminal: where text and warnings go, where answers come from, and
+// what the command line allowed.
+type UI struct {
+	Out, Err io.Writer
+	// In gives the answers to the questions before changes are applied
+	// and before a reset; when it ends, the question is an error that
+	// names the flag that skips it.
+	In io.Reader
+	// Yes applies without asking; Force runs a lab whose earlier labs are
+	// not done; Plain renders the text as plain Markdown.
+	Yes, Force, Plain bool
+	// Observe runs one read-only observe block (shell text) inside khw
+	// shell, writing its output to w (nil: the blocks are only shown).
+	Observe func(ctx context.Context, shell string, w io.Writer) error
+	// Drill runs the failover lab's drill (khw break etcd --count 1 --for
+	// 20s) under the caller's lock.
+	Drill func(ctx context.Context) error
+}
+
+func (u UI) say(format string, args ...any) { fmt.Fprintf(u.Out, format, args...) }
+
+// ErrStopped is returned by Run when the user answered no before the
+// changes were applied.
+var ErrStopped = errors.New("stopped before applying")
+
+// Run runs lab l with text t, as khw lab does: the text first (so it can
+// be read ahead); a refusal naming the first earlier lab not done (unless
+// ui.Force; a drifted lab does not block, khw lab check says whether the
+// drift is a mistake); the step's check; when something differs, a
+// snapshot of every node and the state directory, each change with the
+// shell commands it stands for grouped by node, a question per node
+// (unless ui.Yes) and the step applied; then the lab marked done and its
+// observe blocks run. The failover lab runs ui.Drill instead of a step.
+// Errors: the step's check or apply failed, the user said no
+// (ErrStopped, wrapped with what to do), the snapshot or the progress file
+// could not be written.
+func (c *Course) Run(ctx context.Context, l Lab, t labs.Lab, ui UI) error {
+	t.Render(ui.Out, ui.Plain)
+	missing, err := c.EarlierNotDone(ctx, l, ui.Force)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		if !ui.Force {
+			return fmt.Errorf("lab %s comes after %s, which is not done: run khw lab %s first (khw lab list shows every lab; --force runs this one anyway)", l.ID, missing[0], missing[0])
+		}
+		fmt.Fprintf(ui.Err, "Warning: earlier labs not done (%s); going on because of --force\n", strings.Join(missing, ", "))
+	}
+	if l.Kind == Drill {
+		ui.say("\n── %s: khw break etcd --count 1 --for 20s (then try the others by hand: khw break --help)\n", l.ID)
+		if err := ui.Drill(ctx); err != nil {
+			return err
+		}
+		return MarkDone(c.S.Dir, l.ID)
+	}
+	ui.say("\n── %s: checking what is already there…\n", l.ID)
+	st, diffs, err := c.Status(ctx, l)
+	if err != nil {
+		return err
+	}
+	if st.Status == Unknown {
+		return fmt.Errorf("lab %s: the check failed: %s", l.ID, st.Detail)
+	}
+	if len(diffs) == 0 {
+		ui.say("✓ %s is already done: nothing to change.\n", l.ID)
+	} else {
+		snap, err := c.TakeSnapshot(ctx, l)
+		if err != nil {
+			return err
+		}
+		c.saySnapshot(ui, l, snap)
+		if err := c.confirm(ctx, ui, l, diffs); err != nil {
+			return err
+		}
+		ui.say("\n")
+		if err := c.Apply(ctx, l, ui.Out); err != nil {
+			return err
+		}
+	}
+	if err := MarkDone(c.S.Dir, l.ID); err != nil {
+		return err
+	}
+	observe(ctx, ui, t)
+	if next, ok := Next(l.ID); ok {
+		ui.say("\nLab %s done. Next: khw lab %s\n", l.ID, next.ID)
+	} else {
+		ui.say("\nLab %s done. That was the last lab.\n", l.ID)
+	}
+	return nil
+}
+
+// saySnapshot says what the snapshot before lab l holds.
+func (c *Course) saySnapshot(ui UI, l Lab, snap Snapshot) {
+	if snap.NoNodeSupport {
+		fmt.Fprintf(ui.Err, "Warning: provider %s cannot snapshot nodes; khw lab reset %s will not be possible\n", c.S.Provider.Name(), l.ID)
+	}
+	what := "the state directory"
+	if snap.Nodes {
+		what = "every node and the state directory"
+		if snap.Freeze > 0 {
+			what += fmt.Sprintf(" (nodes paused %s for the final pass)", snap.Freeze.Round(100*time.Millisecond))
+		}
+	}
+	ui.say("Snapshot %q taken in %s of %s: khw lab reset %s goes back to it.\n", snap.Name, snap.Took.Round(100*time.Millisecond), what, l.ID)
+}
+
+// confirm shows the diffs and their shell commands, grouped by node in
+// the order they were found, and asks before each group unless ui.Yes.
+func (c *Course) confirm(ctx context.Context, ui UI, l Lab, diffs []steps.Diff) error {
+	groups := map[string][]steps.Diff{}
+	var order []string
+	for _, d := range diffs {
+		if _, ok := groups[d.Node]; !ok {
+			order = append(order, d.Node)
+		}
+		groups[d.Node] = append(groups[d.Node], d)
+	}
+	ui.say("%d change(s) to make:\n", len(diffs))
+	var in *bufio.Reader
+	if ui.In != nil {
+		in = bufio.NewReader(ui.In)
+	}
+	all := ui.Yes
+	for _, node := range order {
+		where := node
+		if where == "" {
+			where = "jumpbox / cluster"
+		}
+		ui.say("\n── on %s:\n", where)
+		for _, d := range groups[node] {
+			ui.say("  - %s\n", d.What)
+		}
+		if cmds := c.Commands(l, groups[node]); len(cmds) > 0 {
+			ui.say("  The shell commands this stands for:\n")
+			for _, cmd := range cmds {
+				for _, ln := range strings.Split(cmd.String(), "\n") {
+					ui.say("    %s\n", ln)
+				}
+			}
+		}
+		if all {
+			continue
+		}
+		var err error
+		if all, err = ask(ui, in, l); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ask asks whether to go on after one node's changes; all is true when
+// the answer was "all".
+func ask(ui UI, in *bufio.Reader, l Lab) (all bool, err error) {
+	for {
+		ui.say("Go on? khw applies the step as a whole once every node is accepted. [y]es, next node / [a]ll, apply now / [n]o, stop and do it by hand: ")
+		if in == nil {
+			return false, fmt.Errorf("no answer (no input): rerun with --yes to apply without asking")
+		}
+		line, err := in.ReadString('\n')
+		if err != nil {
+			return false, fmt.Errorf("no answer (stdin closed): rerun with --yes to apply without asking")
+		}
+		switch strings.ToLower(strings.TrimSpace(line)) {
+		case "y", "yes", "":
+			return false, nil
+		case "a", "all":
+			return true, nil
+		case "n", "no", "q":
+			return false, fmt.Errorf("%w: do the changes by hand (the commands above), then grade them with khw lab check %s", ErrStopped, l.ID)
+		}
+	}
+}
+
+// observe shows the lab's read-only observe blocks and runs each with
+// ui.Observe, bounded to 30 s, its output indented under it. A block that
+// is not read-only (labs.CheckReadOnly) is skipped with a warning.
+func observe(ctx context.Context, ui UI, t labs.Lab) {
+	if len(t.Observe) == 0 {
+		return
+	}
+	ui.say("\n── What to look at now (read-only, run in khw shell):\n")
+	for _, b := range t.Observe {
+		if err := labs.CheckReadOnly(b.Shell); err != nil {
+			fmt.Fprintf(ui.Err, "Warning: skipped an observe block that is not read-only: %v\n", err)
+			continue
+		}
+		ui.say("\n%s\n", b.Intro)
+		for _, ln := range strings.Split(strings.TrimRight(b.Shell, "\n"), "\n") {
+			ui.say("  $ %s\n", ln)
+		}
+		if ui.Observe == nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		if err := ui.Observe(cctx, b.Shell, &indentWriter{w: ui.Out, bol: true}); err != nil {
+			ui.say("    (%v)\n", err)
+		}
+		cancel()
+	}
+}
+
+// indentWriter prefixes every line written with four spaces.
+type indentWriter struct {
+	w   io.Writer
+	bol bool
+}
+
+func (iw *indentWriter) Write(p []byte) (int, error) {
+	var b strings.Builder
+	for _, c := range string(p) {
+		if iw.bol {
+			b.WriteString("    ")
+		}
+		b.WriteRune(c)
+		iw.bol = c == '\n'
+	}
+	if _, err := io.WriteString(iw.w, b.String()); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Check grades lab l as khw lab check does and prints the result to
+// ui.Out: the mistakes (each with evidence and fix), the variants with
+// what their setting does, the other differences (at most 12), and the
+// verdict. The failover lab passes once a drill passed its verdict since
+// the last reset. Errors: the lab does not pass (the error counts the
+// problems), or it could not be graded.
+func (c *Course) Check(ctx context.Context, l Lab, ui UI) error {
+	if l.Kind == Drill {
+		done, err := c.DrillDone(l)
+		if err != nil {
+			return err
+		}
+		if !done {
+			return fmt.Errorf("%s: no drill has passed its verdict since the last reset: run khw lab %d or khw break etcd --count 1 --for 20s", l.ID, l.Number())
+		}
+		ui.say("✓ %s: a drill passed its verdict since the last reset\n", l.ID)
+		return nil
+	}
+	ui.say("Checking lab %s on the live nodes…\n", l.ID)
+	g, err := c.Grade(ctx, l)
+	if err != nil {
+		return err
+	}
+	g.write(ui.Out, l)
+	if !g.Pass() && len(g.Mistakes) == 0 && len(g.Differences) == 0 {
+		return fmt.Errorf("lab %s could not be checked: %s", l.ID, g.Status.Detail)
+	}
+	if !g.Pass() {
+		n := len(g.Mistakes)
+		if n == 0 {
+			n = len(g.Differences)
+		}
+		return fmt.Errorf("lab %s: %d problem(s); fix them and run khw lab check %s again", l.ID, n, l.ID)
+	}
+	ui.say("✓ lab %s passes: no mistake found (%d checks)\n", l.ID, g.Detectors)
+	return nil
+}
+
+// write prints g's findings for lab l, mistakes first.
+func (g *Grade) write(w io.Writer, l Lab) {
+	if g.Status.Status == Unknown {
+		fmt.Fprintf(w, "! the step's own check failed: %s\n", g.Status.Detail)
+	}
+	for _, warn := range g.Warnings {
+		fmt.Fprintf(w, "! %s\n", warn)
+	}
+	for _, m := range g.Mistakes {
+		fmt.Fprintf(w, "✗ %s\n", m.String())
+	}
+	if len(g.Variants) > 0 {
+		fmt.Fprintf(w, "Variants of khw's reference (information: they work as they are):\n")
+		for _, v := range g.Variants {
+			fmt.Fprintf(w, "  ~ %s: %s\n", v.Node, v.What)
+			if v.Why != "" {
+				fmt.Fprintf(w, "      what it does: %s\n", v.Why)
+			}
+		}
+	}
+	if len(g.Differences) == 0 {
+		return
+	}
+	label := "Differences from khw's reference (information; a correct hand-made variant may differ)"
+	if g.Detectors == 0 {
+		label = "What is missing or different"
+	}
+	fmt.Fprintf(w, "%s:\n", label)
+	for i, d := range g.Differences {
+		if i == 12 {
+			fmt.Fprintf(w, "  … and %d more (khw up --dry-run --from %s --until %s lists them all)\n", len(g.Differences)-12, l.ID, l.ID)
+			break
+		}
+		fmt.Fprintf(w, "  - %s\n", d.String())
+	}
+}
+
+// ResetAsked puts the nodes and the state directory back to before lab l
+// as khw lab reset does: it asks first (unless ui.Yes, or l is the
+// failover lab, whose reset changes no node), prints each stage and ends
+// with the labs that are no longer done. A warning (the clocks could not
+// be synchronised) goes to ui.Err. Errors: CanReset's, no answer or a no,
+// Reset's.
+func (c *Course) ResetAsked(ctx context.Context, l Lab, ui UI) error {
+	if err := c.CanReset(l); err != nil {
+		return err
+	}
+	if l.Kind != Drill && !ui.Yes {
+		ui.say("Revert every node and the state directory of cluster %s to before lab %s? Everything done since is lost. [y/N]: ", c.S.Config.Name, l.ID)
+		line := ""
+		var err error = io.EOF
+		if ui.In != nil {
+			line, err = bufio.NewReader(ui.In).ReadString('\n')
+		}
+		if err != nil {
+			return ErrNoAnswer
+		}
+		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
+			return fmt.Errorf("not reset")
+		}
+	}
+	t0 := time.Now()
+	warning, err := c.Reset(ctx, l, func(format string, args ...any) { ui.say(format+"\n", args...) })
+	if warning != nil {
+		fmt.Fprintf(ui.Err, "Warning: %v\n", warning)
+	}
+	if err != nil {
+		return err
+	}
+	all := From(l.ID)
+	ui.say("Back to before lab %s (%s). Labs %s to %s are not done; continue with khw lab %s.\n", l.ID, time.Since(t0).Round(100*time.Millisecond), l.ID, all[len(all)-1].ID, l.ID)
+	return nil
+}
+
+// ErrNoAnswer is ResetAsked's error when no answer could be read: a usage
+// mistake (the command needs --yes without a terminal).
+var ErrNoAnswer = errors.New("no answer (stdin closed): add --yes to reset without asking")
+
+// WriteList prints rows as khw lab list's table: LAB, STATUS, DETAIL (cut
+// at 110 characters).
+func WriteList(w io.Writer, rows []LabStatus) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LAB\tSTATUS\tDETAIL")
+	for _, r := range rows {
+		detail := r.Detail
+		if len(detail) > 110 {
+			detail = detail[:110] + "…"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.ID, r.Status, detail)
+	}
+	return tw.Flush()
+}

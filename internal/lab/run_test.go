@@ -1,0 +1,69 @@
+package lab
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/khw-dev/khw/internal/labid"
+)
+
+func TestAskAnswers(t *testing.T) {
+	l, err := Lookup(labid.Etcd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		in      string
+		all     bool
+		stopped bool
+		errText string
+	}{
+		{in: "\n"},
+		{in: "y\n"},
+		{in: "maybe\nA\n", all: true},
+		{in: "no\n", stopped: true, errText: "khw lab check " + l.ID},
+		{in: "", errText: "--yes"},
+	}
+	for _, c := range cases {
+		var out bytes.Buffer
+		all, err := ask(UI{Out: &out}, bufio.NewReader(strings.NewReader(c.in)), l)
+		if all != c.all || errors.Is(err, ErrStopped) != c.stopped || (c.errText == "") != (err == nil) {
+			t.Errorf("answer %q: all %v, err %v", c.in, all, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), c.errText) {
+			t.Errorf("answer %q: error %q does not say %q", c.in, err, c.errText)
+		}
+		if want := strings.Count(c.in, "\n") + map[bool]int{true: 1}[c.in == ""]; strings.Count(out.String(), "Go on?") != want {
+			t.Errorf("answer %q: asked %d times, want %d:\n%s", c.in, strings.Count(out.String(), "Go on?"), want, out.String())
+		}
+	}
+}
+
+func TestIndentWriterAcrossWrites(t *testing.T) {
+	var out bytes.Buffer
+	w := &indentWriter{w: &out, bol: true}
+	for _, p := range []string{"a\nb", "c\n", "\nd\n"} {
+		if n, err := w.Write([]byte(p)); n != len(p) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v", p, n, err)
+		}
+	}
+	if want := "    a\n    bc\n    \n    d\n"; out.String() != want {
+		t.Errorf("got %q, want %q", out.String(), want)
+	}
+}
+
+func TestWriteListCutsLongDetail(t *testing.T) {
+	var out bytes.Buffer
+	rows := []LabStatus{{ID: labid.Etcd, Status: Drifted, Detail: strings.Repeat("x", 200), DoneAt: &time.Time{}}}
+	if err := WriteList(&out, rows); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "LAB") || !strings.Contains(lines[1], strings.Repeat("x", 110)+"…") || strings.Contains(lines[1], strings.Repeat("x", 111)) {
+		t.Errorf("table:\n%s", out.String())
+	}
+}
