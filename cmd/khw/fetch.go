@@ -7,10 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
-	"strings"
 	"syscall"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -44,106 +41,7 @@ func (fl *artifactFlags) register(cmd *cobra.Command, archHelp string) {
 
 // fetcher builds the Fetcher the flags describe; progress goes to stderr.
 func (fl *artifactFlags) fetcher(a *app) (*components.Fetcher, error) {
-	mirror := fl.mirror
-	if mirror != "" && !strings.HasPrefix(mirror, "http://") && !strings.HasPrefix(mirror, "https://") {
-		abs, err := filepath.Abs(strings.TrimPrefix(mirror, "file://"))
-		if err != nil {
-			return nil, usagef("--mirror %q: %v", mirror, err)
-		}
-		st, err := os.Stat(abs)
-		if err != nil || !st.IsDir() {
-			return nil, usagef("--mirror %q is neither a directory nor an http(s) URL (fix: give the directory `khw mirror export` wrote, or the URL `khw mirror serve` prints)", mirror)
-		}
-		mirror = abs
-	}
-	if fl.parallel < 1 {
-		return nil, usagef("--parallel %d: use 1 or more", fl.parallel)
-	}
-	if mirror != "" {
-		if strings.TrimSpace(fl.digest) == "" {
-			return nil, usageError{components.NewMirrorPinError(mirror)}
-		}
-		if _, err := components.ParseMirrorDigest(fl.digest); err != nil {
-			return nil, usageError{err}
-		}
-	}
-	return &components.Fetcher{CacheDir: fl.cacheDir, Mirror: mirror, MirrorDigest: fl.digest, Parallel: fl.parallel, Progress: a.errOut}, nil
-}
-
-// selectArtifacts resolves the catalog for c and arch and keeps what the
-// cluster needs: everything but the VM image (which only the libvirt
-// provider boots), or exactly the artifacts/components named by only.
-func selectArtifacts(c *config.Cluster, arch string, only []string) ([]components.Resolved, error) {
-	if arch != config.ArchAMD64 && arch != config.ArchARM64 {
-		return nil, usagef("--arch %q: use amd64 or arm64", arch)
-	}
-	cat, err := components.Load()
-	if err != nil {
-		return nil, err
-	}
-	all, err := cat.Resolve(c, arch)
-	if err != nil {
-		return nil, invalidInputError{err}
-	}
-	if len(only) > 0 {
-		want := map[string]bool{}
-		for _, n := range only {
-			if n = strings.TrimSpace(n); n != "" {
-				want[n] = true
-			}
-		}
-		var out []components.Resolved
-		used := map[string]bool{}
-		for _, r := range all {
-			if want[r.Artifact.Name] || want[r.Component] {
-				out = append(out, r)
-				used[r.Artifact.Name], used[r.Component] = true, true
-			}
-		}
-		var unknown []string
-		for n := range want {
-			if !used[n] {
-				unknown = append(unknown, n)
-			}
-		}
-		if len(unknown) > 0 {
-			sort.Strings(unknown)
-			return nil, usagef("--only: unknown artifact %s (known: %s)", strings.Join(unknown, ", "), strings.Join(artifactNames(all), ", "))
-		}
-		return out, nil
-	}
-	var out []components.Resolved
-	for _, r := range all {
-		if hasRole(r, components.RoleVMImage) && c.Provider != config.ProviderLibvirt {
-			continue
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-func hasRole(r components.Resolved, role string) bool {
-	for _, ro := range r.Artifact.Roles {
-		if ro == role {
-			return true
-		}
-	}
-	return false
-}
-
-func artifactNames(rs []components.Resolved) []string {
-	var out []string
-	seen := map[string]bool{}
-	for _, r := range rs {
-		for _, n := range []string{r.Artifact.Name, r.Component} {
-			if !seen[n] {
-				seen[n] = true
-				out = append(out, n)
-			}
-		}
-	}
-	sort.Strings(out)
-	return out
+	return components.NewFetcher(components.FetchOptions{Mirror: fl.mirror, MirrorDigest: fl.digest, CacheDir: fl.cacheDir, Parallel: fl.parallel, Progress: a.errOut})
 }
 
 // signalContext is cmd's context, cancelled on SIGINT (Ctrl-C) and SIGTERM.
@@ -153,43 +51,6 @@ func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 		parent = context.Background()
 	}
 	return signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
-}
-
-// printFetched prints the result table: name, version, arch, size, digest
-// prefix, cached/fetched, source.
-func printFetched(a *app, res []components.Fetched) {
-	tw := tabwriter.NewWriter(a.out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tVERSION\tARCH\tSIZE\tSHA256\tSTATUS\tSOURCE")
-	var fetched, cached, failed int
-	var total int64
-	for _, r := range res {
-		status, size, digest, source := "fetched", components.HumanBytes(r.Size), short(r.SHA256), r.Source
-		switch {
-		case r.Err != nil:
-			status, size, digest, source = "FAILED", "-", "-", "-"
-			failed++
-		case r.Cached:
-			status = "cached"
-			cached++
-		default:
-			fetched++
-		}
-		total += r.Size
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Resolved.Artifact.Name, r.Resolved.Version, r.Resolved.Arch, size, digest, status, source)
-	}
-	tw.Flush()
-	fmt.Fprintf(a.out, "%d artifacts, %s: %d fetched, %d cached", len(res), components.HumanBytes(total), fetched, cached)
-	if failed > 0 {
-		fmt.Fprintf(a.out, ", %d FAILED", failed)
-	}
-	fmt.Fprintln(a.out)
-}
-
-func short(sum string) string {
-	if len(sum) > 12 {
-		return sum[:12]
-	}
-	return sum
 }
 
 func newFetchCmd(a *app) *cobra.Command {
@@ -209,7 +70,7 @@ func newFetchCmd(a *app) *cobra.Command {
 			if arch == "" {
 				arch = c.Arch
 			}
-			rs, err := selectArtifacts(c, arch, fl.only)
+			rs, err := components.Select(c, arch, fl.only)
 			if err != nil {
 				return err
 			}
@@ -222,7 +83,7 @@ func newFetchCmd(a *app) *cobra.Command {
 			a.logf(1, "fetching %d artifacts for linux/%s into %s", len(rs), arch, f.CacheDir)
 			res, err := f.Fetch(ctx, rs)
 			if res != nil {
-				printFetched(a, res)
+				components.WriteFetched(a.out, res)
 			}
 			if errors.Is(err, context.Canceled) {
 				return fmt.Errorf("fetch interrupted; nothing unverified was cached, and partial downloads in %s resume on the next `khw fetch`: %w",

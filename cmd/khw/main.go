@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/khw-dev/khw/internal/components"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/jumpbox"
 )
@@ -50,9 +51,9 @@ func exitCode(err error) int {
 	case errors.Is(err, context.Canceled):
 		// Interrupted (Ctrl-C, SIGTERM): the shell convention 128+SIGINT.
 		return exitInterrupted
-	case errors.As(err, &ue), strings.HasPrefix(err.Error(), "unknown command "):
+	case errors.As(err, &ue), errors.As(err, new(*components.ArgError)), strings.HasPrefix(err.Error(), "unknown command "):
 		return exitUsage
-	case errors.As(err, &ie), errors.As(err, &ve):
+	case errors.As(err, &ie), errors.As(err, &ve), errors.As(err, new(*components.ResolveError)):
 		return exitInvalid
 	}
 	return exitFailed

@@ -1,12 +1,8 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -54,7 +50,7 @@ func newMirrorExportCmd(a *app) *cobra.Command {
 			}
 			var rs []components.Resolved
 			for _, arch := range arches {
-				sel, err := selectArtifacts(c, strings.TrimSpace(arch), fl.only)
+				sel, err := components.Select(c, strings.TrimSpace(arch), fl.only)
 				if err != nil {
 					return err
 				}
@@ -75,9 +71,9 @@ func newMirrorExportCmd(a *app) *cobra.Command {
 				"export into a directory of its own, e.g. /srv/khw-mirror"); err != nil {
 				return usageError{err}
 			}
-			var plans []debsPlan
+			var plans []components.NodeDebsPlan
 			if nodeDebs != "" {
-				if plans, err = planNodeDebs(arches, nodeDebs, distro, debsKeyring); err != nil {
+				if plans, err = components.PlanNodeDebs(arches, nodeDebs, distro, debsKeyring); err != nil {
 					return err
 				}
 			}
@@ -85,7 +81,7 @@ func newMirrorExportCmd(a *app) *cobra.Command {
 			defer stop()
 			res, err := f.Fetch(ctx, rs)
 			if err != nil {
-				printFetched(a, res)
+				components.WriteFetched(a.out, res)
 				return fmt.Errorf("mirror export: nothing was exported because fetching failed: %w", err)
 			}
 			rep, err := components.Export(ctx, res, dir)
@@ -102,7 +98,7 @@ func newMirrorExportCmd(a *app) *cobra.Command {
 			fmt.Fprintf(a.out, "Exported %d artifacts (%s, linux/%s) to %s: %d files written, %d unchanged\n",
 				len(res), components.HumanBytes(total), strings.Join(arches, ", linux/"), dir, len(rep.Written), len(rep.Unchanged))
 			if nodeDebs != "" {
-				if rep.Digest, err = exportNodeDebs(ctx, a, f, dir, plans); err != nil {
+				if rep.Digest, err = f.ExportNodeDebsPlans(ctx, a.out, dir, plans); err != nil {
 					return err
 				}
 			}
@@ -118,69 +114,6 @@ func newMirrorExportCmd(a *app) *cobra.Command {
 	cmd.Flags().StringVar(&distro, "distro", "ubuntu/noble", "the node image's os-release ID/VERSION_CODENAME, for --node-debs")
 	cmd.Flags().StringVar(&debsKeyring, "debs-keyring", "", "OpenPGP keyring with the archive's signing key (default: the distribution's, e.g. /usr/share/keyrings/ubuntu-archive-keyring.gpg from ubuntu-keyring)")
 	return cmd
-}
-
-// debsPlan is what --node-debs exports for one arch: the archive, the
-// pinned keyring and the image manifest, all read and checked before
-// anything is downloaded.
-type debsPlan struct {
-	ar       components.DebArchive
-	arch     string
-	manifest []byte
-	keyring  []byte
-}
-
-// planNodeDebs checks --node-debs, --distro and --debs-keyring for every
-// arch; its errors are usage errors naming the flag and the fix.
-func planNodeDebs(arches []string, manifest, distro, keyringPath string) ([]debsPlan, error) {
-	osID, codename, ok := strings.Cut(distro, "/")
-	if !ok {
-		return nil, usagef("--distro %q: want ID/VERSION_CODENAME as in the image's /etc/os-release, e.g. ubuntu/noble", distro)
-	}
-	man, err := os.ReadFile(manifest)
-	if err != nil {
-		return nil, usagef("--node-debs: %v", err)
-	}
-	var plans []debsPlan
-	for _, arch := range arches {
-		arch = strings.TrimSpace(arch)
-		ar, err := components.FindDebArchive(osID, codename, arch)
-		if err != nil {
-			return nil, usageError{fmt.Errorf("--distro %s: %w", distro, err)}
-		}
-		kp := keyringPath
-		if kp == "" {
-			kp = ar.Keyring
-		}
-		kr, err := os.ReadFile(kp)
-		if err != nil {
-			return nil, usagef("--debs-keyring: %v (fix: install the distribution's keyring package, e.g. apt-get install ubuntu-keyring, or pass --debs-keyring FILE)", err)
-		}
-		plans = append(plans, debsPlan{ar: ar, arch: arch, manifest: man, keyring: kr})
-	}
-	return plans, nil
-}
-
-// exportNodeDebs adds the node packages of each plan to the mirror dir
-// (components.Fetcher.ExportNodeDebs) and returns the mirror's new pin.
-func exportNodeDebs(ctx context.Context, a *app, f *components.Fetcher, dir string, plans []debsPlan) (string, error) {
-	digest := ""
-	for _, pl := range plans {
-		rep, err := f.ExportNodeDebs(ctx, dir, pl.ar, pl.arch, pl.manifest, pl.keyring, nil)
-		if err != nil {
-			return "", fmt.Errorf("mirror export: node packages for %s %s: %w", pl.ar, pl.arch, err)
-		}
-		var size int64
-		var names []string
-		for _, p := range rep.Debs {
-			size += p.Size
-			names = append(names, p.Name)
-		}
-		fmt.Fprintf(a.out, "Exported %d node package(s) (%s, %s %s: %s) to %s: %d files written, %d unchanged\n",
-			len(rep.Debs), components.HumanBytes(size), pl.ar, pl.arch, strings.Join(names, " "), dir, len(rep.Written), len(rep.Unchanged))
-		digest = rep.Digest
-	}
-	return digest, nil
 }
 
 func newMirrorServeCmd(a *app) *cobra.Command {
@@ -222,28 +155,8 @@ func newMirrorServeCmd(a *app) *cobra.Command {
 			fmt.Fprintf(a.out, "Mirror pin: %s\nClients: khw fetch --mirror %s --mirror-digest %s\n", digest, url, digest)
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			errc := make(chan error, 1)
-			go func() { errc <- srv.Serve(ln) }()
-			select {
-			case err := <-errc:
-				return fmt.Errorf("mirror serve: %w", err)
-			case <-ctx.Done():
-			}
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			err = srv.Shutdown(sctx)
-			if errors.Is(err, context.DeadlineExceeded) {
-				// The grace period is over: close what is still open (clients
-				// resume with Range requests) and stop as asked.
-				srv.Close()
-				fmt.Fprintln(a.errOut, "requests still in flight after 10 s were closed; clients resume them")
-				err = nil
-			}
-			if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
-				err = serr
-			}
-			if err != nil {
-				return fmt.Errorf("mirror serve: shutdown: %w", err)
+			if err := components.ServeUntil(ctx, srv, ln, 10*time.Second, a.errOut); err != nil {
+				return err
 			}
 			fmt.Fprintln(a.out, "Stopped.")
 			return nil

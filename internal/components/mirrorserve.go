@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"path"
@@ -219,4 +220,33 @@ func (s *statusRecorder) Write(p []byte) (int, error) {
 	n, err := s.ResponseWriter.Write(p)
 	s.n += int64(n)
 	return n, err
+}
+
+// ServeUntil serves srv on ln until ctx ends, then shuts it down: requests
+// in flight get grace to finish, then are closed (clients resume with Range
+// requests) and a line saying so goes to logw. Errors: the server failed
+// while serving, or its shutdown failed.
+func ServeUntil(ctx context.Context, srv *http.Server, ln net.Listener, grace time.Duration, logw io.Writer) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("mirror serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		srv.Close()
+		fmt.Fprintf(logw, "requests still in flight after %s were closed; clients resume them\n", grace)
+		err = nil
+	}
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("mirror serve: shutdown: %w", err)
+	}
+	return nil
 }
