@@ -11,8 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/khw-dev/khw/internal/cluster"
-	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/lab"
 	"github.com/khw-dev/khw/internal/labid"
@@ -84,35 +82,14 @@ func newHealCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer unlock()
-			if rec, err = store.Active(); errors.Is(err, drill.ErrNoActive) {
-				fmt.Fprintf(a.out, "Nothing to heal: the drill in cluster %s ended meanwhile.\n", c.Name)
-				return nil
-			} else if err != nil {
-				return err
-			}
-			env, err := openDrill(d, c)
+			env, err := drill.OpenCluster(c, d)
 			if err != nil {
 				return err
 			}
 			defer env.S.Close()
-			env.Prober.NodePort = rec.NodePort
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			r := &drill.Runner{Store: store, Prober: env.Prober, Act: env.Act, Out: a.out}
-			if rec.HealedAt != nil && rec.WatcherPID != 0 && drill.ProcessAlive(rec.WatcherPID) {
-				fmt.Fprintf(a.out, "Drill %s was healed at %s; khw (pid %d) is recording the recovery and writes the report.\n", rec.ID, rec.HealedAt.Local().Format("15:04:05"), rec.WatcherPID)
-				return nil
-			}
-			fmt.Fprintf(a.out, "Healing drill %s (%s)\n", rec.ID, rec.Spec.CommandLine())
-			rep, watching, err := r.Heal(ctx, rec)
-			if err != nil {
-				return err
-			}
-			if watching {
-				fmt.Fprintf(a.out, "Healed. The khw break that started the drill (pid %d) is watching and writes the report.\n", rec.WatcherPID)
-				return nil
-			}
-			return drill.WriteSummary(a.out, store, rep)
+			return env.HealActive(ctx, store, a.out)
 		},
 	}
 }
@@ -137,20 +114,6 @@ func healLock(a *app, d state.Dir, rec *drill.Record) (func(), error) {
 	return nil, err
 }
 
-// openDrill opens cluster c for a drill (drill.Open); close env.S when done.
-func openDrill(d state.Dir, c *config.Cluster) (*drill.Env, error) {
-	s, err := cluster.Open(c, d, cluster.ReadWrite, nil)
-	if err != nil {
-		return nil, err
-	}
-	env, err := drill.Open(s)
-	if err != nil {
-		s.Close()
-		return nil, err
-	}
-	return env, nil
-}
-
 // runBreak runs a drill under the cluster lock, held until the drill ends
 // (so no khw up or lab reset changes the cluster while it is measured). A
 // khw heal from another shell may still heal it: heal recognises this
@@ -166,7 +129,7 @@ func runBreak(parent context.Context, a *app, spec drill.Spec) error {
 	if _, err := drill.Plan(c, spec, drill.Live{}); err != nil {
 		return usageError{err}
 	}
-	env, err := openDrill(d, c)
+	env, err := drill.OpenCluster(c, d)
 	if err != nil {
 		return err
 	}

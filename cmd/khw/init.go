@@ -1,9 +1,7 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -58,7 +56,7 @@ func newInitCmd(a *app) *cobra.Command {
 			if err != nil {
 				return usageError{err}
 			}
-			if err := checkNotForeign(d); err != nil {
+			if err := d.CheckNotForeign(); err != nil {
 				return err
 			}
 			unlock, err := a.lock(d)
@@ -102,24 +100,4 @@ func fixedCompletions(vals ...string) func(*cobra.Command, []string, string) ([]
 	return func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return vals, cobra.ShellCompDirectiveNoFileComp
 	}
-}
-
-// checkNotForeign refuses a cluster directory that exists, is not empty and
-// holds neither cluster.yaml nor khw's lock file: it is someone else's
-// directory (khw lab reset would rsync --delete over it). Errors name the
-// directory and the fix.
-func checkNotForeign(d state.Dir) error {
-	entries, err := os.ReadDir(d.Root)
-	if errors.Is(err, fs.ErrNotExist) || (err == nil && len(entries) == 0) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("cluster directory %s: %w", d.Root, err)
-	}
-	for _, e := range entries {
-		if e.Name() == state.LockFile || e.Name() == filepath.Base(d.ConfigPath()) {
-			return nil
-		}
-	}
-	return fmt.Errorf("%s exists and is not a khw cluster directory (it holds %s and no cluster.yaml); khw will not write into it (fix: choose another --name or --state-dir, or move the directory away)", d.Root, entries[0].Name())
 }

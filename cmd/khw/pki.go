@@ -4,10 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -103,7 +100,7 @@ func newPKIInspectCmd(a *app) *cobra.Command {
 			if err != nil || len(args) > 0 {
 				return nil, cobra.ShellCompDirectiveNoFileComp
 			}
-			return certNames(d.PKIDir()), cobra.ShellCompDirectiveNoFileComp
+			return pki.CertNames(d.PKIDir()), cobra.ShellCompDirectiveNoFileComp
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
@@ -117,13 +114,13 @@ func newPKIInspectCmd(a *app) *cobra.Command {
 				if n, ok := c.Node(args[0]); ok && n.TLSBootstrap {
 					return usagef("%s joins by TLS bootstrap: khw issues no cert for it; its kubelet asks the cluster for one with a CSR (see its /var/lib/kubelet/pki/ once it joined)", n.Name)
 				}
-				if known := certNames(d.PKIDir()); len(known) > 0 && !slices.Contains(known, args[0]) {
+				if known := pki.CertNames(d.PKIDir()); len(known) > 0 && !slices.Contains(known, args[0]) {
 					return usagef("no certificate %q in %s; the certificates are: %s", args[0], d.PKIDir(), strings.Join(known, ", "))
 				}
 			}
 			names := args
 			if len(names) == 0 {
-				names = certNames(d.PKIDir())
+				names = pki.CertNames(d.PKIDir())
 				if len(names) == 0 {
 					return fmt.Errorf("no certificates in %s (fix: run `khw pki` first)", d.PKIDir())
 				}
@@ -159,23 +156,6 @@ func newPKIInspectCmd(a *app) *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return cmd
-}
-
-// certNames lists the certs (NAME for NAME.pem, keys and CSRs excluded) in dir.
-func certNames(dir string) []string {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, e := range entries {
-		n := e.Name()
-		if strings.HasSuffix(n, ".pem") && !strings.HasSuffix(n, "-key.pem") {
-			out = append(out, strings.TrimSuffix(n, filepath.Ext(n)))
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 func checkOutput(o string) error {

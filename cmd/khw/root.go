@@ -1,10 +1,8 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"sync"
 
 	"github.com/spf13/cobra"
 
@@ -25,14 +23,8 @@ type app struct {
 	out       io.Writer
 	errOut    io.Writer
 
-	// held is the cluster lock this process holds (see lock).
-	held *heldLock
-}
-
-type heldLock struct {
-	root   string
-	depth  int
-	unlock func()
+	// locks are the cluster locks this process holds (see lock).
+	locks state.Locks
 }
 
 // logf prints a progress or detail line to stderr when -v is at least level.
@@ -79,43 +71,8 @@ func (a *app) loadForWrite() (state.Dir, *config.Cluster, func(), error) {
 // khw break under the lab's lock). When the holder is a khw break watching
 // its drill, the error says how to end it (khw heal).
 func (a *app) lock(d state.Dir) (func(), error) {
-	if h := a.held; h != nil {
-		if h.root != d.Root {
-			return nil, fmt.Errorf("khw holds the lock of %s already; one command works on one cluster", h.root)
-		}
-		h.depth++
-		return a.releaseOnce(), nil
-	}
-	unlock, err := d.Lock()
-	if err != nil {
-		var le *state.LockedError
-		if errors.As(err, &le) {
-			if rec, aerr := (drill.StoreOf(d)).Active(); aerr == nil && le.PID != 0 && rec.WatcherPID == le.PID {
-				return nil, fmt.Errorf("%w; it is the khw break of drill %s (%s), watching the cluster until it is healed: end the drill with khw heal (from any shell) or Ctrl-C in its shell, then run this again", err, rec.ID, rec.Spec.CommandLine())
-			}
-		}
-		return nil, err
-	}
-	a.held = &heldLock{root: d.Root, depth: 1, unlock: unlock}
-	return a.releaseOnce(), nil
-}
-
-// releaseOnce returns a function that calls release the first time only.
-func (a *app) releaseOnce() func() {
-	var once sync.Once
-	return func() { once.Do(a.release) }
-}
-
-// release undoes one lock call; the last one unlocks.
-func (a *app) release() {
-	h := a.held
-	if h == nil {
-		return
-	}
-	if h.depth--; h.depth == 0 {
-		a.held = nil
-		h.unlock()
-	}
+	unlock, err := a.locks.Lock(d)
+	return unlock, drill.ExplainLocked(d, err)
 }
 
 // load resolves the cluster and reads its cluster.yaml, printing warnings.

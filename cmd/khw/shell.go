@@ -50,7 +50,7 @@ func newShellCmd(a *app) *cobra.Command {
 			warnNoKubeconfig(a, s)
 			argv := args
 			if len(argv) == 0 {
-				argv = []string{loginShell(s)}
+				argv = []string{s.LoginShell()}
 				fmt.Fprintln(a.errOut, shellBanner(c, s))
 			}
 			return s.Exec(argv)
@@ -68,19 +68,6 @@ func shellBanner(c *config.Cluster, s *jumpbox.Session) string {
 	}
 	return fmt.Sprintf("khw shell: cluster %s, in %s; kubectl is admin, ssh -F \"$%s\" cp1 reaches a node; exit or Ctrl-D leaves",
 		c.Name, where, jumpbox.EnvSSHConfig)
-}
-
-// loginShell picks $SHELL, else bash, else /bin/sh.
-func loginShell(s *jumpbox.Session) string {
-	if sh := os.Getenv("SHELL"); sh != "" {
-		if _, err := jumpbox.LookPath(sh, s.Getenv("PATH")); err == nil {
-			return sh
-		}
-	}
-	if p, err := jumpbox.LookPath("bash", s.Getenv("PATH")); err == nil {
-		return p
-	}
-	return "/bin/sh"
 }
 
 func warnNoKubeconfig(a *app, s *jumpbox.Session) {
@@ -268,33 +255,6 @@ func nodeArgs(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
-// checkNodes returns names without duplicates, in the order given, or a
-// usage error naming the unknown ones and listing the nodes of cluster.yaml.
-func checkNodes(c *config.Cluster, names []string) ([]string, error) {
-	var out, unknown []string
-	for _, n := range names {
-		if _, ok := c.Node(n); !ok {
-			unknown = append(unknown, fmt.Sprintf("%q", n))
-			continue
-		}
-		if !slices.Contains(out, n) {
-			out = append(out, n)
-		}
-	}
-	if len(unknown) > 0 {
-		valid := make([]string, 0, len(c.Nodes))
-		for _, n := range c.Nodes {
-			valid = append(valid, n.Name)
-		}
-		noun := "node"
-		if len(unknown) > 1 {
-			noun = "nodes"
-		}
-		return nil, usagef("cluster %s has no %s %s; its nodes are: %s", c.Name, noun, strings.Join(unknown, ", "), strings.Join(valid, ", "))
-	}
-	return out, nil
-}
-
 // powerProvider makes the provider khw power works through; tests replace
 // it with a fake.
 var powerProvider = cluster.NewProvider
@@ -309,9 +269,9 @@ func powerNodes(ctx context.Context, a *app, names []string, want string,
 		return err
 	}
 	defer unlock()
-	nodes, err := checkNodes(c, names)
+	nodes, err := c.PickNodes(names)
 	if err != nil {
-		return err
+		return usageError{err}
 	}
 	p, err := powerProvider(c, d, "", nil)
 	if err != nil {

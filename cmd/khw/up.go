@@ -63,15 +63,8 @@ func newUpCmd(a *app) *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			rep, err := steps.NewRunner(env, a.out).Run(ctx, lab.Steps(nodeplan.New(s), c), opts)
-			if !opts.DryRun && rep != nil {
-				// khw lab list tells "drifted" from "not done" by this.
-				for _, s := range rep.Steps {
-					if s.Err == nil && s.Skipped == "" && (s.Clean || s.Applied) {
-						if merr := lab.MarkDone(d, s.ID); merr != nil {
-							a.logf(1, "lab progress: %v", merr)
-						}
-					}
-				}
+			if merr := lab.RecordRun(d, rep, opts.DryRun); merr != nil {
+				a.logf(1, "lab progress: %v", merr)
 			}
 			if err != nil {
 				return err

@@ -340,3 +340,15 @@ func TestMarshalLibvirtExample(t *testing.T) {
 		t.Fatal("an nspawn cluster.yaml shows the libvirt section")
 	}
 }
+
+func TestPickNodes(t *testing.T) {
+	c := Default("lab", ArchAMD64, ProviderNspawn)
+	got, err := c.PickNodes([]string{"cp2", "w1", "cp2"})
+	if err != nil || strings.Join(got, ",") != "cp2,w1" {
+		t.Errorf("PickNodes(cp2 w1 cp2) = %v, %v; want cp2,w1", got, err)
+	}
+	_, err = c.PickNodes([]string{"cp9", "w1", "x"})
+	if err == nil || !strings.Contains(err.Error(), `no nodes "cp9", "x"; its nodes are: lb, cp1, cp2, cp3, w1, w2, w3`) {
+		t.Errorf("PickNodes(cp9 w1 x) error = %v", err)
+	}
+}

@@ -8,8 +8,11 @@
 package config
 
 import (
+	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -306,4 +309,32 @@ func (c *Cluster) APIServerURL() string {
 // on a cp use it.
 func (c *Cluster) LocalAPIServerURL() string {
 	return "https://127.0.0.1:" + strconv.Itoa(c.Kubernetes.APIServerPort)
+}
+
+// PickNodes returns names without duplicates, in the order given. Errors:
+// a name that is no node of c; the message names the unknown ones and
+// lists c's nodes.
+func (c *Cluster) PickNodes(names []string) ([]string, error) {
+	var out, unknown []string
+	for _, n := range names {
+		if _, ok := c.Node(n); !ok {
+			unknown = append(unknown, fmt.Sprintf("%q", n))
+			continue
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	if len(unknown) == 0 {
+		return out, nil
+	}
+	valid := make([]string, 0, len(c.Nodes))
+	for _, n := range c.Nodes {
+		valid = append(valid, n.Name)
+	}
+	noun := "node"
+	if len(unknown) > 1 {
+		noun = "nodes"
+	}
+	return nil, fmt.Errorf("cluster %s has no %s %s; its nodes are: %s", c.Name, noun, strings.Join(unknown, ", "), strings.Join(valid, ", "))
 }

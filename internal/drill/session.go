@@ -2,7 +2,9 @@ package drill
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/khw-dev/khw/internal/health"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/render"
+	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/vm"
 )
 
@@ -158,4 +161,52 @@ func LeaseDuration(c *config.Cluster) time.Duration {
 		}
 	}
 	return 15 * time.Second
+}
+
+// OpenCluster opens cluster c (state d) for a drill: the session and its
+// Env. Close env.S when done.
+func OpenCluster(c *config.Cluster, d state.Dir) (*Env, error) {
+	s, err := cluster.Open(c, d, cluster.ReadWrite, nil)
+	if err != nil {
+		return nil, err
+	}
+	env, err := Open(s)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return env, nil
+}
+
+// HealActive heals the active drill of store as khw heal does, printing to
+// out: nothing when no drill is active (it may have ended meanwhile); only
+// a note when the khw break that started it is still watching and already
+// saw it healed; otherwise the heal, then the report's summary when this
+// process wrote it (when the break is still watching, it writes it).
+// Errors: the drill record cannot be read, the heal or the report failed.
+func (e *Env) HealActive(ctx context.Context, store Store, out io.Writer) error {
+	rec, err := store.Active()
+	if errors.Is(err, ErrNoActive) {
+		fmt.Fprintf(out, "Nothing to heal: the drill in cluster %s ended meanwhile.\n", e.S.Config.Name)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	e.Prober.NodePort = rec.NodePort
+	if rec.HealedAt != nil && rec.WatcherPID != 0 && ProcessAlive(rec.WatcherPID) {
+		fmt.Fprintf(out, "Drill %s was healed at %s; khw (pid %d) is recording the recovery and writes the report.\n", rec.ID, rec.HealedAt.Local().Format("15:04:05"), rec.WatcherPID)
+		return nil
+	}
+	fmt.Fprintf(out, "Healing drill %s (%s)\n", rec.ID, rec.Spec.CommandLine())
+	r := &Runner{Store: store, Prober: e.Prober, Act: e.Act, Out: out}
+	rep, watching, err := r.Heal(ctx, rec)
+	if err != nil {
+		return err
+	}
+	if watching {
+		fmt.Fprintf(out, "Healed. The khw break that started the drill (pid %d) is watching and writes the report.\n", rec.WatcherPID)
+		return nil
+	}
+	return WriteSummary(out, store, rep)
 }

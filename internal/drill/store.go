@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/khw-dev/khw/internal/fsutil"
+	"github.com/khw-dev/khw/internal/state"
 )
 
 // Record is the persisted state of one drill: <state>/drills/<id>/drill.json.
@@ -167,4 +168,18 @@ func ProcessAlive(pid int) bool {
 	}
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// ExplainLocked adds to err, when it says that d's lock is held by the khw
+// break watching the active drill, how to end that drill; other errors
+// are returned as they are.
+func ExplainLocked(d state.Dir, err error) error {
+	var le *state.LockedError
+	if !errors.As(err, &le) || le.PID == 0 {
+		return err
+	}
+	if rec, aerr := StoreOf(d).Active(); aerr == nil && rec.WatcherPID == le.PID {
+		return fmt.Errorf("%w; it is the khw break of drill %s (%s), watching the cluster until it is healed: end the drill with khw heal (from any shell) or Ctrl-C in its shell, then run this again", err, rec.ID, rec.Spec.CommandLine())
+	}
+	return err
 }

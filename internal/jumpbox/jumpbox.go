@@ -314,3 +314,17 @@ func isExecutable(p string) error {
 	}
 	return nil
 }
+
+// LoginShell is the shell khw shell starts without a command: $SHELL when
+// it is found in the session's PATH, else bash, else /bin/sh.
+func (s *Session) LoginShell() string {
+	if sh := os.Getenv("SHELL"); sh != "" {
+		if _, err := LookPath(sh, s.Getenv("PATH")); err == nil {
+			return sh
+		}
+	}
+	if p, err := LookPath("bash", s.Getenv("PATH")); err == nil {
+		return p
+	}
+	return "/bin/sh"
+}

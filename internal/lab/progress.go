@@ -23,6 +23,7 @@ import (
 	"github.com/khw-dev/khw/internal/lab/labcheck"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/state"
+	"github.com/khw-dev/khw/internal/steps"
 )
 
 // Status of a lab in `khw lab list`.
@@ -198,4 +199,21 @@ func (s Source) client(ctx context.Context, node string) (*remote.Client, error)
 		return nil, fmt.Errorf("%q is not a node of this cluster", node)
 	}
 	return s.Pool.Get(ctx, n)
+}
+
+// RecordRun marks as done each lab whose step khw up found clean or
+// applied in rep (khw lab list tells "drifted" from "not done" by it). A
+// dry run's report records nothing.
+func RecordRun(d state.Dir, rep *steps.Report, dryRun bool) error {
+	if dryRun || rep == nil {
+		return nil
+	}
+	for _, s := range rep.Steps {
+		if s.Err == nil && s.Skipped == "" && (s.Clean || s.Applied) {
+			if err := MarkDone(d, s.ID); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
+	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -291,4 +293,22 @@ func orNone(s []string) string {
 		return "(none)"
 	}
 	return strings.Join(s, ", ")
+}
+
+// CertNames lists the certificates in dir, sorted: NAME for each NAME.pem,
+// keys (NAME-key.pem) left out. An unreadable dir has none.
+func CertNames(dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		n := e.Name()
+		if strings.HasSuffix(n, ".pem") && !strings.HasSuffix(n, "-key.pem") {
+			out = append(out, strings.TrimSuffix(n, ".pem"))
+		}
+	}
+	sort.Strings(out)
+	return out
 }

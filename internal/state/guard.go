@@ -167,3 +167,23 @@ func defaultHomeBase() string {
 	}
 	return "~/.local/state/khw"
 }
+
+// CheckNotForeign refuses a cluster directory that exists, is not empty and
+// holds neither cluster.yaml nor khw's lock file: it is someone else's
+// directory (khw lab reset would rsync --delete over it). Errors name the
+// directory and the fix.
+func (d Dir) CheckNotForeign() error {
+	entries, err := os.ReadDir(d.Root)
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && len(entries) == 0) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cluster directory %s: %w", d.Root, err)
+	}
+	for _, e := range entries {
+		if e.Name() == LockFile || e.Name() == filepath.Base(d.ConfigPath()) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s exists and is not a khw cluster directory (it holds %s and no cluster.yaml); khw will not write into it (fix: choose another --name or --state-dir, or move the directory away)", d.Root, entries[0].Name())
+}

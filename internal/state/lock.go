@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/khw-dev/khw/internal/fsutil"
@@ -176,4 +177,46 @@ func readPID(f *os.File) int {
 		return 0
 	}
 	return pid
+}
+
+// Locks are the cluster locks one process holds: a command takes the lock
+// of the one cluster it changes, and a workflow that runs another under it
+// (khw lab 12 runs khw break's drill) takes it again without blocking on
+// itself. The zero value holds nothing.
+type Locks struct {
+	mu    sync.Mutex
+	root  string
+	depth int
+	free  func()
+}
+
+// Lock takes d's lock (Dir.Lock), or counts one more holder when this
+// process holds it already. The returned release may be called more than
+// once; the last holder's release unlocks. Errors: another process holds
+// the lock (*LockedError), or this process holds another cluster's.
+func (l *Locks) Lock(d Dir) (release func(), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.depth > 0 {
+		if l.root != d.Root {
+			return nil, fmt.Errorf("khw holds the lock of %s already; one command works on one cluster", l.root)
+		}
+	} else {
+		if l.free, err = d.Lock(); err != nil {
+			return nil, err
+		}
+		l.root = d.Root
+	}
+	l.depth++
+	var once sync.Once
+	return func() { once.Do(l.release) }, nil
+}
+
+func (l *Locks) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.depth--; l.depth == 0 {
+		l.free()
+		l.free, l.root = nil, ""
+	}
 }

@@ -244,3 +244,31 @@ func TestSystemDirectoriesAreRefused(t *testing.T) {
 		t.Errorf("a plain base: %v", err)
 	}
 }
+
+func TestLocksAreReentrantForOneCluster(t *testing.T) {
+	base := t.TempDir()
+	d, other := New(base, "lab"), New(base, "other")
+	var l Locks
+	r1, err := l.Lock(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := l.Lock(d)
+	if err != nil {
+		t.Fatalf("second Lock of the same cluster: %v", err)
+	}
+	if _, err := l.Lock(other); err == nil || !strings.Contains(err.Error(), "one command works on one cluster") {
+		t.Errorf("Lock of another cluster while holding one: %v", err)
+	}
+	r2()
+	r2() // a release counts once
+	if _, err := d.Lock(); !errors.Is(err, ErrLocked) {
+		t.Errorf("after one of two releases, the lock must still be held: %v", err)
+	}
+	r1()
+	free, err := d.Lock()
+	if err != nil {
+		t.Fatalf("after the last release the lock must be free: %v", err)
+	}
+	free()
+}
