@@ -11,12 +11,14 @@
 package cluster
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -153,6 +155,20 @@ func (s *Session) AdminRESTConfig() (*rest.Config, error) {
 	cfg.Dial = t.Dialer()
 	cfg.Timeout = t.Scaled(10*time.Second, 30*time.Second)
 	return cfg, nil
+}
+
+// DialFrom opens TCP connections from node itself, through its SSH
+// connection in the pool (a tunnel): how the jumpbox reaches what a node
+// serves on its loopback only, such as HAProxy's stats page on lb.
+func (s *Session) DialFrom(node config.Node) remote.DialFunc {
+	rn := remote.Node{Name: node.Name, Addr: node.IP}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		cl, err := s.Pool.Get(ctx, rn)
+		if err != nil {
+			return nil, err
+		}
+		return cl.DialContext(ctx, network, addr)
+	}
 }
 
 // Clientset is a Kubernetes client for AdminRESTConfig.

@@ -78,7 +78,7 @@ func TestPlan(t *testing.T) {
 	}
 }
 
-func TestParseHAProxyCSV(t *testing.T) {
+func TestHAProxyBackendStatus(t *testing.T) {
 	csv := "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,eresp,wretr,wredis,status,weight,act,bck\n" +
 		"kube-apiserver,FRONTEND,,,0,3,,3,0,0,0,0,0,,,,,OPEN,,,\n" +
 		"kube-apiservers,cp1,0,0,0,1,,1,0,0,,0,,0,0,0,0,UP,1,1,0\n" +
@@ -87,7 +87,11 @@ func TestParseHAProxyCSV(t *testing.T) {
 		"kube-apiservers,cp1-last-resort,0,0,0,1,,1,0,0,,0,,0,0,0,0,no check,1,0,1\n" +
 		"kube-apiservers,BACKEND,0,0,0,1,,1,0,0,0,0,,0,0,0,0,UP,2,3,0\n" +
 		"stats,FRONTEND,,,1,1,,1,0,0,0,0,0,,,,,OPEN,,,\n"
-	got, err := ParseHAProxyCSV([]byte(csv), "kube-apiservers")
+	servers, err := health.ParseHAProxyStats([]byte(csv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := backendStatus(servers, "kube-apiservers")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,10 +104,10 @@ func TestParseHAProxyCSV(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, got[k], v)
 		}
 	}
-	if _, err := ParseHAProxyCSV([]byte(csv), "nosuch"); err == nil || !strings.Contains(err.Error(), "no server in backend") {
+	if _, err := backendStatus(servers, "nosuch"); err == nil || !strings.Contains(err.Error(), "no server in backend") {
 		t.Errorf("unknown backend: err = %v", err)
 	}
-	if _, err := ParseHAProxyCSV([]byte("# a,b\n1,2\n"), "x"); err == nil || !strings.Contains(err.Error(), "lacks") {
+	if _, err := health.ParseHAProxyStats([]byte("# a,b\n1,2\n")); err == nil || !strings.Contains(err.Error(), "lacks") {
 		t.Errorf("bad header: err = %v", err)
 	}
 }

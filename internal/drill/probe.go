@@ -3,9 +3,7 @@ package drill
 import (
 	"bytes"
 	"context"
-	"encoding/csv"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -52,11 +50,10 @@ const (
 // Workload names: the drill's namespace, the DaemonSet and Service of its web
 // pods, and the ConfigMap the API write probe patches.
 const (
-	Namespace    = "khw-drill"
-	WebName      = "web"
-	ProbeCMName  = "probe"
-	WebPort      = 8080
-	HAProxyStats = "127.0.0.1:8404"
+	Namespace   = "khw-drill"
+	WebName     = "web"
+	ProbeCMName = "probe"
+	WebPort     = 8080
 	// HAProxyBackend is the backend of haproxy.cfg that holds the apiservers.
 	HAProxyBackend = "kube-apiservers"
 )
@@ -404,28 +401,17 @@ func (p *Prober) haproxy(ctx context.Context) Sample {
 	s := Sample{At: time.Now()}
 	ctx, cancel := context.WithTimeout(ctx, p.stepTimeout())
 	defer cancel()
-	client := &http.Client{Transport: &http.Transport{DialContext: p.LBDial, DisableKeepAlives: true}}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+HAProxyStats+"/stats;csv", nil)
-	resp, err := client.Do(req)
+	servers, err := health.ReadHAProxyStats(ctx, p.LBDial)
 	s.Latency = time.Since(s.At)
+	if err == nil {
+		s.Parts, err = backendStatus(servers, HAProxyBackend)
+	}
 	if err != nil {
 		s.Err = oneLine(err.Error())
 		return s
 	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusOK {
-		s.Err = fmt.Sprintf("stats page: HTTP %d", resp.StatusCode)
-		return s
-	}
-	backends, err := ParseHAProxyCSV(data, HAProxyBackend)
-	if err != nil {
-		s.Err = err.Error()
-		return s
-	}
-	s.Parts = backends
 	var down []string
-	for name, st := range backends {
+	for name, st := range s.Parts {
 		if st != "UP" {
 			down = append(down, name+" "+st)
 		}
@@ -439,44 +425,16 @@ func (p *Prober) haproxy(ctx context.Context) Sample {
 	return s
 }
 
-// ParseHAProxyCSV reads HAProxy's stats CSV ("show stat", the stats page's
-// ;csv form: a header line "# pxname,svname,…,status,…" then one line per
-// proxy and server, https://docs.haproxy.org/2.8/management.html#9.1) and
-// returns server name → status ("UP", "DOWN", "UP 1/2", "MAINT", "no check")
-// of the active servers of backend; backup servers (column bck = 1, khw's
-// unchecked last-resort entries) are left out. Errors: no header, no status
-// column, or no server of that backend.
-func ParseHAProxyCSV(data []byte, backend string) (map[string]string, error) {
-	text := strings.TrimPrefix(string(data), "# ")
-	r := csv.NewReader(strings.NewReader(text))
-	r.FieldsPerRecord = -1
-	rows, err := r.ReadAll()
-	if err != nil {
-		return nil, fmt.Errorf("HAProxy stats CSV: %w", err)
-	}
-	if len(rows) == 0 {
-		return nil, errors.New("HAProxy stats CSV is empty")
-	}
-	col := map[string]int{}
-	for i, h := range rows[0] {
-		col[strings.TrimSpace(h)] = i
-	}
-	px, okP := col["pxname"]
-	sv, okS := col["svname"]
-	st, okT := col["status"]
-	if !okP || !okS || !okT {
-		return nil, fmt.Errorf("HAProxy stats CSV header lacks pxname/svname/status: %q", shorten(strings.Join(rows[0], ","), 120))
-	}
-	bck, okB := col["bck"]
+// backendStatus is server name → status ("UP", "DOWN", "UP 1/2", "MAINT",
+// "no check") of the active servers of backend; backup servers (khw's
+// unchecked last-resort entries) are left out. Errors: no server of that
+// backend.
+func backendStatus(servers []health.HAProxyServer, backend string) (map[string]string, error) {
 	out := map[string]string{}
-	for _, row := range rows[1:] {
-		if len(row) <= max(px, sv, st) || row[px] != backend || row[sv] == "FRONTEND" || row[sv] == "BACKEND" {
-			continue
+	for _, s := range servers {
+		if s.Backend == backend && !s.Backup {
+			out[s.Name] = s.Status
 		}
-		if okB && bck < len(row) && row[bck] == "1" {
-			continue
-		}
-		out[row[sv]] = row[st]
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("HAProxy stats list no server in backend %q", backend)

@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"time"
 
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/health"
-	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/render"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/vm"
@@ -35,14 +33,7 @@ func Open(s *cluster.Session) (*Env, error) {
 	c := s.Config
 	e := &Env{S: s, Prober: &Prober{Cluster: c, Target: s.Target(), AdminKubeconfig: s.AdminKubeconfig(), Workers: c.Workers()}}
 	if lb, ok := c.LB(); ok {
-		node := remote.Node{Name: lb.Name, Addr: lb.IP}
-		e.Prober.LBDial = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			cl, err := s.Pool.Get(ctx, node)
-			if err != nil {
-				return nil, err
-			}
-			return cl.DialContext(ctx, network, addr)
-		}
+		e.Prober.LBDial = s.DialFrom(lb)
 	}
 	if err := e.Prober.Init(); err != nil {
 		return nil, err

@@ -375,3 +375,32 @@ func HolderHost(holder string) string {
 	}
 	return holder
 }
+
+// ReadyzOf is one request of APIServers: GET /readyz?verbose from node
+// name's apiserver port (a control plane directly, or the load balancer) on
+// a new connection, as the user of kubeconfigPath.
+func ReadyzOf(ctx context.Context, t Target, kubeconfigPath, name string) Readyz {
+	r := Readyz{Target: name, URL: t.apiServerURL(name)}
+	base, err := t.restConfig(kubeconfigPath)
+	if err != nil {
+		r.Err = errText(err)
+		return r
+	}
+	readyz(ctx, base, &r)
+	return r
+}
+
+// Problem is why r is not ready, in one line: the failed checks, or the
+// error.
+func (r Readyz) Problem() string {
+	if len(r.Failed) > 0 {
+		return strings.Join(r.Failed, "; ")
+	}
+	if r.Err != "" {
+		return r.Err
+	}
+	if !r.OK {
+		return fmt.Sprintf("HTTP %d", r.HTTPStatus)
+	}
+	return ""
+}

@@ -225,7 +225,7 @@ func (c *Course) Grade(ctx context.Context, l Lab) (*Grade, error) {
 		if cerr != nil {
 			g.Warnings = append(g.Warnings, fmt.Sprintf("no API client (%v): the checks of API objects are skipped", cerr))
 		}
-		live := &labcheck.Live{Target: c.S.Target()}
+		live := &labcheck.Live{Target: c.S.Target(), AdminKubeconfig: c.S.AdminKubeconfig(), DialFrom: c.S.DialFrom}
 		if admin, aerr := c.S.AdminRESTConfig(); aerr == nil {
 			live.Admin = admin
 		}

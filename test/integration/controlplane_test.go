@@ -555,10 +555,14 @@ func TestControlPlane(t *testing.T) {
 		}
 		bootCfg := &rest.Config{Host: server, BearerToken: tok.Value(), TLSClientConfig: rest.TLSClientConfig{CAData: ca}}
 		boot := kubernetes.NewForConfigOrDie(bootCfg)
-		r, err := boot.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		// The token authenticator reads the Secret from an informer's
+		// cache, which sees a new Secret a moment after it is created:
+		// until then the token is Unauthorized.
+		var r *authnv1.SelfSubjectReview
+		waitFor(t, "the bootstrap token to authenticate", 30*time.Second, func() error {
+			r, err = boot.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+			return err
+		})
 		if r.Status.UserInfo.Username != tok.User() || !contains(r.Status.UserInfo.Groups, "system:bootstrappers") {
 			t.Fatalf("bootstrap token is %q %v", r.Status.UserInfo.Username, r.Status.UserInfo.Groups)
 		}

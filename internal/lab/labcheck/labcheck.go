@@ -37,6 +37,7 @@ import (
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/health"
 	"github.com/khw-dev/khw/internal/lab/grade"
+	"github.com/khw-dev/khw/internal/remote"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -117,6 +118,11 @@ type Env struct {
 type Live struct {
 	Target health.Target
 	Admin  *rest.Config
+	// AdminKubeconfig is the admin kubeconfig's path (for health's probes).
+	AdminKubeconfig string
+	// DialFrom opens connections from a node itself (an SSH tunnel), to
+	// what it serves on its loopback only; nil when there is none.
+	DialFrom func(node config.Node) remote.DialFunc
 }
 
 // APIServer is a client of node's apiserver alone

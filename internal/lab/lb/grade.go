@@ -379,4 +379,5 @@ func hasParam(params []string, k, v string) bool {
 // lbDetectors are the detectors of lab LB, in the order they run.
 var Detectors = []labcheck.Detector{
 	{Name: "lb-health-check", Lab: labid.LB, Doc: "haproxy.cfg: mode tcp on the apiserver port, every cp a server, an HTTP check that can pass (check-ssl, verify, path, port)", Run: lbHealthCheck},
+	{Name: "lb-api-traffic", Lab: labid.LB, Doc: "tries it live: API requests through the LB succeed and HAProxy sends to every ready apiserver; a failure named with HAProxy's view of its servers", Run: apiThroughLB},
 }

@@ -1,0 +1,51 @@
+package lb
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/health"
+	"github.com/khw-dev/khw/internal/lab/labcheck"
+)
+
+// TestHAProxyViewNamesWhyAServerIsOut: from HAProxy's view of its servers,
+// a ready control plane without a server at its address, or whose server
+// is down, is out of rotation with the cause; one that is coming back up
+// is not (yet).
+func TestHAProxyViewNamesWhyAServerIsOut(t *testing.T) {
+	c := config.Default("lab", config.ArchAMD64, config.ProviderNspawn)
+	lb, _ := c.LB()
+	h := &haView{e: &labcheck.Env{Cluster: c}, lb: lb, port: "6443", servers: []health.HAProxyServer{
+		{Backend: "kube-apiservers", Name: "cp1", Addr: "192.168.122.11:6443", Status: "UP", Check: "L7OK 200"},
+		{Backend: "kube-apiservers", Name: "cp2", Addr: "192.168.122.12:6443", Status: "DOWN", Check: "L7STS 401", LastCheck: "HTTP status check returned code <3C>401<3E>"},
+		{Backend: "kube-apiservers", Name: "cp3", Addr: "192.168.122.13:6444", Status: "DOWN", Check: "L4CON", LastCheck: "Connection refused"},
+		{Backend: "kube-apiservers", Name: "cp3-last-resort", Addr: "192.168.122.13:6443", Status: "no check", Backup: true},
+	}}
+	cps := c.ControlPlanes()
+	out := h.outOfRotation(cps)
+	if names(out) != "cp2, cp3" {
+		t.Fatalf("out of rotation: %s, want cp2, cp3", names(out))
+	}
+	m2, m3 := h.mistake(out[0]), h.mistake(out[1])
+	for _, want := range []string{"HAProxy keeps cp2 out of rotation (DOWN) although its apiserver answers ready", "401/403", "last check L7STS 401"} {
+		if !strings.Contains(m2.What, want) {
+			t.Errorf("cp2: %q lacks %q", m2.What, want)
+		}
+	}
+	if !strings.Contains(m3.What, "no server of its backends is at 192.168.122.13:6443") || !strings.Contains(m3.Fix, "server cp3 192.168.122.13:6443 check") {
+		t.Errorf("cp3: %+v", m3)
+	}
+	if want := "cp3 192.168.122.13:6444 DOWN (L4CON)"; !strings.Contains(m3.Evidence, want) || strings.Contains(m3.Evidence, "last-resort") {
+		t.Errorf("evidence %q: want %q and no backup server", m3.Evidence, want)
+	}
+	h.servers[1].Status = "DOWN 1/2" // passed one check of rise 2: coming back
+	if out := h.outOfRotation(cps); names(out) != "cp3" {
+		t.Errorf("with cp2 coming back: %s, want cp3", names(out))
+	}
+	h.err = errors.New("connection refused")
+	if ev := h.summary(); !strings.Contains(ev, "stats page on lb (http://127.0.0.1:8404/stats;csv) could not be read: connection refused") {
+		t.Errorf("summary without stats: %q", ev)
+	}
+}
