@@ -263,6 +263,39 @@ variant_passes() { # a correct hand-made variant: a variant, not a mistake
   grep -qF "lb: haproxy.cfg: defaults: timeout connect: 1s → 2s" <<<"$out" || { echo "e2e: khw lab check 06 does not list the variant" >&2; return 1; }
 }
 
+break_lb_server() { # a ready apiserver left out of rotation, tried live
+  on lb "sed -i 's|^\(    server cp3 [0-9.]*\):6443 |\1:6444 |' /etc/haproxy/haproxy.cfg && systemctl reload haproxy"
+  expect_mistake 06 "[06-lb] lb: server cp3 uses port 6444; the apiserver listens on 6443" \
+    "[06-lb] lb: HAProxy sends no API request to cp3, whose apiserver is ready: no server of its backends is at 192.168.122.13:6443" \
+    "cp3 192.168.122.13:6444"
+  on lb "sed -i 's|^\(    server cp3 [0-9.]*\):6444 |\1:6443 |' /etc/haproxy/haproxy.cfg && systemctl reload haproxy"
+  sleep 3   # rise checks of the restored server
+  "$KHW" lab check 06
+}
+
+break_forward_policy() { # what Docker does to a node: forwarded pod traffic dropped, tried live
+  on w2 "iptables -P FORWARD DROP"
+  expect_mistake 08 "[08-pod-network] w2: a pod on w1 cannot reach a pod on w2 at its pod IP" \
+    "w2: iptables -S FORWARD: -P FORWARD DROP and no rule that accepts the pod network"
+  on w2 "iptables -P FORWARD ACCEPT"
+  "$KHW" lab check 08   # and with the policy back, every path works again
+}
+
+break_coredns_gone() { # the cluster DNS scaled away, tried live from a pod on every worker
+  local n _
+  n=$("$KHW" kubectl -n kube-system get deployment coredns -o jsonpath='{.spec.replicas}')
+  "$KHW" kubectl -n kube-system scale deployment coredns --replicas=0
+  for _ in $(seq 90); do
+    [ -z "$("$KHW" kubectl -n kube-system get pods -l k8s-app=kube-dns -o name)" ] && break
+    sleep 1
+  done
+  expect_mistake 09 "[09-coredns] w1: a pod on w1 cannot resolve kubernetes.default.svc.cluster.local" \
+    "no CoreDNS pod (kube-system, k8s-app=kube-dns) is Ready"
+  "$KHW" kubectl -n kube-system scale deployment coredns --replicas="$n"
+  "$KHW" kubectl -n kube-system rollout status deployment coredns --timeout=120s
+  "$KHW" lab check 09
+}
+
 reset_04() {
   "$KHW" lab reset 04-etcd --yes
   local out
@@ -326,6 +359,9 @@ if [ "${E2E_LABS:-}" = 1 ]; then
   phase "cp3 etcd lo"     break_etcd_listener
   phase "w2 anonymous"    break_kubelet_anonymous
   phase "lb variant"      variant_passes
+  phase "lb cp3 :6444"    break_lb_server
+  phase "w2 FORWARD DROP" break_forward_policy
+  phase "no CoreDNS"      break_coredns_gone
   phase "lab reset 04"    reset_04
   du -sh "$STATE/$NAME/nspawn/snapshots" | sed 's/^/snapshots on disk: /'
 fi

@@ -120,10 +120,10 @@ func hexBytes(b []byte) string {
 	return strings.Join(parts, " ")
 }
 
-// webPodSpec is agnhost netexec on HTTPPort: GET /hostname answers the pod
+// WebPodSpec is agnhost netexec on HTTPPort: GET /hostname answers the pod
 // name, and it logs startedLine once it listens. The image is never pulled
 // (the nodes are offline; the worker step imports it).
-func webPodSpec(image string) corev1.PodSpec {
+func WebPodSpec(image string) corev1.PodSpec {
 	grace := int64(5)
 	automount := false
 	return corev1.PodSpec{
@@ -157,7 +157,7 @@ func (r *Runner) Deployment(ctx context.Context, wait time.Duration) (Check, *co
 			Spec: appsv1.DeploymentSpec{
 				Replicas: &one,
 				Selector: &metav1.LabelSelector{MatchLabels: labels},
-				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: webPodSpec(r.Image)},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: WebPodSpec(r.Image)},
 			},
 		}
 		cctx, cancel := context.WithTimeout(ctx, requestTimeout)
@@ -179,7 +179,7 @@ func (r *Runner) Deployment(ctx context.Context, wait time.Duration) (Check, *co
 // createPinnedPod creates the pod of the tls-bootstrap-node check, bound to
 // node n with spec.nodeName (no scheduler involved).
 func (r *Runner) createPinnedPod(ctx context.Context, n config.Node) error {
-	spec := webPodSpec(r.Image)
+	spec := WebPodSpec(r.Image)
 	spec.NodeName = n.Name
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: PinnedApp + "-" + n.Name, Labels: map[string]string{"app": PinnedApp}},

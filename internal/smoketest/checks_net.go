@@ -22,9 +22,9 @@ import (
 	"github.com/khw-dev/khw/internal/remote"
 )
 
-// httpGet GETs url with a fresh connection opened by dial, bounded by
-// requestTimeout; it returns the status code and up to 512 bytes of body.
-func httpGet(ctx context.Context, dial remote.DialFunc, url string) (int, string, error) {
+// HTTPGet GETs url with a fresh connection opened by dial, bounded by
+// requestTimeout; it returns the status code and up to 4 KiB of body.
+func HTTPGet(ctx context.Context, dial remote.DialFunc, url string) (int, string, error) {
 	tr := &http.Transport{DialContext: dial, DisableKeepAlives: true}
 	defer tr.CloseIdleConnections()
 	cl := &http.Client{Transport: tr, Timeout: requestTimeout}
@@ -37,7 +37,7 @@ func httpGet(ctx context.Context, dial remote.DialFunc, url string) (int, string
 		return 0, "", err
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	return resp.StatusCode, strings.TrimSpace(string(body)), nil
 }
 
@@ -51,7 +51,7 @@ func (r *Runner) portForward(ctx context.Context, pod *corev1.Pod) Check {
 		}
 		defer stop()
 		var d net.Dialer
-		code, body, err := httpGet(fctx, d.DialContext, "http://"+local+"/hostname")
+		code, body, err := HTTPGet(fctx, d.DialContext, "http://"+local+"/hostname")
 		if err != nil {
 			return "", pod.Spec.NodeName, fmt.Errorf("GET http://%s/hostname through the forward to %s:%d: %w", local, pod.Name, HTTPPort, err)
 		}
@@ -93,7 +93,7 @@ func probeNodePorts(ctx context.Context, dial remote.DialFunc, workers []config.
 			url := "http://" + net.JoinHostPort(w.IP, strconv.Itoa(nodePort)) + "/hostname"
 			for attempt := 0; ; attempt++ {
 				res := nodePortResult{Node: w.Name, IP: w.IP, HasPod: w.Name == podNode}
-				code, body, err := httpGet(wctx, dial, url)
+				code, body, err := HTTPGet(wctx, dial, url)
 				if err != nil && attempt > 0 && wctx.Err() != nil {
 					// The window closed during this attempt: the previous
 					// attempt's answer says more than "deadline exceeded".
@@ -195,12 +195,12 @@ func (r *Runner) nodePort(ctx context.Context, pod *corev1.Pod) Check {
 	})
 }
 
-// parseNslookup reads the output of nslookup NAME SERVER, as printed by
+// ParseNslookup reads the output of nslookup NAME SERVER, as printed by
 // busybox (khw's mirror image) and by BIND's nslookup (upstream agnhost,
 // alpine bind-tools): the "Server:" line names the server asked; the
 // "Address" lines after the first "Name:" line are the answers ("Address:
 // 10.32.0.1", or busybox's older "Address 1: 10.32.0.1 name").
-func parseNslookup(out string) (server string, answers []string) {
+func ParseNslookup(out string) (server string, answers []string) {
 	seenName := false
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
@@ -224,8 +224,8 @@ func parseNslookup(out string) (server string, answers []string) {
 	return server, answers
 }
 
-// parseResolvConf returns the nameserver and search lines of a resolv.conf.
-func parseResolvConf(s string) (nameservers, search []string) {
+// ParseResolvConf returns the nameserver and search lines of a resolv.conf.
+func ParseResolvConf(s string) (nameservers, search []string) {
 	sc := bufio.NewScanner(strings.NewReader(s))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -256,7 +256,7 @@ func (r *Runner) dns(ctx context.Context, pod *corev1.Pod) Check {
 		if err != nil {
 			return "", node, fmt.Errorf("exec cat /etc/resolv.conf in %s: %v%s", pod.Name, err, stderrNote(stderr))
 		}
-		nameservers, search := parseResolvConf(conf)
+		nameservers, search := ParseResolvConf(conf)
 		confEv := fmt.Sprintf("/etc/resolv.conf: nameserver %s, search %s", strings.Join(nameservers, " "), strings.Join(search, " "))
 		if !contains(nameservers, server) {
 			return confEv, node, fmt.Errorf("the pod's /etc/resolv.conf names nameserver %v, not the cluster DNS %s: set clusterDNS: [%s] in the kubelet config of %s (/var/lib/kubelet/kubelet-config.yaml) and restart kubelet", nameservers, server, server, node)
@@ -286,7 +286,7 @@ func (r *Runner) lookup(ctx context.Context, pod *corev1.Pod, cmd []string, want
 	ectx, cancel := context.WithTimeout(ctx, streamTimeout)
 	defer cancel()
 	stdout, stderr, err := r.Streams.Exec(ectx, pod.Namespace, pod.Name, Container, cmd)
-	srv, answers := parseNslookup(stdout)
+	srv, answers := ParseNslookup(stdout)
 	what := strings.Join(cmd, " ")
 	if contains(answers, want) {
 		// busybox exits 1 when one of its queries (AAAA) has no answer,

@@ -518,7 +518,7 @@ func TestParseNslookup(t *testing.T) {
 		{"timeout", ";; connection timed out; no servers could be reached\n", "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			server, answers := parseNslookup(tc.out)
+			server, answers := ParseNslookup(tc.out)
 			if server != tc.server || strings.Join(answers, ",") != strings.Join(tc.answers, ",") {
 				t.Fatalf("server %q answers %v; want %q %v", server, answers, tc.server, tc.answers)
 			}

@@ -179,7 +179,7 @@ func TestStreamsGoThroughRESTConfigDial(t *testing.T) {
 		t.Fatal(err)
 	}
 	var nd net.Dialer
-	code, body, err := httpGet(ctx, nd.DialContext, "http://"+local+"/hostname")
+	code, body, err := HTTPGet(ctx, nd.DialContext, "http://"+local+"/hostname")
 	stop()
 	if err != nil || code != 200 || body != "web-1" {
 		t.Fatalf("GET through the forward = %d %q %v", code, body, err)

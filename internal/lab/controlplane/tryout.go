@@ -19,13 +19,6 @@ import (
 	"github.com/khw-dev/khw/internal/labid"
 )
 
-// tryoutNamespace and tryoutLabel mark the Secrets the stored-Secret
-// tryout writes; it deletes them when done.
-const (
-	tryoutNamespace = "default"
-	tryoutLabel     = "khw.dev/lab-check"
-)
-
 // storedSecret tries what lab 05 exists to make work: every apiserver
 // stores into the one etcd cluster and encrypts at rest with the same
 // keys, so a Secret written through one apiserver is read back, the same,
@@ -67,7 +60,7 @@ func storedSecret(e *labcheck.Env) ([]labcheck.Mistake, error) {
 		defer dcancel()
 		for _, s := range written {
 			for _, n := range cps {
-				if clients[n.Name].CoreV1().Secrets(tryoutNamespace).Delete(dctx, s.name, metav1.DeleteOptions{}) == nil {
+				if clients[n.Name].CoreV1().Secrets(labcheck.TryoutNamespace).Delete(dctx, s.name, metav1.DeleteOptions{}) == nil {
 					break
 				}
 			}
@@ -76,15 +69,15 @@ func storedSecret(e *labcheck.Env) ([]labcheck.Mistake, error) {
 	for _, n := range cps {
 		s := stored{by: n, name: "khw-lab-check-" + run + "-" + n.Name, value: []byte("stored through " + n.Name + " at " + e.Now.UTC().Format(time.RFC3339))}
 		ctx, cancel := context.WithTimeout(e.Ctx, reqTimeout)
-		_, err := clients[n.Name].CoreV1().Secrets(tryoutNamespace).Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: s.name, Labels: map[string]string{tryoutLabel: "true"}},
+		_, err := clients[n.Name].CoreV1().Secrets(labcheck.TryoutNamespace).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: s.name, Labels: map[string]string{labcheck.TryoutLabel: "true"}},
 			Data:       map[string][]byte{"value": s.value},
 		}, metav1.CreateOptions{})
 		cancel()
 		if err != nil {
 			out = append(out, labcheck.Mistake{Lab: lab, Node: n.Name, Kind: grade.Breaks, Subject: "store through " + n.Name,
 				What:     "a Secret cannot be stored through the apiserver on " + n.Name + ": " + labcheck.OneLine(err),
-				Evidence: "POST /api/v1/namespaces/" + tryoutNamespace + "/secrets at https://" + n.IP + " as admin",
+				Evidence: "POST /api/v1/namespaces/" + labcheck.TryoutNamespace + "/secrets at https://" + n.IP + " as admin",
 				Fix:      "on " + n.Name + ": systemctl status kube-apiserver and journalctl -u kube-apiserver (its /readyz?verbose names the failing check); khw lab check 04 if etcd is the cause"})
 			continue
 		}
@@ -96,7 +89,7 @@ func storedSecret(e *labcheck.Env) ([]labcheck.Mistake, error) {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(e.Ctx, reqTimeout)
-			got, err := clients[r.Name].CoreV1().Secrets(tryoutNamespace).Get(ctx, s.name, metav1.GetOptions{})
+			got, err := clients[r.Name].CoreV1().Secrets(labcheck.TryoutNamespace).Get(ctx, s.name, metav1.GetOptions{})
 			cancel()
 			if err == nil && bytes.Equal(got.Data["value"], s.value) {
 				continue

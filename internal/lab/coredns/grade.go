@@ -116,4 +116,5 @@ func containsFold(list []string, v string) bool {
 // coreDNSDetectors are the detectors of lab CoreDNS, in the order they run.
 var Detectors = []labcheck.Detector{
 	{Name: "coredns", Lab: labid.CoreDNS, Doc: "Service kube-dns at the clusterDNS IP, the Corefile serving the cluster domain (API)", Run: coreDNS},
+	{Name: "dns-from-pods", Lab: labid.CoreDNS, Doc: "tries it live: a pod on each Ready worker resolves kubernetes.default.svc.<domain> to the Service's IP; a failure named with its cause (resolv.conf, CoreDNS's pods, endpoints)", Run: dnsFromPods},
 }

@@ -93,4 +93,5 @@ func routeList(m map[netip.Prefix]route) []string {
 // podNetworkDetectors are the detectors of lab PodNetwork, in the order they run.
 var Detectors = []labcheck.Detector{
 	{Name: "pod-routes", Lab: labid.PodNetwork, Doc: "every worker routes each other worker's podCIDR via that worker's IP", Run: podRoutes},
+	{Name: "pod-traffic", Lab: labid.PodNetwork, Doc: "tries it live: a pod on each Ready worker fetches a page from a pod on every other; a failing path named with its cause (route, forwarding, FORWARD chain)", Run: podTraffic},
 }
