@@ -207,6 +207,8 @@ break_apiserver_cert() {
   "$KHW" shell -- sh -c 'ssh -F "$KHW_SSH_CONFIG" cp1 "sudo tee /var/lib/kubernetes/kubernetes.pem >/dev/null"' <"$tmp/bad.pem"
   rm -rf "$tmp"
   expect_mistake 05 "[02-pki] cp1" "lacks the SANs lb"
+  # Live: the clients that HAProxy sends to cp1 fail to verify it.
+  expect_mistake 06 "[02-pki] cp1: the apiserver on cp1 serves a certificate that does not name lb"
 }
 
 # on NODE SHELL: run SHELL as root on NODE through khw shell (the script
@@ -223,6 +225,10 @@ break_authorization() { # a security setting weakened
   on cp2 "sed -i 's/^  --authorization-mode=Node,RBAC /  --authorization-mode=AlwaysAllow /' /etc/systemd/system/kube-apiserver.service && systemctl daemon-reload && systemctl restart kube-apiserver"
   expect_mistake 05 "[05-control-plane] cp2: --authorization-mode in kube-apiserver.service is AlwaysAllow" \
     "on cp2: --authorization-mode=AlwaysAllow" "fix: set --authorization-mode=Node,RBAC"
+  # Live: AlwaysAllow alone turns anonymous authentication off, so
+  # HAProxy's anonymous health check of cp2 gets 401 and cp2 leaves the
+  # rotation.
+  expect_mistake 06 "[05-control-plane] cp2: HAProxy keeps cp2 out of rotation (DOWN): the apiserver on cp2 refuses HAProxy's anonymous health check with 401"
 }
 
 break_etcd_listener() { # a listener on the wrong address, and a flag that differs on one member
@@ -352,16 +358,18 @@ if [ "${E2E_DRILLS:-}" = 1 ]; then
   drill_figures
 fi
 if [ "${E2E_LABS:-}" = 1 ]; then
+  # First the mistakes that are undone at once (each ends with a clean
+  # check), then those that stay until khw lab reset 04.
+  phase "lb variant"      variant_passes
+  phase "lb cp3 :6444"    break_lb_server
+  phase "w2 FORWARD DROP" break_forward_policy
+  phase "no CoreDNS"      break_coredns_gone
   phase "w1 ip_forward=0" break_ip_forward
   phase "cp1 cert no lb"  break_apiserver_cert
   phase "cp2 AlwaysAllow" break_authorization
   phase "cp2 encryption"  break_encryption_key
   phase "cp3 etcd lo"     break_etcd_listener
   phase "w2 anonymous"    break_kubelet_anonymous
-  phase "lb variant"      variant_passes
-  phase "lb cp3 :6444"    break_lb_server
-  phase "w2 FORWARD DROP" break_forward_policy
-  phase "no CoreDNS"      break_coredns_gone
   phase "lab reset 04"    reset_04
   du -sh "$STATE/$NAME/nspawn/snapshots" | sed 's/^/snapshots on disk: /'
 fi

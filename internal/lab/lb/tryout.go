@@ -2,6 +2,7 @@ package lb
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strconv"
@@ -36,9 +37,12 @@ func apiThroughLB(e *labcheck.Env) ([]labcheck.Mistake, error) {
 	defer cancel()
 	cps := e.Cluster.ControlPlanes()
 	var ready []config.Node
+	var notReady []string
 	for _, n := range cps {
-		if health.ReadyzOf(ctx, t, e.Live.AdminKubeconfig, n.Name).OK {
+		if r := health.ReadyzOf(ctx, t, e.Live.AdminKubeconfig, n.Name); r.OK {
 			ready = append(ready, n)
+		} else {
+			notReady = append(notReady, n.Name+": "+r.Problem())
 		}
 	}
 	if len(ready) == 0 {
@@ -55,11 +59,25 @@ func apiThroughLB(e *labcheck.Env) ([]labcheck.Mistake, error) {
 	}
 	var out []labcheck.Mistake
 	if failed > 0 {
-		out = append(out, labcheck.Mistake{Node: lb.Name, Lab: labid.LB, Kind: grade.Breaks, Subject: "API through " + lb.Name,
-			What: fmt.Sprintf("%d of %d API requests through https://%s:%s failed (last: %s) although the apiservers of %s answer ready directly",
-				failed, tries, lb.Name, h.port, last, names(ready)),
-			Evidence: h.summary(),
-			Fix:      "make HAProxy on " + lb.Name + " pass the apiserver port through (mode tcp) to a server line per control plane with a check that passes (khw lab 06's haproxy.cfg), then systemctl reload haproxy"})
+		// A certificate that does not name the load balancer fails only
+		// the connections HAProxy sends to that apiserver: name it.
+		var unnamed []labcheck.Mistake
+		if strings.Contains(last, "x509") {
+			unnamed = certsWithoutName(ctx, e, cps, lb.Name, h.port)
+		}
+		if len(unnamed) > 0 {
+			out = append(out, unnamed...)
+		} else {
+			ev := h.summary()
+			if len(notReady) > 0 {
+				ev += "; not ready when asked directly: " + strings.Join(notReady, "; ")
+			}
+			out = append(out, labcheck.Mistake{Node: lb.Name, Lab: labid.LB, Kind: grade.Breaks, Subject: "API through " + lb.Name,
+				What: fmt.Sprintf("%d of %d API requests through https://%s:%s failed (last: %s) although the apiservers of %s answer ready directly",
+					failed, tries, lb.Name, h.port, last, names(ready)),
+				Evidence: ev,
+				Fix:      "make HAProxy on " + lb.Name + " pass the apiserver port through (mode tcp) to a server line per control plane with a check that passes (khw lab 06's haproxy.cfg), then systemctl reload haproxy"})
+		}
 	}
 	if h.err != nil {
 		return out, nil
@@ -138,6 +156,15 @@ func (h *haView) mistake(n config.Node) labcheck.Mistake {
 	}
 	m.What = fmt.Sprintf("HAProxy keeps %s out of rotation (%s) although its apiserver answers ready: %s", n.Name, s.Status, checkMeaning(s))
 	m.Fix = "make the health check of server " + s.Name + " pass (khw lab check 06 reads its settings; khw lab 06's haproxy.cfg has one that does), then systemctl reload haproxy"
+	if strings.HasPrefix(s.Check, "L7STS 401") {
+		// The check is anonymous; the apiserver answered the admin but
+		// not it. With --authorization-mode=AlwaysAllow alone the
+		// apiserver turns anonymous authentication off
+		// (pkg/kubeapiserver/options/authentication.go, ApplyAuthorization).
+		m.Node, m.Lab = n.Name, labid.ControlPlane
+		m.What = fmt.Sprintf("HAProxy keeps %s out of rotation (%s): the apiserver on %s refuses HAProxy's anonymous health check with 401 Unauthorized while it answers the admin, so it runs without anonymous authentication (--anonymous-auth=false, or --authorization-mode=AlwaysAllow alone, which turns it off)", n.Name, s.Status, n.Name)
+		m.Fix = "run the apiserver on " + n.Name + " with --authorization-mode=Node,RBAC and anonymous authentication on (anonymous may read only /healthz, /livez, /readyz and /version, through the ClusterRole system:public-info-viewer), then systemctl restart kube-apiserver"
+	}
 	return m
 }
 
@@ -196,4 +223,40 @@ func names(ns []config.Node) string {
 		out = append(out, n.Name)
 	}
 	return strings.Join(out, ", ")
+}
+
+// certsWithoutName connects to each control plane's apiserver port as a
+// client of https://<lb>:<port> does (TLS to that name, trusting only the
+// cluster CA) and returns a mistake for each whose certificate fails to
+// verify: HAProxy passes TLS through, so that apiserver's certificate must
+// name the load balancer too.
+func certsWithoutName(ctx context.Context, e *labcheck.Env, cps []config.Node, name, port string) []labcheck.Mistake {
+	t := e.Live.Target
+	base, err := t.ClientTLS()
+	if err != nil {
+		return nil
+	}
+	var out []labcheck.Mistake
+	for _, n := range cps {
+		cctx, cancel := context.WithTimeout(ctx, t.Scaled(5*time.Second, 20*time.Second))
+		conn, err := t.Dialer()(cctx, "tcp", net.JoinHostPort(n.IP, port))
+		if err != nil {
+			cancel()
+			continue
+		}
+		cfg := base.Clone()
+		cfg.ServerName = name
+		tc := tls.Client(conn, cfg)
+		herr := tc.HandshakeContext(cctx)
+		tc.Close()
+		cancel()
+		if herr == nil || !strings.Contains(herr.Error(), "x509") {
+			continue
+		}
+		out = append(out, labcheck.Mistake{Node: n.Name, Lab: labid.PKI, Kind: grade.Breaks, Subject: "apiserver certificate",
+			What:     fmt.Sprintf("the apiserver on %s serves a certificate that does not name %s: HAProxy passes TLS through, so every client of https://%s:%s that HAProxy sends to %s fails to verify it", n.Name, name, name, port, n.Name),
+			Evidence: fmt.Sprintf("TLS to %s with server name %s: %s", net.JoinHostPort(n.IP, port), name, labcheck.OneLine(herr)),
+			Fix:      fmt.Sprintf("issue the kubernetes certificate with %s among its SANs (khw lab check 02 lists what it lacks), install it on %s and restart kube-apiserver", name, n.Name)})
+	}
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/health"
 	"github.com/khw-dev/khw/internal/lab/labcheck"
+	"github.com/khw-dev/khw/internal/labid"
 )
 
 // TestHAProxyViewNamesWhyAServerIsOut: from HAProxy's view of its servers,
@@ -19,7 +20,7 @@ func TestHAProxyViewNamesWhyAServerIsOut(t *testing.T) {
 	lb, _ := c.LB()
 	h := &haView{e: &labcheck.Env{Cluster: c}, lb: lb, port: "6443", servers: []health.HAProxyServer{
 		{Backend: "kube-apiservers", Name: "cp1", Addr: "192.168.122.11:6443", Status: "UP", Check: "L7OK 200"},
-		{Backend: "kube-apiservers", Name: "cp2", Addr: "192.168.122.12:6443", Status: "DOWN", Check: "L7STS 401", LastCheck: "HTTP status check returned code <3C>401<3E>"},
+		{Backend: "kube-apiservers", Name: "cp2", Addr: "192.168.122.12:6443", Status: "DOWN", Check: "L7STS 403", LastCheck: "HTTP status check returned code <3C>403<3E>"},
 		{Backend: "kube-apiservers", Name: "cp3", Addr: "192.168.122.13:6444", Status: "DOWN", Check: "L4CON", LastCheck: "Connection refused"},
 		{Backend: "kube-apiservers", Name: "cp3-last-resort", Addr: "192.168.122.13:6443", Status: "no check", Backup: true},
 	}}
@@ -29,7 +30,7 @@ func TestHAProxyViewNamesWhyAServerIsOut(t *testing.T) {
 		t.Fatalf("out of rotation: %s, want cp2, cp3", names(out))
 	}
 	m2, m3 := h.mistake(out[0]), h.mistake(out[1])
-	for _, want := range []string{"HAProxy keeps cp2 out of rotation (DOWN) although its apiserver answers ready", "401/403", "last check L7STS 401"} {
+	for _, want := range []string{"HAProxy keeps cp2 out of rotation (DOWN) although its apiserver answers ready", "401/403", "last check L7STS 403"} {
 		if !strings.Contains(m2.What, want) {
 			t.Errorf("cp2: %q lacks %q", m2.What, want)
 		}
@@ -39,6 +40,10 @@ func TestHAProxyViewNamesWhyAServerIsOut(t *testing.T) {
 	}
 	if want := "cp3 192.168.122.13:6444 DOWN (L4CON)"; !strings.Contains(m3.Evidence, want) || strings.Contains(m3.Evidence, "last-resort") {
 		t.Errorf("evidence %q: want %q and no backup server", m3.Evidence, want)
+	}
+	h.servers[1].Check = "L7STS 401" // the admin is answered, the anonymous check is not
+	if m := h.mistake(out[0]); m.Node != "cp2" || m.Lab != labid.ControlPlane || !strings.Contains(m.What, "AlwaysAllow alone, which turns it off") {
+		t.Errorf("401 is blamed on the apiserver's anonymous authentication: %+v", m)
 	}
 	h.servers[1].Status = "DOWN 1/2" // passed one check of rise 2: coming back
 	if out := h.outOfRotation(cps); names(out) != "cp3" {
