@@ -281,7 +281,7 @@ break_lb_server() { # a ready apiserver left out of rotation, tried live
 
 break_forward_policy() { # what Docker does to a node: forwarded pod traffic dropped, tried live
   on w2 "iptables -P FORWARD DROP"
-  expect_mistake 08 "[08-pod-network] w2: a pod on w1 cannot reach a pod on w2 at its pod IP" \
+  expect_mistake 08 "[08-pod-network] w2: pod traffic fails on 4 paths between workers (w1 → w2, w2 → w1, w2 → w3, w3 → w2)" \
     "w2: iptables -S FORWARD: -P FORWARD DROP and no rule that accepts the pod network"
   on w2 "iptables -P FORWARD ACCEPT"
   "$KHW" lab check 08   # and with the policy back, every path works again
@@ -295,7 +295,7 @@ break_coredns_gone() { # the cluster DNS scaled away, tried live from a pod on e
     [ -z "$("$KHW" kubectl -n kube-system get pods -l k8s-app=kube-dns -o name)" ] && break
     sleep 1
   done
-  expect_mistake 09 "[09-coredns] w1: a pod on w1 cannot resolve kubernetes.default.svc.cluster.local" \
+  expect_mistake 09 "[09-coredns] cluster: pods on w1, w2, w3 cannot resolve kubernetes.default.svc.cluster.local" \
     "no CoreDNS pod (kube-system, k8s-app=kube-dns) is Ready"
   "$KHW" kubectl -n kube-system scale deployment coredns --replicas="$n"
   "$KHW" kubectl -n kube-system rollout status deployment coredns --timeout=120s

@@ -322,6 +322,12 @@ func (r *reconciler) planLeaf(s Spec, is *issuer, caNewKey bool) unit {
 	if len(rs) == 0 {
 		return r.keptUnit(s, p, nil)
 	}
+	return r.issueUnit(s, is, p, rs)
+}
+
+// issueUnit issues a new key and cert for s from its CSR JSON, for the
+// reasons rs; p is what was there before (its creation time is kept).
+func (r *reconciler) issueUnit(s Spec, is *issuer, p pair, rs []Reason) unit {
 	csrJSON := csrJSON(r.c, s)
 	req, err := parseCSRJSON(s.Name, csrJSON)
 	if err != nil {
@@ -342,18 +348,7 @@ func (r *reconciler) planServiceAccount(s Spec, is *issuer, caNewKey bool) unit 
 	certExists, keyExists := exists(filepath.Join(r.dir, certFile(s.Name))), exists(keyPath)
 	newKeyWhy := "a new key invalidates every ServiceAccount token signed with the old one"
 
-	issueNew := func(rs []Reason) unit {
-		csrJSON := csrJSON(r.c, s)
-		req, err := parseCSRJSON(s.Name, csrJSON)
-		if err != nil {
-			return unit{err: err}
-		}
-		certPEM, keyPEM, err := is.issue(s.Name, req, s.Profile, r.now)
-		if err != nil {
-			return unit{err: err}
-		}
-		return signedUnit(s, createdOr(p), rs, csrJSON, certPEM, keyPEM)
-	}
+	issueNew := func(rs []Reason) unit { return r.issueUnit(s, is, p, rs) }
 
 	if p.key == nil {
 		if !keyExists && !certExists {

@@ -62,19 +62,40 @@ func dnsFromPods(e *labcheck.Env) ([]labcheck.Mistake, error) {
 		}()
 	}
 	wg.Wait()
-	var out []labcheck.Mistake
+	// One finding per cause, naming every worker it hits: no CoreDNS
+	// fails the pods of every worker alike.
+	type cause struct{ ev, fix string }
+	var causes []cause
+	failed := map[cause][]int{}
 	for i, w := range workers {
-		answers, why := results[i].answers, results[i].why
-		if pods.Pods[w.Name] == nil || (why == "" && slices.Contains(answers, want)) {
+		r := results[i]
+		if pods.Pods[w.Name] == nil || (r.why == "" && slices.Contains(r.answers, want)) {
 			continue
 		}
-		if why == "" {
-			why = fmt.Sprintf("it answers %v, not the kubernetes Service's IP %s", answers, want)
+		if r.why == "" {
+			results[i].why = fmt.Sprintf("it answers %v, not the kubernetes Service's IP %s", r.answers, want)
 		}
-		ev, fix := dnsCause(e, pods, w)
-		out = append(out, labcheck.Mistake{Node: w.Name, Lab: labid.CoreDNS, Kind: grade.Breaks, Subject: "DNS from a pod on " + w.Name,
-			What:     fmt.Sprintf("a pod on %s cannot resolve %s: %s", w.Name, name, why),
-			Evidence: ev, Fix: fix})
+		var c cause
+		c.ev, c.fix = dnsCause(e, pods, w)
+		if failed[c] == nil {
+			causes = append(causes, c)
+		}
+		failed[c] = append(failed[c], i)
+	}
+	var out []labcheck.Mistake
+	for _, c := range causes {
+		is := failed[c]
+		var on []string
+		for _, i := range is {
+			on = append(on, workers[i].Name)
+		}
+		node, where := on[0], "a pod on "+on[0]
+		if len(on) > 1 {
+			node, where = "", "pods on "+strings.Join(on, ", ")
+		}
+		out = append(out, labcheck.Mistake{Node: node, Lab: labid.CoreDNS, Kind: grade.Breaks, Subject: "DNS from pods",
+			What:     fmt.Sprintf("%s cannot resolve %s: %s", where, name, results[is[0]].why),
+			Evidence: c.ev, Fix: c.fix})
 	}
 	return out, nil
 }
@@ -112,8 +133,12 @@ func lookup(e *labcheck.Env, pods *labcheck.WebPods, node config.Node, name stri
 			why = labcheck.OneLine(err)
 		}
 		why = "nslookup " + name + ": " + why
-		if try == 0 && !sleep(e.Ctx, 2*time.Second) {
-			break
+		if try == 0 {
+			select {
+			case <-e.Ctx.Done():
+				return nil, why
+			case <-time.After(2 * time.Second):
+			}
 		}
 	}
 	return nil, why
@@ -164,14 +189,4 @@ func dnsCause(e *labcheck.Env, pods *labcheck.WebPods, node config.Node) (string
 	}
 	return fmt.Sprintf("%d CoreDNS pod(s) Ready, the kube-dns Service has endpoints, the pod asks %s: the query is lost between the pod and CoreDNS", ready, dns),
 		fmt.Sprintf("look at kube-proxy on %s (systemctl status kube-proxy; iptables -t nat -S KUBE-SERVICES | grep %s) and at pod traffic between workers (khw lab check 08)", node.Name, dns)
-}
-
-// sleep waits d or until ctx ends; false when it ended.
-func sleep(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
-	}
 }

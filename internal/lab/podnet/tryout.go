@@ -74,14 +74,34 @@ func podTraffic(e *labcheck.Env) ([]labcheck.Mistake, error) {
 		}
 	}
 	wg.Wait()
+	// One finding per cause, listing every path it breaks: a FORWARD
+	// policy on one worker breaks every path through it.
+	type cause struct{ node, ev, fix string }
+	var causes []cause
+	broken := map[cause][]*path{}
 	for _, p := range paths {
 		if p.why == "" {
 			continue
 		}
-		ev, fix := pathCause(e, p.from, p.to)
-		out = append(out, labcheck.Mistake{Node: p.to.Name, Lab: lab, Kind: grade.Breaks, Subject: "pod traffic " + p.from.Name + " → " + p.to.Name,
-			What:     fmt.Sprintf("a pod on %s cannot reach a pod on %s at its pod IP %s: %s", p.from.Name, p.to.Name, pods.Pods[p.to.Name].Status.PodIP, p.why),
-			Evidence: ev, Fix: fix})
+		var c cause
+		c.node, c.ev, c.fix = pathCause(e, p.from, p.to)
+		if broken[c] == nil {
+			causes = append(causes, c)
+		}
+		broken[c] = append(broken[c], p)
+	}
+	for _, c := range causes {
+		ps := broken[c]
+		first := ps[0]
+		what := fmt.Sprintf("a pod on %s cannot reach a pod on %s at its pod IP %s: %s", first.from.Name, first.to.Name, pods.Pods[first.to.Name].Status.PodIP, first.why)
+		if len(ps) > 1 {
+			var list []string
+			for _, p := range ps {
+				list = append(list, p.from.Name+" → "+p.to.Name)
+			}
+			what = fmt.Sprintf("pod traffic fails on %d paths between workers (%s); the first: %s", len(ps), strings.Join(list, ", "), what)
+		}
+		out = append(out, labcheck.Mistake{Node: c.node, Lab: lab, Kind: grade.Breaks, Subject: "pod traffic", What: what, Evidence: c.ev, Fix: c.fix})
 	}
 	return out, nil
 }
@@ -119,10 +139,10 @@ const (
 )
 
 // pathCause reads, on both workers, what a packet between their pods
-// needs, and returns the evidence and the fix of the first thing that is
-// missing (a route on either side, forwarding, the FORWARD chain), or
-// what was read when everything looks in place.
-func pathCause(e *labcheck.Env, from, to config.Node) (string, string) {
+// needs, and returns the worker, the evidence and the fix of the first
+// thing that is missing (a route on either side, forwarding, the FORWARD
+// chain), or to and what was read when everything looks in place.
+func pathCause(e *labcheck.Env, from, to config.Node) (node, evidence, fix string) {
 	var seen []string
 	for _, hop := range [][2]config.Node{{from, to}, {to, from}} {
 		n, peer := hop[0], hop[1]
@@ -132,7 +152,7 @@ func pathCause(e *labcheck.Env, from, to config.Node) (string, string) {
 		}
 		text, err := e.Run(n.Name, labcheck.RouteShell)
 		if err != nil {
-			return "could not read the routes of " + n.Name + ": " + labcheck.OneLine(err), "read `ip -4 route` on both workers"
+			return n.Name, "could not read the routes of " + n.Name + ": " + labcheck.OneLine(err), "read `ip -4 route` on both workers"
 		}
 		r, ok := parseRoutes(text)[want.Masked()]
 		if !ok || r.via != peer.IP {
@@ -140,7 +160,7 @@ func pathCause(e *labcheck.Env, from, to config.Node) (string, string) {
 			if ok {
 				got = "route " + r.line
 			}
-			return fmt.Sprintf("%s has %s for %s's podCIDR %s (the %s)", n.Name, got, peer.Name, want.Masked(), map[bool]string{true: "request's way", false: "answer's way back"}[n.Name == from.Name]),
+			return n.Name, fmt.Sprintf("%s has %s for %s's podCIDR %s (the %s)", n.Name, got, peer.Name, want.Masked(), map[bool]string{true: "request's way", false: "answer's way back"}[n.Name == from.Name]),
 				fmt.Sprintf("sudo ip route replace %s via %s on %s (lab 08), and make it permanent", want.Masked(), peer.IP, n.Name)
 		}
 		seen = append(seen, n.Name+": "+r.line)
@@ -148,17 +168,17 @@ func pathCause(e *labcheck.Env, from, to config.Node) (string, string) {
 	for _, n := range []config.Node{to, from} {
 		fwd, err := e.Run(n.Name, forwardingShell)
 		if err == nil && strings.TrimSpace(fwd) == "0" {
-			return n.Name + ": /proc/sys/net/ipv4/ip_forward = 0: the kernel does not forward between its NIC and the pods' bridge",
+			return n.Name, n.Name + ": /proc/sys/net/ipv4/ip_forward = 0: the kernel does not forward between its NIC and the pods' bridge",
 				"sudo sysctl -w net.ipv4.ip_forward=1 on " + n.Name + ", and keep it in /etc/sysctl.d/ (lab 07)"
 		}
 		chain, err := e.Run(n.Name, forwardChainShell)
 		if err == nil && forwardDrops(chain) {
-			return n.Name + ": iptables -S FORWARD: " + strings.Join(strings.Fields(firstLine(chain)), " ") + " and no rule that accepts the pod network: forwarded pod packets are dropped (Docker sets this policy when it starts)",
+			return n.Name, n.Name + ": iptables -S FORWARD: " + strings.Join(strings.Fields(firstLine(chain)), " ") + " and no rule that accepts the pod network: forwarded pod packets are dropped (Docker sets this policy when it starts)",
 				fmt.Sprintf("sudo iptables -A FORWARD -s %s -j ACCEPT && sudo iptables -A FORWARD -d %s -j ACCEPT on %s (or -P FORWARD ACCEPT), and find what set the policy", e.Cluster.Kubernetes.ClusterCIDR, e.Cluster.Kubernetes.ClusterCIDR, n.Name)
 		}
 		seen = append(seen, n.Name+": ip_forward "+strings.TrimSpace(fwd))
 	}
-	return "the routes and forwarding look right (" + strings.Join(seen, "; ") + ")",
+	return to.Name, "the routes and forwarding look right (" + strings.Join(seen, "; ") + ")",
 		"look at " + to.Name + "'s pod bridge (ip addr show; the CNI config in /etc/cni/net.d) and its firewall (iptables -S; nft list ruleset)"
 }
 
