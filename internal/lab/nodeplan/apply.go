@@ -105,7 +105,7 @@ func ApplyNode(ctx context.Context, env *steps.Env, m *Machines, stepID string, 
 		}
 		need := g.Active != "active"
 		for _, dep := range u.Deps {
-			if fst, ok := st.Files[dep]; ok && fst.Present && (g.Started.IsZero() || fst.MTime.After(g.Started)) {
+			if fst, ok := st.Files[dep]; ok && fst.Present && (g.Started.IsZero() || g.runsOld(fst)) {
 				need = true
 			}
 		}

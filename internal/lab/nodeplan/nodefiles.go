@@ -236,7 +236,7 @@ func unitDiffs(w *NodeWant, st nodeState, changing map[string]bool) []steps.Diff
 		}
 		var stale, replaced []string
 		for _, dep := range u.Deps {
-			if fst, ok := st.Files[dep]; ok && fst.Present && !got.Started.IsZero() && fst.MTime.After(got.Started) {
+			if fst, ok := st.Files[dep]; ok && got.runsOld(fst) {
 				stale = append(stale, dep)
 			} else if changing[dep] {
 				replaced = append(replaced, dep)
@@ -244,7 +244,7 @@ func unitDiffs(w *NodeWant, st nodeState, changing map[string]bool) []steps.Diff
 		}
 		if len(stale) > 0 {
 			diffs = append(diffs, steps.Diff{Node: node, Subject: u.Name,
-				What: fmt.Sprintf("%s runs with an old %s (changed after it started)", u.Name, strings.Join(stale, ", ")),
+				What: fmt.Sprintf("%s runs with an old %s (changed after it started or last reloaded)", u.Name, strings.Join(stale, ", ")),
 				Fix:  "systemctl restart " + u.Name})
 		} else if len(replaced) > 0 {
 			diffs = append(diffs, steps.Diff{Kind: steps.DiffFollows, Node: node, Subject: u.Name,

@@ -37,6 +37,25 @@ type unitState struct {
 	// Started is ExecMainStartTimestamp: when the running main process was
 	// started; zero when it never was.
 	Started time.Time
+	// Reloaded is when the unit's last reload command (its last ExecReload
+	// line, e.g. haproxy's kill -USR2) started, if it exited with status 0;
+	// zero when the unit has none or it never ran. A unit's reload makes
+	// it read its files again (systemd.service(5), ExecReload=).
+	Reloaded time.Time
+}
+
+// readSince is when u last read its files: its start, or a later
+// successful reload.
+func (u unitState) readSince() time.Time {
+	if u.Reloaded.After(u.Started) {
+		return u.Reloaded
+	}
+	return u.Started
+}
+
+// runsOld reports whether u runs and has not read f since f last changed.
+func (u unitState) runsOld(f fileState) bool {
+	return f.Present && !u.Started.IsZero() && f.MTime.After(u.readSince())
 }
 
 // nodeState is one probe of one node.
@@ -88,7 +107,7 @@ done
 	}
 	if len(units) > 0 {
 		b.WriteString("echo '--units--'\n")
-		b.WriteString("systemctl show --timestamp=us+utc -p Id,LoadState,ActiveState,SubState,UnitFileState,NeedDaemonReload,ExecMainStartTimestamp")
+		b.WriteString("systemctl show --timestamp=us+utc -p Id,LoadState,ActiveState,SubState,UnitFileState,NeedDaemonReload,ExecMainStartTimestamp,ExecReload")
 		for _, u := range units {
 			b.WriteString(" " + quote(u))
 		}
@@ -205,7 +224,30 @@ func unitFromShow(kv map[string]string) (unitState, error) {
 		}
 		u.Started = t
 	}
+	u.Reloaded = reloadedAt(kv["ExecReload"])
 	return u, nil
+}
+
+// reloadedAt reads the start time of a successful run from systemctl
+// show's ExecReload value ("{ path=/bin/kill ; argv[]=… ; start_time=[Fri
+// 2026-12-04 10:24:01.123456 UTC] ; stop_time=[…] ; pid=… ; code=exited ;
+// status=0 }"); zero when it never ran, failed or cannot be read (then the
+// unit's start is what counts).
+func reloadedAt(v string) time.Time {
+	if !strings.Contains(v, "code=exited ; status=0") {
+		return time.Time{}
+	}
+	_, rest, ok := strings.Cut(v, "start_time=[")
+	if !ok {
+		return time.Time{}
+	}
+	ts, _, _ := strings.Cut(rest, "]")
+	for _, layout := range []string{unitTimeLayout, "Mon 2006-01-02 15:04:05 MST"} {
+		if t, err := time.Parse(layout, ts); err == nil {
+			return t
+		}
+	}
+	return time.Time{}
 }
 
 // Probe runs probeScript on the node through cl (as root) and parses it.

@@ -94,6 +94,26 @@ func TestParseUnits(t *testing.T) {
 	if a := st.Units["kube-apiserver.service"]; a.Load != "not-found" || !a.Started.IsZero() {
 		t.Errorf("apiserver: %+v", a)
 	}
+	reloaded := "--units--\nId=haproxy.service\nActiveState=active\nExecMainStartTimestamp=Sun 2026-11-29 19:40:01.123456 UTC\n" +
+		"ExecReload={ path=/usr/sbin/haproxy ; argv[]=/usr/sbin/haproxy -Ws -f $CONFIG -c -q ; ignore_errors=no ; start_time=[Sun 2026-11-29 19:50:00.000001 UTC] ; stop_time=[Sun 2026-11-29 19:50:00.1 UTC] ; pid=77 ; code=exited ; status=0 }\n" +
+		"ExecReload={ path=/bin/kill ; argv[]=/bin/kill -USR2 $MAINPID ; ignore_errors=no ; start_time=[Sun 2026-11-29 19:50:00.200000 UTC] ; stop_time=[Sun 2026-11-29 19:50:00.200100 UTC] ; pid=78 ; code=exited ; status=0 }\n"
+	st, err = parseProbe([]byte(reloaded))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := st.Units["haproxy.service"]
+	if want := time.Date(2026, 11, 29, 19, 50, 0, 200000000, time.UTC); !h.Reloaded.Equal(want) || !h.readSince().Equal(want) {
+		t.Errorf("haproxy reloaded at %v (reads since %v), want %v", h.Reloaded, h.readSince(), want)
+	}
+	for v, want := range map[string]bool{
+		"{ path=/bin/kill ; argv[]=/bin/kill -USR2 $MAINPID ; ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }":                                               false,
+		"{ path=/bin/kill ; argv[]=/bin/kill -USR2 $MAINPID ; ignore_errors=no ; start_time=[Sun 2026-11-29 19:50:00 UTC] ; stop_time=[Sun 2026-11-29 19:50:01 UTC] ; pid=9 ; code=exited ; status=1 }": false,
+		"{ path=/bin/kill ; argv[]=/bin/kill -USR2 $MAINPID ; ignore_errors=no ; start_time=[Sun 2026-11-29 19:50:00 UTC] ; stop_time=[Sun 2026-11-29 19:50:01 UTC] ; pid=9 ; code=exited ; status=0 }": true,
+	} {
+		if got := !reloadedAt(v).IsZero(); got != want {
+			t.Errorf("reloadedAt(%q) set = %v, want %v", v, got, want)
+		}
+	}
 	for _, bad := range []string{"Q /x\n", "--units--\nnonsense\n", "--units--\nId=x\nExecMainStartTimestamp=yesterday\n"} {
 		if _, err := parseProbe([]byte(bad)); err == nil {
 			t.Errorf("parseProbe(%q) succeeded", bad)
