@@ -274,8 +274,8 @@ variant_passes() { # a correct hand-made variant: a variant, not a mistake
 break_lb_server() { # a ready apiserver left out of rotation, tried live
   on lb "sed -i 's|^\(    server cp3 [0-9.]*\):6443 |\1:6444 |' /etc/haproxy/haproxy.cfg && systemctl reload haproxy"
   expect_mistake 06 "[06-lb] lb: server cp3 uses port 6444; the apiserver listens on 6443" \
-    "[06-lb] lb: HAProxy sends no API request to cp3, whose apiserver is ready: no server of its backends is at 192.168.122.13:6443" \
-    "cp3 192.168.122.13:6444"
+    "[06-lb] lb: HAProxy sends no API request to cp3, whose apiserver is ready: its server cp3 points at 192.168.122.13:6444, not at 192.168.122.13:6443" \
+    "fix: change server cp3's address to 192.168.122.13:6443"
   on lb "sed -i 's|^\(    server cp3 [0-9.]*\):6444 |\1:6443 |' /etc/haproxy/haproxy.cfg && systemctl reload haproxy"
   sleep 3   # rise checks of the restored server
   "$KHW" lab check 06

@@ -356,6 +356,7 @@ func TestMirrorExportNodeDebsFlagsCheckedFirst(t *testing.T) {
 		want string
 	}{
 		{[]string{"--node-debs", filepath.Join(t.TempDir(), "none")}, "--node-debs: open"},
+		{[]string{"--distro", "nosuch"}, "give --node-debs MANIFEST too"},
 		{[]string{"--node-debs", manifest, "--distro", "noble"}, "want ID/VERSION_CODENAME"},
 		{[]string{"--node-debs", manifest, "--distro", "ubuntu/jammy"}, "khw knows no package archive for ubuntu jammy amd64"},
 		{[]string{"--node-debs", manifest, "--debs-keyring", filepath.Join(t.TempDir(), "none.gpg")}, "--debs-keyring: open"},

@@ -18,6 +18,7 @@ import (
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/lab"
+	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/labs"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
@@ -48,7 +49,7 @@ func newLabCmd(a *app) *cobra.Command {
 		Short:             "Run one lab: text, snapshot, changes (asking first), check",
 		Long:              help("lab-run"),
 		Example:           helpVars.Replace("  khw lab run {etcd}\n  khw lab run 5 --yes\n  khw lab run etcd --plain"),
-		Args:              exactArgs(1),
+		Args:              labArg,
 		ValidArgsFunction: completeLab,
 		RunE:              func(cmd *cobra.Command, args []string) error { return runLab(cmd.Context(), a, args[0], o) },
 	}
@@ -75,7 +76,7 @@ func newLabCmd(a *app) *cobra.Command {
 		Use:               "check LAB",
 		Short:             "Grade a lab done by hand: each mistake, its evidence and fix",
 		Long:              help("lab-check"),
-		Args:              exactArgs(1),
+		Args:              labArg,
 		ValidArgsFunction: completeLab,
 		RunE:              func(cmd *cobra.Command, args []string) error { return labCheck(cmd.Context(), a, args[0]) },
 	}
@@ -86,13 +87,22 @@ func newLabCmd(a *app) *cobra.Command {
 		Long: `Put every node and the state directory back to the snapshot taken before LAB
 ran (khw lab takes it), so that LAB and every later lab are not done again.
 Everything done since on the nodes is lost. It asks first (--yes: do not ask).`,
-		Args:              exactArgs(1),
+		Args:              labArg,
 		ValidArgsFunction: completeLab,
 		RunE:              func(cmd *cobra.Command, args []string) error { return labReset(cmd.Context(), a, args[0], resetYes) },
 	}
 	resetCmd.Flags().BoolVarP(&resetYes, "yes", "y", false, "do not ask for confirmation")
 	cmd.AddCommand(runCmd, listCmd, checkCmd, resetCmd)
 	return cmd
+}
+
+// labArg requires exactly one LAB argument (usage error, exit 2), and
+// says what one looks like.
+func labArg(cmd *cobra.Command, args []string) error {
+	if len(args) != 1 {
+		return usagef("%s takes one lab, e.g. `%s %s` (its ID, number or name; khw lab list shows them)", cmd.CommandPath(), cmd.CommandPath(), labid.Etcd)
+	}
+	return nil
 }
 
 // completeLab completes a lab argument with the catalogue's IDs.

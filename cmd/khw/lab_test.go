@@ -20,7 +20,8 @@ func TestLabAndBreakUsage(t *testing.T) {
 	}{
 		{[]string{"lab", "check", "99-nosuch"}, "01-machines"},
 		{[]string{"lab", "reset", "nosuch"}, "12-failover"},
-		{[]string{"lab", "run"}, "accepts 1 arg"},
+		{[]string{"lab", "run"}, "khw lab run takes one lab, e.g. `khw lab run 04-etcd`"},
+		{[]string{"lab", "check"}, "khw lab list shows them"},
 		{[]string{"lab", "list", "-o", "yaml"}, "use text or json"},
 		{[]string{"break", "disk"}, "unknown drill"},
 		{[]string{"break", "etcd", "--count", "3"}, "add --force"},

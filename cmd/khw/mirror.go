@@ -72,6 +72,9 @@ func newMirrorExportCmd(a *app) *cobra.Command {
 				return usageError{err}
 			}
 			var plans []components.NodeDebsPlan
+			if nodeDebs == "" && (cmd.Flags().Changed("distro") || cmd.Flags().Changed("debs-keyring")) {
+				return usagef("--distro and --debs-keyring say which node packages to export: give --node-debs MANIFEST too")
+			}
 			if nodeDebs != "" {
 				if plans, err = components.PlanNodeDebs(arches, nodeDebs, distro, debsKeyring); err != nil {
 					return err
@@ -149,8 +152,8 @@ func newMirrorServeCmd(a *app) *cobra.Command {
 			}
 			url := "http://" + ln.Addr().String()
 			fmt.Fprintf(a.out, "Serving mirror %s at %s/ (read-only; Ctrl-C to stop)\n", dir, url)
-			if host, _, _ := net.SplitHostPort(ln.Addr().String()); net.ParseIP(host).IsLoopback() {
-				fmt.Fprintf(a.out, "Only this machine can reach it; for others use --listen 0.0.0.0:%s\n", portOf(ln.Addr()))
+			if host, port, _ := net.SplitHostPort(ln.Addr().String()); net.ParseIP(host).IsLoopback() {
+				fmt.Fprintf(a.out, "Only this machine can reach it; for others use --listen 0.0.0.0:%s\n", port)
 			}
 			fmt.Fprintf(a.out, "Mirror pin: %s\nClients: khw fetch --mirror %s --mirror-digest %s\n", digest, url, digest)
 			ctx, stop := signalContext(cmd)
@@ -164,9 +167,4 @@ func newMirrorServeCmd(a *app) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "address:port to listen on")
 	return cmd
-}
-
-func portOf(addr net.Addr) string {
-	_, p, _ := net.SplitHostPort(addr.String())
-	return p
 }

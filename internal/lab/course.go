@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -181,6 +182,19 @@ type Grade struct {
 	Warnings []string
 }
 
+// dropJudgedVariants leaves out the variants whose setting a mistake is
+// about (same node and Subject): a setting is either a mistake or a
+// variant, never both.
+func (g *Grade) dropJudgedVariants() {
+	judged := map[[2]string]bool{}
+	for _, m := range g.Mistakes {
+		if m.Subject != "" {
+			judged[[2]string{m.Node, m.Subject}] = true
+		}
+	}
+	g.Variants = slices.DeleteFunc(g.Variants, func(v grade.Finding) bool { return judged[[2]string{v.Node, v.Subject}] })
+}
+
 // Pass reports whether the lab passes: no mistake, the step's Check ran,
 // and for a lab without detectors no unexplained difference either.
 func (g *Grade) Pass() bool {
@@ -236,6 +250,7 @@ func (c *Course) Grade(ctx context.Context, l Lab) (*Grade, error) {
 		g.Mistakes = append(g.Mistakes, ms...)
 	}
 	g.addStepDiffs(l, diffs)
+	g.dropJudgedVariants()
 	if g.Pass() {
 		if err := MarkDone(c.S.Dir, l.ID); err != nil {
 			return g, err

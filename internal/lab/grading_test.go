@@ -3,7 +3,9 @@ package lab
 import (
 	"testing"
 
+	"github.com/khw-dev/khw/internal/lab/grade"
 	"github.com/khw-dev/khw/internal/lab/labcheck/labchecktest"
+	"github.com/khw-dev/khw/internal/labid"
 
 	"context"
 	"errors"
@@ -82,5 +84,44 @@ func TestGoodClusterHasNoMistakes(t *testing.T) {
 				t.Errorf("false positive:\n%s", m)
 			}
 		})
+	}
+}
+
+// TestAMistakeIsNotAlsoAVariant: a server line of haproxy.cfg on the wrong
+// port is a mistake of the lb detector; grade also reads it as a changed
+// setting, which must then not be listed as a working variant too. Another
+// changed setting stays a variant.
+func TestAMistakeIsNotAlsoAVariant(t *testing.T) {
+	f := labchecktest.NewFixture(t)
+	const cfg = "/etc/haproxy/haproxy.cfg"
+	ref := f.Src.Get(t, "lb", cfg)
+	f.Src.Edit(t, "lb", cfg, "timeout connect 1s", "timeout connect 2s")
+	f.Src.Edit(t, "lb", cfg, "server cp3 192.168.122.13:6443 ", "server cp3 192.168.122.13:6444 ")
+	lbNode, _ := f.Cluster.Node("lb")
+	judged, err := grade.Judge(f.Cluster, []grade.File{{Lab: labid.LB, Node: lbNode, Path: cfg, Ref: []byte(ref), Got: []byte(f.Src.Get(t, "lb", cfg))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := f.Check(t, detectorsOf(labid.LB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &Grade{Mistakes: ms}
+	for _, j := range judged {
+		if j.Kind == grade.Variant {
+			g.Variants = append(g.Variants, j)
+		}
+	}
+	var before []string
+	for _, v := range g.Variants {
+		before = append(before, v.What)
+	}
+	g.dropJudgedVariants()
+	var after []string
+	for _, v := range g.Variants {
+		after = append(after, v.What)
+	}
+	if len(after) != 1 || !strings.Contains(after[0], "timeout connect: 1s → 2s") || len(before) < 2 {
+		t.Errorf("variants before %q, after %q: want only the timeout left", before, after)
 	}
 }

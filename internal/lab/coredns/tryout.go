@@ -64,7 +64,7 @@ func dnsFromPods(e *labcheck.Env) ([]labcheck.Mistake, error) {
 	wg.Wait()
 	// One finding per cause, naming every worker it hits: no CoreDNS
 	// fails the pods of every worker alike.
-	type cause struct{ ev, fix string }
+	type cause struct{ lab, ev, fix string }
 	var causes []cause
 	failed := map[cause][]int{}
 	for i, w := range workers {
@@ -76,7 +76,7 @@ func dnsFromPods(e *labcheck.Env) ([]labcheck.Mistake, error) {
 			results[i].why = fmt.Sprintf("it answers %v, not the kubernetes Service's IP %s", r.answers, want)
 		}
 		var c cause
-		c.ev, c.fix = dnsCause(e, pods, w)
+		c.lab, c.ev, c.fix = dnsCause(e, pods, w)
 		if failed[c] == nil {
 			causes = append(causes, c)
 		}
@@ -93,7 +93,7 @@ func dnsFromPods(e *labcheck.Env) ([]labcheck.Mistake, error) {
 		if len(on) > 1 {
 			node, where = "", "pods on "+strings.Join(on, ", ")
 		}
-		out = append(out, labcheck.Mistake{Node: node, Lab: labid.CoreDNS, Kind: grade.Breaks, Subject: "DNS from pods",
+		out = append(out, labcheck.Mistake{Node: node, Lab: c.lab, Kind: grade.Breaks, Subject: "DNS from pods",
 			What:     fmt.Sprintf("%s cannot resolve %s: %s", where, name, results[is[0]].why),
 			Evidence: c.ev, Fix: c.fix})
 	}
@@ -145,23 +145,24 @@ func lookup(e *labcheck.Env, pods *labcheck.WebPods, node config.Node, name stri
 }
 
 // dnsCause reads the first thing on the path of a pod's DNS query that is
-// wrong: the nameserver in the pod's resolv.conf (the kubelet's
-// clusterDNS), CoreDNS's pods, the kube-dns Service's endpoints; else what
-// was read, pointing at the node's kube-proxy.
-func dnsCause(e *labcheck.Env, pods *labcheck.WebPods, node config.Node) (string, string) {
+// wrong, and returns the lab it belongs to, the evidence and the fix: the
+// nameserver in the pod's resolv.conf (the kubelet's clusterDNS, lab 07),
+// CoreDNS's pods, the kube-dns Service's endpoints (lab 09); else what was
+// read, pointing at the node's kube-proxy (lab 07).
+func dnsCause(e *labcheck.Env, pods *labcheck.WebPods, node config.Node) (lab, evidence, fix string) {
 	dns := e.Cluster.Kubernetes.ClusterDNS
 	conf, err := shell(e, pods, node, "cat /etc/resolv.conf")
 	if err == nil {
 		if ns, _ := smoketest.ParseResolvConf(conf); !slices.Contains(ns, dns) {
-			return fmt.Sprintf("the pod's /etc/resolv.conf names nameserver %v, not the cluster DNS %s", ns, dns),
-				fmt.Sprintf("set clusterDNS: [%s] in /var/lib/kubelet/kubelet-config.yaml on %s and restart kubelet (lab 07); pods made before keep their resolv.conf", dns, node.Name)
+			return labid.Workers, fmt.Sprintf("the pod's /etc/resolv.conf names nameserver %v, not the cluster DNS %s", ns, dns),
+				fmt.Sprintf("set clusterDNS: [%s] in /var/lib/kubelet/kubelet-config.yaml on %s and restart kubelet; pods made before keep their resolv.conf", dns, node.Name)
 		}
 	}
 	ctx, cancel := context.WithTimeout(e.Ctx, e.Live.Target.Scaled(10*time.Second, 30*time.Second))
 	defer cancel()
 	list, err := e.API.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
 	if err != nil {
-		return "could not list CoreDNS's pods: " + labcheck.OneLine(err), "kubectl -n kube-system get pods -l k8s-app=kube-dns"
+		return labid.CoreDNS, "could not list CoreDNS's pods: " + labcheck.OneLine(err), "kubectl -n kube-system get pods -l k8s-app=kube-dns"
 	}
 	ready := 0
 	for i := range list.Items {
@@ -174,7 +175,7 @@ func dnsCause(e *labcheck.Env, pods *labcheck.WebPods, node config.Node) (string
 		if len(list.Items) > 0 {
 			ev += ": " + smoketest.DescribePods(list.Items)
 		}
-		return ev, "make CoreDNS run (khw lab 09 applies its Deployment; kubectl -n kube-system describe pods -l k8s-app=kube-dns says why it does not)"
+		return labid.CoreDNS, ev, "make CoreDNS run (khw lab 09 applies its Deployment; kubectl -n kube-system describe pods -l k8s-app=kube-dns says why it does not)"
 	}
 	eps, err := e.API.DiscoveryV1().EndpointSlices("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kube-dns"})
 	if err == nil {
@@ -183,10 +184,10 @@ func dnsCause(e *labcheck.Env, pods *labcheck.WebPods, node config.Node) (string
 			n += len(s.Endpoints)
 		}
 		if n == 0 {
-			return fmt.Sprintf("%d CoreDNS pod(s) Ready, but the Service kube-dns has no endpoints: its selector does not match them", ready),
+			return labid.CoreDNS, fmt.Sprintf("%d CoreDNS pod(s) Ready, but the Service kube-dns has no endpoints: its selector does not match them", ready),
 				"give the Service kube-system/kube-dns the selector k8s-app: kube-dns (the label of CoreDNS's pods)"
 		}
 	}
-	return fmt.Sprintf("%d CoreDNS pod(s) Ready, the kube-dns Service has endpoints, the pod asks %s: the query is lost between the pod and CoreDNS", ready, dns),
+	return labid.Workers, fmt.Sprintf("%d CoreDNS pod(s) Ready, the kube-dns Service has endpoints, the pod asks %s: the query is lost between the pod and CoreDNS", ready, dns),
 		fmt.Sprintf("look at kube-proxy on %s (systemctl status kube-proxy; iptables -t nat -S KUBE-SERVICES | grep %s) and at pod traffic between workers (khw lab check 08)", node.Name, dns)
 }

@@ -303,6 +303,11 @@ func spell(c *Config, key, v string) string {
 		section, name, _ := strings.Cut(key, ".")
 		return "[" + section + "] " + name + "=" + v
 	case YAML:
+		if c.isList(key) {
+			// A list must be written as one: `clusterDNS: 10.32.0.10`
+			// does not parse as the kubelet's []string.
+			return key + ": [" + strings.ReplaceAll(v, ",", ", ") + "]"
+		}
 		return key + ": " + v
 	case TOML, Sysctl:
 		return key + " = " + v

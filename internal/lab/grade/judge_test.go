@@ -111,7 +111,7 @@ func TestJudgeBreakOneThing(t *testing.T) {
 		{"kubelet cgroupfs", []edit1{{"w2", kubeletYAML, "cgroupDriver: systemd", "cgroupDriver: cgroupfs"}}, "w2", Inconsistent, "cgroupDriver is cgroupfs but containerd's SystemdCgroup is true", ""},
 		{"kubelet without cgroupDriver", []edit1{{"w1", kubeletYAML, "cgroupDriver: systemd\n", ""}}, "w1", Inconsistent, "cgroupDriver is cgroupfs but containerd's SystemdCgroup is true", "cgroupDriver: systemd"},
 		{"containerd cgroupfs", []edit1{{"w1", containerdTOML, "SystemdCgroup = true", "SystemdCgroup = false"}}, "w1", Inconsistent, "SystemdCgroup in config.toml the kubelet's cgroupDriver is systemd but containerd's SystemdCgroup is false", "SystemdCgroup = true in /etc/containerd/config.toml"},
-		{"kubelet DNS on one worker", []edit1{{"w3", kubeletYAML, "- 10.32.0.10", "- 10.32.0.53"}}, "w3", Breaks, "clusterDNS in kubelet-config.yaml is 10.32.0.53, want 10.32.0.10", "clusterDNS: 10.32.0.10"},
+		{"kubelet DNS on one worker", []edit1{{"w3", kubeletYAML, "- 10.32.0.10", "- 10.32.0.53"}}, "w3", Breaks, "clusterDNS in kubelet-config.yaml is 10.32.0.53, want 10.32.0.10", "set clusterDNS: [10.32.0.10] in"},
 		{"kubelet read-only port flag", []edit1{{"w1", kubeletUnit, "--v=2", "--v=2 --read-only-port=10255"}}, "w1", Weakens, "--read-only-port in kubelet.service is 10255", ""},
 		{"kubelet read-only port", []edit1{{"w2", kubeletYAML, "registerNode: true", "registerNode: true\nreadOnlyPort: 10255"}}, "w2", Weakens, "readOnlyPort in kubelet-config.yaml is 10255", "remove readOnlyPort"},
 		{"kubelet anonymous flag", []edit1{{"w1", kubeletUnit, "--v=2", "--v=2 --anonymous-auth=true"}}, "w1", Weakens, "--anonymous-auth in kubelet.service is true", ""},

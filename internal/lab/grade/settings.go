@@ -87,6 +87,8 @@ type Setting struct {
 	// parent is the line of the enclosing key or table (0: none), where
 	// the meaning is looked for when the setting's own line has no comment.
 	parent int
+	// list marks a YAML sequence of scalars (Value joins its items).
+	list bool
 }
 
 // Config is a parsed config file.
@@ -126,6 +128,16 @@ func Parse(p string, data []byte) (*Config, error) {
 	}
 	c.Settings = mergeRepeated(c.Settings)
 	return c, nil
+}
+
+// isList reports whether the file sets key to a YAML list of scalars.
+func (c *Config) isList(key string) bool {
+	for _, s := range c.Settings {
+		if s.Key == key {
+			return s.list
+		}
+	}
+	return false
 }
 
 // Get returns the value of key and whether the file sets it.

@@ -37,7 +37,7 @@ func (c *Config) walkYAML(n *yaml.Node, prefix string, parent int) {
 				key = prefix + "." + k.Value
 			}
 			if v.Kind == yaml.ScalarNode || scalarList(v) {
-				c.Settings = append(c.Settings, Setting{Key: key, Value: yamlValue(v), Line: k.Line, parent: parent})
+				c.Settings = append(c.Settings, Setting{Key: key, Value: yamlValue(v), Line: k.Line, parent: parent, list: v.Kind == yaml.SequenceNode})
 				continue
 			}
 			if len(v.Content) == 0 {

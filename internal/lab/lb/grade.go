@@ -140,6 +140,15 @@ func (h *haCheck) mk(what, ev, fix string) labcheck.Mistake {
 	return labcheck.Mistake{Lab: labid.LB, Node: h.lb.Name, What: what, Evidence: haproxyCfg + ": " + ev, Fix: fix}
 }
 
+// onServer is mk for a mistake in the backend's server line name: its
+// Subject is that setting's as grade reads haproxy.cfg ("<path> backend
+// <name>: server <name>"), so the line is not also listed as a variant.
+func (h *haCheck) onServer(name, what, ev, fix string) labcheck.Mistake {
+	m := h.mk(what, ev, fix)
+	m.Subject = haproxyCfg + " " + h.back.kind + " " + h.back.name + ": server " + name
+	return m
+}
+
 // route finds the frontend (or listen) bound to the apiserver port and the
 // backend it sends to; ok false with the mistake when there is none.
 func (h *haCheck) route() (labcheck.Mistake, bool) {
@@ -270,14 +279,24 @@ func (h *haCheck) servers() error {
 		}
 		switch {
 		case cp == "":
-			h.out = append(h.out, h.mk(fmt.Sprintf("server %s points at %s, which is not a control plane of cluster.yaml: its check never passes and clients sent there fail", l.words[1], host), l.text, "server <cp> <cp IP>:"+h.port+" check"))
+			fix := "server <cp> <cp IP>:" + h.port + " check"
+			if n, ok := h.e.Cluster.Node(l.words[1]); ok && n.Role == config.RoleControlPlane {
+				fix = "server " + n.Name + " " + n.IP + ":" + h.port + " check"
+			}
+			what := fmt.Sprintf("server %s points at %s, which is not a control plane of cluster.yaml: its check never passes and clients sent there fail", l.words[1], host)
+			for _, n := range h.e.Cluster.Nodes {
+				if host == n.IP {
+					what = fmt.Sprintf("server %s points at %s, which is %s (%s), not a control plane: its check never passes and clients sent there fail", l.words[1], host, n.Name, n.Role)
+				}
+			}
+			h.out = append(h.out, h.onServer(l.words[1], what, l.text, fix))
 		case !slices.Contains(params, "backup"):
 			// A backup server takes traffic only when every other one is
 			// down: it does not put its cp into the rotation.
 			seenCP[cp] = true
 		}
 		if sport != "" && sport != h.port {
-			h.out = append(h.out, h.mk(fmt.Sprintf("server %s uses port %s; the apiserver listens on %s", l.words[1], sport, h.port), l.text, "server "+l.words[1]+" "+host+":"+h.port+" check"))
+			h.out = append(h.out, h.onServer(l.words[1], fmt.Sprintf("server %s uses port %s; the apiserver listens on %s", l.words[1], sport, h.port), l.text, "server "+l.words[1]+" "+host+":"+h.port+" check"))
 		}
 		if !slices.Contains(params, "check") {
 			continue
@@ -316,7 +335,7 @@ func (h *haCheck) servers() error {
 	}
 	for _, n := range h.e.Cluster.ControlPlanes() {
 		if !seenCP[n.Name] {
-			h.out = append(h.out, h.mk("control plane "+n.Name+" is not a server of backend "+h.back.name+": the load balancer never sends clients to it", "no server line for "+n.IP, "server "+n.Name+" "+n.IP+":"+h.port+" check"))
+			h.out = append(h.out, h.onServer(n.Name, "control plane "+n.Name+" is not a server of backend "+h.back.name+": the load balancer never sends clients to it", "no server line for "+n.IP, "server "+n.Name+" "+n.IP+":"+h.port+" check"))
 		}
 	}
 	if !anyCheck && len(h.back.lines) > 0 {

@@ -150,7 +150,14 @@ func (h *haView) mistake(n config.Node) labcheck.Mistake {
 	addr := net.JoinHostPort(n.IP, h.port)
 	s, ok := h.serverOf(n)
 	if !ok {
-		m.What = fmt.Sprintf("HAProxy sends no API request to %s, whose apiserver is ready: no server of its backends is at %s, so losing another control plane takes more of the API away than it should", n.Name, addr)
+		for _, other := range h.servers {
+			if !other.Backup && other.Name == n.Name && other.Addr != "" {
+				m.What = fmt.Sprintf("HAProxy sends no API request to %s, whose apiserver is ready: its server %s points at %s, not at %s, so losing another control plane takes more of the API away than it should", n.Name, other.Name, other.Addr, addr)
+				m.Fix = fmt.Sprintf("change server %s's address to %s in /etc/haproxy/haproxy.cfg, then systemctl reload haproxy", other.Name, addr)
+				return m
+			}
+		}
+		m.What = fmt.Sprintf("HAProxy sends no API request to %s, whose apiserver is ready: no active server is at %s (a backup server takes traffic only when every active one is down), so losing another control plane takes more of the API away than it should", n.Name, addr)
 		m.Fix = fmt.Sprintf("add `server %s %s check` to the apiservers' backend in /etc/haproxy/haproxy.cfg, then systemctl reload haproxy", n.Name, addr)
 		return m
 	}

@@ -35,9 +35,14 @@ func TestHAProxyViewNamesWhyAServerIsOut(t *testing.T) {
 			t.Errorf("cp2: %q lacks %q", m2.What, want)
 		}
 	}
-	if !strings.Contains(m3.What, "no server of its backends is at 192.168.122.13:6443") || !strings.Contains(m3.Fix, "server cp3 192.168.122.13:6443 check") {
+	if !strings.Contains(m3.What, "its server cp3 points at 192.168.122.13:6444, not at 192.168.122.13:6443") || !strings.Contains(m3.Fix, "change server cp3's address to 192.168.122.13:6443") {
 		t.Errorf("cp3: %+v", m3)
 	}
+	h.servers[2].Name = "apiserver-3" // not named after cp3: no server of cp3 at all
+	if m := h.mistake(out[1]); !strings.Contains(m.What, "no active server is at 192.168.122.13:6443") || !strings.Contains(m.Fix, "add `server cp3 192.168.122.13:6443 check`") {
+		t.Errorf("cp3 without a server: %+v", m)
+	}
+	h.servers[2].Name = "cp3"
 	if want := "cp3 192.168.122.13:6444 DOWN (L4CON)"; !strings.Contains(m3.Evidence, want) || strings.Contains(m3.Evidence, "last-resort") {
 		t.Errorf("evidence %q: want %q and no backup server", m3.Evidence, want)
 	}

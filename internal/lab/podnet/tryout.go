@@ -36,6 +36,26 @@ func podTraffic(e *labcheck.Env) ([]labcheck.Mistake, error) {
 	if err != nil || len(workers) < 2 {
 		return nil, err
 	}
+	// The CNI bridge plugin turns IP forwarding on when it gives a pod its
+	// gateway (containernetworking/plugins, bridge: isGateway), so a pod of
+	// this check would quietly undo a worker's net.ipv4.ip_forward=0: name
+	// it, and try no traffic.
+	var noForward []labcheck.Mistake
+	for _, w := range workers {
+		fwd, err := e.Run(w.Name, forwardingShell)
+		if err != nil {
+			return nil, err
+		}
+		if strings.TrimSpace(fwd) == "0" {
+			noForward = append(noForward, labcheck.Mistake{Node: w.Name, Lab: labid.Workers, Kind: grade.Breaks, Subject: "net.ipv4.ip_forward",
+				What:     w.Name + " does not forward IP packets: its pods cannot reach pods on other workers, nor they its pods (pod traffic was not tried: a new pod would turn forwarding on and hide the mistake)",
+				Evidence: "/proc/sys/net/ipv4/ip_forward = 0 on " + w.Name,
+				Fix:      "sudo sysctl -w net.ipv4.ip_forward=1 on " + w.Name + ", and keep it in /etc/sysctl.d/ (lab 07)"})
+		}
+	}
+	if len(noForward) > 0 {
+		return noForward, nil
+	}
 	t := e.Live.Target
 	pods, err := e.StartWebPods(workers, t.Scaled(90*time.Second, 5*time.Minute))
 	defer pods.Delete()
