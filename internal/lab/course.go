@@ -334,18 +334,19 @@ func (c *Course) nodesRunning(ctx context.Context, l Lab) error {
 	if err != nil {
 		return nil
 	}
-	var down []string
+	var down, names []string
 	absent := false
 	for _, n := range st {
 		if n.State != vm.StateRunning {
 			down = append(down, n.Name+" is "+string(n.State))
+			names = append(names, n.Name)
 			absent = absent || n.State == vm.StateAbsent
 		}
 	}
 	if len(down) == 0 {
 		return nil
 	}
-	fix := "power them on: khw power on NODE"
+	fix := "power them on: khw power on " + strings.Join(names, " ")
 	if absent {
 		for _, m := range catalogue {
 			if m.MakesNodes {

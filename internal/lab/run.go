@@ -98,12 +98,27 @@ func (c *Course) Run(ctx context.Context, l Lab, t labs.Lab, ui UI) error {
 		return err
 	}
 	observe(ctx, ui, t)
-	if next, ok := Next(l.ID); ok {
-		ui.say("\nLab %s done. Next: khw lab %s\n", l.ID, next.ID)
-	} else {
-		ui.say("\nLab %s done. That was the last lab.\n", l.ID)
-	}
+	ui.say("\nLab %s done. %s\n", l.ID, c.whatNext(l))
 	return nil
+}
+
+// whatNext names the first later lab that is not marked done, as the
+// progress file has it (khw lab list checks each one live).
+func (c *Course) whatNext(l Lab) string {
+	next, ok := Next(l.ID)
+	if !ok {
+		return "That was the last lab."
+	}
+	prog, err := LoadProgress(c.S.Dir)
+	if err != nil {
+		return "Next: khw lab " + next.ID
+	}
+	for _, later := range From(next.ID) {
+		if _, done := prog[later.ID]; !done {
+			return "Next: khw lab " + later.ID
+		}
+	}
+	return "Every later lab is done too (khw lab list checks them on the nodes)."
 }
 
 // saySnapshot says what the snapshot before lab l holds.

@@ -67,3 +67,30 @@ func TestWriteListCutsLongDetail(t *testing.T) {
 		t.Errorf("table:\n%s", out.String())
 	}
 }
+
+func TestWhatNextSkipsLabsAlreadyDone(t *testing.T) {
+	c, _ := testCourse(t)
+	etcd := mustLab(t, labid.Etcd)
+	if got := c.whatNext(etcd); got != "Next: khw lab "+labid.ControlPlane {
+		t.Errorf("nothing done: %q", got)
+	}
+	for _, id := range []string{labid.ControlPlane, labid.LB} {
+		if err := MarkDone(c.S.Dir, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.whatNext(etcd); got != "Next: khw lab "+labid.Workers {
+		t.Errorf("05 and 06 done: %q", got)
+	}
+	for _, l := range From(labid.Workers) {
+		if err := MarkDone(c.S.Dir, l.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.whatNext(etcd); !strings.HasPrefix(got, "Every later lab is done") {
+		t.Errorf("all done: %q", got)
+	}
+	if got := c.whatNext(mustLab(t, labid.Failover)); got != "That was the last lab." {
+		t.Errorf("last lab: %q", got)
+	}
+}
