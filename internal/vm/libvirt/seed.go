@@ -267,7 +267,13 @@ func SeedISO(files map[string][]byte, tmpDir string) ([]byte, error) {
 		}
 	}()
 	d.LogicalBlocksize = 2048
-	fsys, err := d.CreateFilesystem(disk.FilesystemSpec{Partition: 0, FSType: filesystem.TypeISO9660, VolumeLabel: SeedLabel})
+	// The workspace lives in dir, so that an error before Finalize (which
+	// removes it) does not leave it behind.
+	work := filepath.Join(dir, "workspace")
+	if err := os.Mkdir(work, 0o700); err != nil {
+		return nil, fmt.Errorf("seed ISO: workspace: %w", err)
+	}
+	fsys, err := d.CreateFilesystem(disk.FilesystemSpec{Partition: 0, FSType: filesystem.TypeISO9660, VolumeLabel: SeedLabel, WorkDir: work})
 	if err != nil {
 		return nil, fmt.Errorf("seed ISO: create file system: %w", err)
 	}

@@ -214,8 +214,17 @@ func TestSeedISO(t *testing.T) {
 		}
 	}
 
-	if _, err := SeedISO(map[string][]byte{"a/b": nil}, t.TempDir()); err == nil {
+	// A refused name fails after go-diskfs made its workspace: nothing of
+	// it may stay in tmpDir or in $TMPDIR.
+	tmp, sysTmp := t.TempDir(), t.TempDir()
+	t.Setenv("TMPDIR", sysTmp)
+	if _, err := SeedISO(map[string][]byte{"a/b": nil}, tmp); err == nil {
 		t.Error("path with a slash accepted")
+	}
+	for _, d := range []string{tmp, sysTmp} {
+		if left, _ := os.ReadDir(d); len(left) != 0 {
+			t.Errorf("SeedISO left %v in %s after an error", left, d)
+		}
 	}
 }
 
