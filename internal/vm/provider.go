@@ -132,13 +132,14 @@ func Scaled(p Provider, d, limit time.Duration) time.Duration {
 	return max(d, min(d*Slowdown(p), limit))
 }
 
-// ForeignOwnerError says that the cluster's network namespace and nodes
-// belong to another state directory.
+// ForeignOwnerError says that what makes the cluster's machines on this
+// host (Resource: a noun phrase such as "the network namespace khw-lab" or
+// "the libvirt domain khw-lab-cp1") belongs to another state directory.
 type ForeignOwnerError struct {
-	Cluster, Namespace, Owner, StateDir string
+	Cluster, Resource, Owner, StateDir string
 }
 
 func (e *ForeignOwnerError) Error() string {
-	return fmt.Sprintf("cluster %s: the network namespace %s and the nodes %s-* on this host belong to the cluster in %s, not to this state directory (%s); give this cluster another name (khw init --name <other> in a new state directory) or run khw down with --state-dir for that one",
-		e.Cluster, e.Namespace, e.Cluster, e.Owner, e.StateDir)
+	return fmt.Sprintf("cluster %s: %s on this host belongs to the cluster in %s, not to this state directory (%s); give this cluster another name (khw init --name <other> in a new state directory) or run khw down with --state-dir for that one",
+		e.Cluster, e.Resource, e.Owner, e.StateDir)
 }

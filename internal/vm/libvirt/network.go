@@ -60,7 +60,7 @@ func (p *Provider) ensureNetwork(l *golibvirt.Libvirt) (string, error) {
 				return "", fmt.Errorf("cluster %s: libvirt network %s holds %s but its host address is %s, not network.gateway %s; set network.gateway: %s in cluster.yaml", p.c.Name, n.Name, cidr, s.Addr(), gw, s.Addr())
 			}
 			if o, ok := ownerOf(x.Metadata); ok && n.Name == p.OwnNetworkName() && o.StateDir != p.opts.StateDir {
-				return "", &vm.ForeignOwnerError{Cluster: p.c.Name, Namespace: "libvirt network " + n.Name, Owner: o.StateDir, StateDir: p.opts.StateDir}
+				return "", &vm.ForeignOwnerError{Cluster: p.c.Name, Resource: "the libvirt network " + n.Name, Owner: o.StateDir, StateDir: p.opts.StateDir}
 			}
 			found = &nets[i]
 			break

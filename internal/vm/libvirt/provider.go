@@ -259,7 +259,7 @@ func (p *Provider) lookupDomain(l *golibvirt.Libvirt, node string) (golibvirt.Do
 		return d, false, fmt.Errorf("node %s: a libvirt domain %s exists that khw did not make (no khw metadata); rename or remove it (virsh undefine %s), or give this cluster another name", node, name, name)
 	}
 	if o.StateDir != p.opts.StateDir {
-		return d, false, &vm.ForeignOwnerError{Cluster: p.c.Name, Namespace: "libvirt domain " + name, Owner: o.StateDir, StateDir: p.opts.StateDir}
+		return d, false, &vm.ForeignOwnerError{Cluster: p.c.Name, Resource: "the libvirt domain " + name, Owner: o.StateDir, StateDir: p.opts.StateDir}
 	}
 	// The nodes khw made say how they run: a later command (status, break,
 	// lab) that did not probe or create learns kvm or qemu from them.

@@ -29,7 +29,7 @@ func owner(cluster string) string {
 // made the namespace.
 func (p *Provider) checkOwner() error {
 	if o := owner(p.c.Name); o != "" && o != p.opts.StateDir {
-		return &vm.ForeignOwnerError{Cluster: p.c.Name, Namespace: vm.NetnsName(p.c.Name), Owner: o, StateDir: p.opts.StateDir}
+		return &vm.ForeignOwnerError{Cluster: p.c.Name, Resource: "the network namespace " + vm.NetnsName(p.c.Name) + " (with the nodes " + p.c.Name + "-*)", Owner: o, StateDir: p.opts.StateDir}
 	}
 	return nil
 }
