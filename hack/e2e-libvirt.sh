@@ -69,6 +69,21 @@ done
 # shellcheck source=hack/e2e-phase.sh
 . hack/e2e-phase.sh
 
+# remove_vms destroys and undefines every khw-$NAME-* domain and deletes
+# their volumes; it prints the names it removed.
+remove_vms() {
+  local d v
+  for d in $(virsh -c qemu:///system list --all --name 2>/dev/null | grep "^khw-$NAME-" || true); do
+    echo "  removing domain $d"
+    virsh -c qemu:///system destroy "$d" >/dev/null 2>&1 || true
+    virsh -c qemu:///system undefine "$d" --nvram --snapshots-metadata >/dev/null 2>&1 || true
+  done
+  for v in $(virsh -c qemu:///system vol-list khw 2>/dev/null | awk -v p="khw-$NAME-" 'index($1, p) == 1 {print $1}'); do
+    echo "  removing volume $v"
+    virsh -c qemu:///system vol-delete "$v" --pool khw >/dev/null 2>&1 || true
+  done
+}
+
 KVM_RESTORE=
 BINFMT=
 cleanup() {
@@ -83,14 +98,7 @@ cleanup() {
     # domains and volumes with virsh, so a later run does not find VMs of
     # another state directory under the same names.
     echo "e2e-libvirt: khw down failed; removing khw-$NAME-* with virsh" >&2
-    local d v
-    for d in $(virsh -c qemu:///system list --all --name 2>/dev/null | grep "^khw-$NAME-" || true); do
-      virsh -c qemu:///system destroy "$d" >/dev/null 2>&1 || true
-      virsh -c qemu:///system undefine "$d" --nvram --snapshots-metadata >/dev/null 2>&1 || true
-    done
-    for v in $(virsh -c qemu:///system vol-list khw 2>/dev/null | awk -v p="khw-$NAME-" 'index($1, p) == 1 {print $1}'); do
-      virsh -c qemu:///system vol-delete "$v" --pool khw >/dev/null 2>&1 || true
-    done
+    remove_vms
     rc=1
   fi
   local left=
@@ -145,11 +153,25 @@ start_libvirtd() {
     KVM_RESTORE="chown $(stat -c %u:%g /dev/kvm) /dev/kvm; chmod $(stat -c %a /dev/kvm) /dev/kvm"
     chgrp kvm /dev/kvm && chmod 0660 /dev/kvm
   fi
+  # A run killed before its cleanup leaves its namespace behind (no process
+  # of it runs any more: libvirtd was checked above).
+  local old
+  for old in $(ip netns list | awk '$1 ~ /^khwlv-e2e-[0-9]+$/ {print $1}'); do
+    if [ "$old" != "$NS" ] && [ -z "$(ip netns pids "$old" 2>/dev/null)" ]; then
+      echo "  removing the network namespace $old of an earlier run"
+      ip netns delete "$old" || true
+    fi
+  done
   nsenter --net="/run/netns/$NS" virtlogd -d
   nsenter --net="/run/netns/$NS" libvirtd -d
   local i
   for i in $(seq 1 100); do
-    [ -S /var/run/libvirt/libvirt-sock ] && virsh -c qemu:///system uri >/dev/null 2>&1 && return 0
+    if [ -S /var/run/libvirt/libvirt-sock ] && virsh -c qemu:///system uri >/dev/null 2>&1; then
+      # Its domains and volumes too: libvirtd keeps their definitions. No
+      # other run can own them, since only one libvirtd may run.
+      remove_vms
+      return 0
+    fi
     sleep 0.2
   done
   echo "e2e-libvirt: libvirtd did not come up" >&2
