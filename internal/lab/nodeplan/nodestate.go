@@ -89,20 +89,34 @@ func probeScriptWith(cache string, paths, units []string) string {
 	var b strings.Builder
 	b.WriteString("set -u\nc=" + quote(cache) + "\n")
 	if len(paths) > 0 {
-		b.WriteString("for p in")
+		b.WriteString("set --\nfor p in")
 		for _, p := range paths {
 			b.WriteString(" " + quote(p))
 		}
+		// One stat and one awk for all files, not a few processes per file:
+		// on a busy node each fork costs milliseconds. Only a file whose size
+		// or mtime changed since its digest was recorded is hashed again.
 		b.WriteString(`; do
-  if [ -f "$p" ]; then
-    a=$(stat -L -c '%a %U %G %.6Y' -- "$p") && k=$(stat -L -c '%s %.9Y' -- "$p") || exit 1
-    s=
-    [ -f "$c" ] && s=$(awk -v k="$k $p" 'substr($0, 66) == k { print substr($0, 1, 64); exit }' "$c")
-    [ -n "$s" ] || { s=$(sha256sum < "$p") || exit 1; }
-    echo "F $p $a ${s%% *}"
+  if [ -f "$p" ]; then set -- "$@" "$p"
   elif [ -e "$p" ] || [ -L "$p" ]; then echo "X $p"
   else echo "A $p"; fi
 done
+if [ $# -gt 0 ]; then
+  [ -f "$c" ] || c=/dev/null
+  r=$(stat -L -c '%a %U %G %.6Y %s %.9Y %n' -- "$@" | awk -v c="$c" -v n=$# '
+    BEGIN { while ((getline l < c) > 0) sum[substr(l, 66)] = substr(l, 1, 64) }
+    {
+      p = $0; for (i = 0; i < 6; i++) sub(/^[^ ]+ /, "", p)
+      k = $5 " " $6 " " p
+      if (k in sum) print "F " p " " $1 " " $2 " " $3 " " $4 " " sum[k]
+      else print "M " p " " $1 " " $2 " " $3 " " $4
+    }
+    END { if (NR != n) exit 1 }') || exit 1
+  printf '%s\n' "$r" | while read -r t p a u g m; do
+    if [ "$t" = M ]; then s=$(sha256sum < "$p") || exit 1; echo "F $p $a $u $g $m ${s%% *}"
+    else echo "$t $p $a $u $g $m"; fi
+  done || exit 1
+fi
 `)
 	}
 	if len(units) > 0 {
