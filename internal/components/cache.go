@@ -33,12 +33,14 @@ const (
 //	index.lock          flock(2) lock serialising index updates between processes
 //	partial/<k>.part    unfinished downloads kept for resuming (never trusted)
 //	locks/<k>.lock      flock(2) lock held while one process fetches key k
+//	verified/<hex>      the stat of sha256/<hex> when it last hashed correctly
 const (
 	cacheLocksDir   = "locks"
 	cacheIndexFile  = "index.json"
 	cacheLockFile   = "index.lock"
 	cacheBlobDir    = "sha256"
 	cachePartialDir = "partial"
+	cacheStampDir   = "verified"
 	cacheIndexVer   = 1
 )
 
@@ -116,7 +118,7 @@ func openCache(dir string) (*cache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("artifact cache %s: %w", dir, err)
 	}
-	for i, d := range []string{abs, filepath.Join(abs, cacheBlobDir), filepath.Join(abs, cachePartialDir), filepath.Join(abs, cacheLocksDir)} {
+	for i, d := range []string{abs, filepath.Join(abs, cacheBlobDir), filepath.Join(abs, cachePartialDir), filepath.Join(abs, cacheLocksDir), filepath.Join(abs, cacheStampDir)} {
 		if err := os.MkdirAll(d, fsutil.DirMode); err != nil {
 			return nil, fmt.Errorf("artifact cache: create %s: %w (fix: choose a writable --cache-dir)", d, err)
 		}
@@ -244,8 +246,13 @@ func (c *cache) update(key string, e *IndexEntry) error {
 	return fsutil.WriteFileAtomic(filepath.Join(c.dir, cacheIndexFile), append(data, '\n'), fsutil.PublicMode)
 }
 
-// verifyBlob re-hashes sha256/<sum> and checks its size. A cached blob is
-// trusted only after this check (docs/catalog.md "Artifact cache").
+// verifyBlob checks that sha256/<sum> has size bytes (any size when size is
+// negative) and hashes to sum. A cached blob is trusted only after this
+// check (docs/catalog.md "Artifact cache"). The hash is skipped when the
+// file is the very one that last hashed correctly: same device, inode, size,
+// mtime and ctime (blobStamp). Any write to the file sets its ctime to the
+// current time, which no program can set back, so a stamp that still
+// matches means the bytes are those that were hashed.
 func (c *cache) verifyBlob(sum string, size int64) error {
 	p := c.blobPath(sum)
 	if err := checkPrivateFile(p); err != nil {
@@ -258,14 +265,36 @@ func (c *cache) verifyBlob(sum string, size int64) error {
 	if size >= 0 && st.Size() != size {
 		return fmt.Errorf("cached blob %s has %d bytes, the index says %d", p, st.Size(), size)
 	}
+	stamp, stampPath := blobStamp(st), filepath.Join(c.dir, cacheStampDir, sum)
+	if stamp != "" {
+		if b, err := os.ReadFile(stampPath); err == nil && string(b) == stamp {
+			return nil
+		}
+	}
 	got, _, err := hashFile(p)
 	if err != nil {
 		return err
 	}
 	if got != sum {
+		os.Remove(stampPath)
 		return fmt.Errorf("cached blob %s has SHA-256 %s", p, got)
 	}
+	if stamp != "" {
+		// Best effort: without a stamp the next use hashes again.
+		_ = fsutil.WriteFileAtomic(stampPath, []byte(stamp), fsutil.PublicMode)
+	}
 	return nil
+}
+
+// blobStamp returns "dev ino size mtime ctime" of a file (times in
+// nanoseconds), or "" where the platform does not report them.
+func blobStamp(st os.FileInfo) string {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("%d %d %d %d %d", uint64(sys.Dev), sys.Ino, st.Size(),
+		time.Unix(sys.Mtim.Unix()).UnixNano(), time.Unix(sys.Ctim.Unix()).UnixNano())
 }
 
 // store moves the verified file tmp to sha256/<sum>. tmp must be in the cache
