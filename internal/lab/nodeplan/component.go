@@ -123,6 +123,17 @@ func (m *Machines) ComponentWants(ctx context.Context, env *steps.Env, spec *Com
 		if err := requireRunning(ctx, m, mine); err != nil {
 			return nil, err
 		}
+		// Measure the facts of every node at once; the loop below reads them
+		// from the run's cache.
+		if len(spec.Rendered) > 0 {
+			errs := steps.Parallel(len(mine), func(i int) error {
+				_, err := m.facts(ctx, mine[i].Node)
+				return steps.OnNode(mine[i].Node.Name, err)
+			})
+			if err := FirstErr(errs); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if offline {
 		bins, err = m.Art.describe(env.Cluster, spec.Binaries...)
