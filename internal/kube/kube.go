@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -129,6 +130,12 @@ func apply(ctx context.Context, cfg *rest.Config, manifest []byte, dryRun bool) 
 	if err != nil {
 		return nil, err
 	}
+	if cfg.QPS == 0 && cfg.RateLimiter == nil {
+		// Two requests per object of one manifest: client-go's default
+		// limit (5/s after a burst of 10) would only add waiting.
+		cfg = rest.CopyConfig(cfg)
+		cfg.QPS, cfg.Burst = -1, 0
+	}
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -138,55 +145,86 @@ func apply(ctx context.Context, cfg *rest.Config, manifest []byte, dryRun bool) 
 	if err != nil {
 		return nil, err
 	}
+	if dryRun {
+		// Nothing is stored, so no object depends on another being
+		// applied first: ask for all of them at once.
+		out := make([]Applied, len(objs))
+		errs := make([]error, len(objs))
+		var wg sync.WaitGroup
+		for i, u := range objs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out[i], errs[i] = applyOne(ctx, mapper, dyn, u, true)
+			}()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				return out[:i], err
+			}
+		}
+		return out, nil
+	}
 	var out []Applied
 	for _, u := range objs {
-		gvk := u.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			return out, fmt.Errorf("%s %s: %w", gvk.Kind, u.GetName(), err)
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-		if m.Scope.Name() == meta.RESTScopeNameNamespace {
-			ns := u.GetNamespace()
-			if ns == "" {
-				ns = "default"
-			}
-			ri = dyn.Resource(m.Resource).Namespace(ns)
-		}
-		before := ""
-		var cur *unstructured.Unstructured
-		if cur, err = ri.Get(ctx, u.GetName(), metav1.GetOptions{}); err == nil {
-			before = cur.GetResourceVersion()
-		} else if !apierrors.IsNotFound(err) {
-			return out, fmt.Errorf("get %s %s: %w", gvk.Kind, u.GetName(), err)
-		}
-		data, err := u.MarshalJSON()
+		a, err := applyOne(ctx, mapper, dyn, u, false)
 		if err != nil {
 			return out, err
-		}
-		force := true
-		opts := metav1.PatchOptions{FieldManager: FieldManager, Force: &force}
-		if dryRun {
-			opts.DryRun = []string{metav1.DryRunAll}
-		}
-		res, err := ri.Patch(ctx, u.GetName(), types.ApplyPatchType, data, opts)
-		if err != nil {
-			return out, fmt.Errorf("apply %s %s: %w", gvk.Kind, u.GetName(), err)
-		}
-		a := Applied{Kind: gvk.Kind, Namespace: res.GetNamespace(), Name: res.GetName()}
-		switch {
-		case before == "":
-			a.Action = "created"
-		case dryRun && sameObject(cur, res):
-			a.Action = "unchanged"
-		case dryRun:
-			a.Action = "configured"
-		case before == res.GetResourceVersion():
-			a.Action = "unchanged"
-		default:
-			a.Action = "configured"
 		}
 		out = append(out, a)
 	}
 	return out, nil
+}
+
+// applyOne applies u by server-side apply (a dry run when dryRun) and says
+// what it did to it.
+func applyOne(ctx context.Context, mapper meta.RESTMapper, dyn dynamic.Interface, u *unstructured.Unstructured, dryRun bool) (Applied, error) {
+	gvk := u.GroupVersionKind()
+	m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return Applied{}, fmt.Errorf("%s %s: %w", gvk.Kind, u.GetName(), err)
+	}
+	var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		ns := u.GetNamespace()
+		if ns == "" {
+			ns = "default"
+		}
+		ri = dyn.Resource(m.Resource).Namespace(ns)
+	}
+	before := ""
+	var cur *unstructured.Unstructured
+	if cur, err = ri.Get(ctx, u.GetName(), metav1.GetOptions{}); err == nil {
+		before = cur.GetResourceVersion()
+	} else if !apierrors.IsNotFound(err) {
+		return Applied{}, fmt.Errorf("get %s %s: %w", gvk.Kind, u.GetName(), err)
+	}
+	data, err := u.MarshalJSON()
+	if err != nil {
+		return Applied{}, err
+	}
+	force := true
+	opts := metav1.PatchOptions{FieldManager: FieldManager, Force: &force}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	res, err := ri.Patch(ctx, u.GetName(), types.ApplyPatchType, data, opts)
+	if err != nil {
+		return Applied{}, fmt.Errorf("apply %s %s: %w", gvk.Kind, u.GetName(), err)
+	}
+	a := Applied{Kind: gvk.Kind, Namespace: res.GetNamespace(), Name: res.GetName()}
+	switch {
+	case before == "":
+		a.Action = "created"
+	case dryRun && sameObject(cur, res):
+		a.Action = "unchanged"
+	case dryRun:
+		a.Action = "configured"
+	case before == res.GetResourceVersion():
+		a.Action = "unchanged"
+	default:
+		a.Action = "configured"
+	}
+	return a, nil
 }
