@@ -14,6 +14,15 @@ import (
 	"github.com/khw-dev/khw/internal/state"
 )
 
+// TestMain runs the tests without the caller's cluster selection: a shell
+// with $KHW_CLUSTER or $KHW_STATE_DIR set (as after `khw shell`) would
+// otherwise choose the cluster for commands that name none.
+func TestMain(m *testing.M) {
+	os.Unsetenv(state.EnvCluster)
+	os.Unsetenv(state.EnvStateDir)
+	os.Exit(m.Run())
+}
+
 // run executes khw with args against a state dir and returns stdout, stderr
 // and the exit code main would use.
 func run(t *testing.T, stateDir string, args ...string) (string, string, int) {
