@@ -185,7 +185,7 @@ var fieldComments = map[string]string{
 	"kubernetes.clusterCIDR":   "Pod address space; each worker's podCIDR is a /24 inside it.",
 	"kubernetes.clusterDNS":    "ClusterIP of the kube-dns Service (CoreDNS); kubelet's clusterDNS.",
 	"kubernetes.cni":           "Pod network plugin: bridge (standard plugins) or mybridge (the seed's bash teaching plugin).",
-	"loadBalancer":             "HAProxy health checks of the apiservers: a dead backend is dropped after about interval + fall x interval/4 (fastinter).",
+	"loadBalancer":             "HAProxy health checks of the apiservers: a dead backend is dropped after about interval + (fall - 1) x interval/4 (fastinter).",
 	"loadBalancer.healthCheck": "https = GET /readyz (catches a hung apiserver); tcp = connect only.",
 	"pki":                      "Certificates (cfssl). ecdsa 256 = P-256; rsa 2048 also works.",
 	"pki.renewBefore":          "`khw pki` reissues a cert that expires within this window.",

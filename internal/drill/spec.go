@@ -25,7 +25,7 @@
 // restore the cluster and finish the report.
 //
 // Expected behaviour comes from upstream: etcd's failure tolerance
-// (https://etcd.io/docs/v3.6/faq/#what-is-failure-tolerance), leader
+// (https://etcd.io/docs/v3.7/faq/#what-is-failure-tolerance), leader
 // election with Leases (https://kubernetes.io/docs/concepts/architecture/leases/),
 // HAProxy's health checks (https://docs.haproxy.org/2.8/configuration.html#5.2-inter),
 // and the node lifecycle controller's grace period

@@ -108,7 +108,7 @@ type EtcdEndpoint struct {
 // failure). A cluster without quorum is not an error: see Quorum.
 //
 // Quorum follows etcd's raft rule: a cluster of n voting members needs
-// n/2+1 of them (https://etcd.io/docs/v3.6/faq/#what-is-failure-tolerance).
+// n/2+1 of them (https://etcd.io/docs/v3.7/faq/#what-is-failure-tolerance).
 func Etcd(ctx context.Context, t Target) (*EtcdReport, error) {
 	if err := t.requireCluster(); err != nil {
 		return nil, err

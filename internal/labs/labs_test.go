@@ -171,7 +171,7 @@ kubectl -n kube-system get lease
 ## Common mistakes
 - a
 ## Upstream
-- https://etcd.io/docs/v3.5/op-guide/clustering/
+- https://etcd.io/docs/v3.7/op-guide/clustering/
 `
 
 func TestParseGood(t *testing.T) {
@@ -223,7 +223,7 @@ func TestParseRejects(t *testing.T) {
 		{"empty block", "04-etcd.md", swap("kubectl get nodes\n", ""), "empty ```sh block"},
 		{"no block", "04-etcd.md", noBlock, "no ```sh block"},
 		{"unclosed fence", "04-etcd.md", swap("kubectl -n kube-system get lease\n```", "kubectl -n kube-system get lease\n"), "never closed"},
-		{"no link", "04-etcd.md", swap("https://etcd.io/docs/v3.5/op-guide/clustering/", "etcd.io clustering"), "no https:// link"},
+		{"no link", "04-etcd.md", swap("https://etcd.io/docs/v3.7/op-guide/clustering/", "etcd.io clustering"), "no https:// link"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse(tc.file, []byte(tc.text))

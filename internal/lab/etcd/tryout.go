@@ -25,7 +25,7 @@ const tryoutPrefix = "/khw/lab-check/"
 // storedData tries what lab 04 exists to make work: a key written to the
 // etcd cluster can be read back through every member (a linearizable
 // read: the member must reach the leader, which must hold a quorum; etcd
-// API guarantees, https://etcd.io/docs/v3.5/learning/api_guarantees/).
+// API guarantees, https://etcd.io/docs/v3.7/learning/api_guarantees/).
 // A member that cannot serve it is named with the likely cause read from
 // the cluster itself: the member list and each member's Status.
 func storedData(e *labcheck.Env) ([]labcheck.Mistake, error) {

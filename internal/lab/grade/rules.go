@@ -59,8 +59,8 @@ type rule struct {
 // about a setting the reference does not set applies only when the node
 // sets it.
 var rules = []rule{
-	// etcd (https://etcd.io/docs/v3.5/op-guide/security/,
-	// https://etcd.io/docs/v3.5/op-guide/configuration/).
+	// etcd (https://etcd.io/docs/v3.7/op-guide/security/,
+	// https://etcd.io/docs/v3.7/op-guide/configuration/).
 	{path: etcdUnit, key: "--client-cert-auth", kind: Weakens, check: keep,
 		why: "without it any client that reaches port 2379 reads and writes every key, Secrets included, with no certificate (etcd op-guide/security)"},
 	{path: etcdUnit, key: "--peer-client-cert-auth", kind: Weakens, check: keep,
