@@ -618,6 +618,9 @@ func TestSkipWhenUnchanged(t *testing.T) {
 	if s.checks != 1 {
 		t.Fatalf("first run: smoke checked %d times", s.checks)
 	}
+	matchLines(t, out.String(),
+		`✓ 01-a  A  \(clean, `+dur+`\)`,
+		`✓ 11-smoke  Smoke  \(passed, `+dur+`\)`)
 	rep := run(Options{})
 	if s.checks != 1 || rep.Steps[1].Skipped == "" || !rep.Steps[1].Clean {
 		t.Fatalf("second run: smoke checked %d times, result %+v; want it skipped", s.checks, rep.Steps[1])
