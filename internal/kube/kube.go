@@ -9,8 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 
+	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -109,6 +109,8 @@ func Apply(ctx context.Context, cfg *rest.Config, manifest []byte) ([]Applied, e
 // resourceVersion and managedFields, ignored), else "unchanged". It is how
 // khw checks whether a manifest is applied without changing anything
 // (https://kubernetes.io/docs/reference/using-api/api-concepts/#dry-run).
+// The objects are asked for at once, in any order; on an error (the first
+// one, naming its object) no result is returned.
 func ApplyDryRun(ctx context.Context, cfg *rest.Config, manifest []byte) ([]Applied, error) {
 	return apply(ctx, cfg, manifest, true)
 }
@@ -149,20 +151,15 @@ func apply(ctx context.Context, cfg *rest.Config, manifest []byte, dryRun bool) 
 		// Nothing is stored, so no object depends on another being
 		// applied first: ask for all of them at once.
 		out := make([]Applied, len(objs))
-		errs := make([]error, len(objs))
-		var wg sync.WaitGroup
+		var g errgroup.Group
 		for i, u := range objs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				out[i], errs[i] = applyOne(ctx, mapper, dyn, u, true)
-			}()
+			g.Go(func() (err error) {
+				out[i], err = applyOne(ctx, mapper, dyn, u, true)
+				return err
+			})
 		}
-		wg.Wait()
-		for i, err := range errs {
-			if err != nil {
-				return out[:i], err
-			}
+		if err := g.Wait(); err != nil {
+			return nil, err
 		}
 		return out, nil
 	}
