@@ -13,7 +13,9 @@
 #   E2E_DRILLS=1: three failover drills, each must pass its verdict;
 #   E2E_LABS=1: mistakes made by hand the way a student would, each on one
 #     node, which `khw lab check` must name with their lab, evidence and fix
-#     (net.ipv4.ip_forward=0 on w1: 07-workers; on cp1 an apiserver
+#     (and one, a wrong port in HAProxy's config, also by hints: where to
+#     look, then what is wrong, then the fix: khw lab check --hints, khw lab
+#     hint) (net.ipv4.ip_forward=0 on w1: 07-workers; on cp1 an apiserver
 #     certificate without the lb SAN, made with openssl and signed by the
 #     cluster CA: 02-pki; --authorization-mode=AlwaysAllow on cp2; etcd on
 #     cp3 listening for clients on 127.0.0.1 only; another
@@ -187,6 +189,26 @@ expect_mistake() {
   done
 }
 
+# hint_ladder LAB WHERE LOOK ANSWER FIX: khw lab check LAB --hints says
+# where to look for the first mistake (WHERE, LOOK) without the answer;
+# khw lab hint LAB then names it (ANSWER), and the next hint is the fix.
+hint_ladder() {
+  local lab=$1 where=$2 look=$3 answer=$4 fix=$5 out rc=0
+  out=$("$KHW" lab check "$lab" --hints 2>&1) || rc=$?
+  echo "$out"
+  if [ $rc != 1 ]; then echo "e2e: khw lab check $lab --hints exited $rc, want 1" >&2; return 1; fi
+  if ! grep -qF -- "$where" <<<"$out" || ! grep -qF -- "$look" <<<"$out"; then
+    echo "e2e: the first hint does not say where to look: $where, $look" >&2; return 1
+  fi
+  if grep -qF -- "$answer" <<<"$out"; then echo "e2e: the first hint gives the answer away: $answer" >&2; return 1; fi
+  out=$("$KHW" lab hint "$lab")
+  echo "$out"
+  grep -qF -- "$answer" <<<"$out" || { echo "e2e: the second hint does not say: $answer" >&2; return 1; }
+  out=$("$KHW" lab hint "$lab")
+  echo "$out"
+  grep -qF -- "$fix" <<<"$out" || { echo "e2e: the third hint is not the fix: $fix" >&2; return 1; }
+}
+
 break_ip_forward() {
   # shellcheck disable=SC2016 # expanded by the shell inside khw shell
   "$KHW" shell -- sh -c 'ssh -F "$KHW_SSH_CONFIG" w1 sudo sysctl -w net.ipv4.ip_forward=0'
@@ -276,9 +298,13 @@ break_lb_server() { # a ready apiserver left out of rotation, tried live
   expect_mistake 06 "[06-lb] lb: server cp3 uses port 6444; the apiserver listens on 6443" \
     "[06-lb] lb: HAProxy sends no API request to cp3, whose apiserver is ready: its server cp3 points at 192.168.122.13:6444, not at 192.168.122.13:6443" \
     "fix: change server cp3's address to 192.168.122.13:6443"
+  # The same mistake, graded for a student who does the lab by hand.
+  hint_ladder 06 "Something is wrong on lb (lab 06-lb)" "journalctl -u haproxy" \
+    "6444" "Fix: "
   on lb "sed -i 's|^\(    server cp3 [0-9.]*\):6444 |\1:6443 |' /etc/haproxy/haproxy.cfg && systemctl reload haproxy"
   sleep 3   # rise checks of the restored server
-  "$KHW" lab check 06
+  "$KHW" lab check 06 --hints
+  if "$KHW" lab hint 06; then echo "e2e: khw lab hint 06 gave a hint after the check passed" >&2; return 1; fi
 }
 
 break_forward_policy() { # what Docker does to a node: forwarded pod traffic dropped, tried live

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -25,7 +24,7 @@ import (
 )
 
 type labOpts struct {
-	yes, force, plain bool
+	yes, force, plain, hints bool
 }
 
 func newLabCmd(a *app) *cobra.Command {
@@ -78,21 +77,28 @@ func newLabCmd(a *app) *cobra.Command {
 		Long:              help("lab-check"),
 		Args:              labArg,
 		ValidArgsFunction: completeLab,
-		RunE:              func(cmd *cobra.Command, args []string) error { return labCheck(cmd.Context(), a, args[0]) },
+		RunE:              func(cmd *cobra.Command, args []string) error { return labCheck(cmd.Context(), a, args[0], o.hints) },
+	}
+	checkCmd.Flags().BoolVar(&o.hints, "hints", false, "say only where to look for each mistake; khw lab hint LAB gives more")
+	hintCmd := &cobra.Command{
+		Use:               "hint LAB",
+		Short:             "The next hint for a mistake that khw lab check --hints found",
+		Long:              help("lab-hint"),
+		Args:              labArg,
+		ValidArgsFunction: completeLab,
+		RunE:              func(cmd *cobra.Command, args []string) error { return labHint(a, args[0]) },
 	}
 	var resetYes bool
 	resetCmd := &cobra.Command{
-		Use:   "reset LAB",
-		Short: "Put the nodes and the state dir back to before LAB",
-		Long: `Put every node and the state directory back to the snapshot taken before LAB
-ran (khw lab takes it), so that LAB and every later lab are not done again.
-Everything done since on the nodes is lost. It asks first (--yes: do not ask).`,
+		Use:               "reset LAB",
+		Short:             "Put the nodes and the state dir back to before LAB",
+		Long:              help("lab-reset"),
 		Args:              labArg,
 		ValidArgsFunction: completeLab,
 		RunE:              func(cmd *cobra.Command, args []string) error { return labReset(cmd.Context(), a, args[0], resetYes) },
 	}
 	resetCmd.Flags().BoolVarP(&resetYes, "yes", "y", false, "do not ask for confirmation")
-	cmd.AddCommand(runCmd, listCmd, checkCmd, resetCmd)
+	cmd.AddCommand(runCmd, listCmd, checkCmd, hintCmd, resetCmd)
 	return cmd
 }
 
@@ -178,12 +184,7 @@ func labList(ctx context.Context, a *app, output string) error {
 	if err != nil {
 		return err
 	}
-	if output == "json" {
-		enc := json.NewEncoder(a.out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
-	}
-	return lab.WriteList(a.out, rows)
+	return lab.WriteList(a.out, rows, output == "json")
 }
 
 // withLab resolves the lab id (a usage error when unknown), takes the
@@ -201,7 +202,7 @@ func withLab(parent context.Context, a *app, id string, o labOpts, fn func(ctx c
 		return err
 	}
 	defer e.close()
-	ui := lab.UI{Out: a.out, Err: a.errOut, In: os.Stdin, Yes: o.yes, Force: o.force, Plain: o.plain,
+	ui := lab.UI{Out: a.out, Err: a.errOut, In: os.Stdin, Yes: o.yes, Force: o.force, Plain: o.plain, Hints: o.hints,
 		Observe: func(ctx context.Context, shell string, w io.Writer) error { return observeInShell(ctx, e, shell, w) },
 		Drill: func(ctx context.Context) error {
 			return runBreak(ctx, a, drill.Spec{Kind: drill.KindEtcd, Count: 1, For: 20 * time.Second})
@@ -229,8 +230,22 @@ func runLab(parent context.Context, a *app, id string, o labOpts) error {
 	})
 }
 
-func labCheck(parent context.Context, a *app, id string) error {
-	return withLab(parent, a, id, labOpts{}, func(ctx context.Context, l lab.Lab, _ labs.Lab, e *labEnv, ui lab.UI) error {
+// labHint gives lab id's next hint, under the lock (it records it).
+func labHint(a *app, id string) error {
+	l, _, err := lookupLab(id)
+	if err != nil {
+		return err
+	}
+	d, _, unlock, err := a.loadForWrite()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return lab.NextHint(a.out, d, l)
+}
+
+func labCheck(parent context.Context, a *app, id string, hints bool) error {
+	return withLab(parent, a, id, labOpts{hints: hints}, func(ctx context.Context, l lab.Lab, _ labs.Lab, e *labEnv, ui lab.UI) error {
 		return e.course.Check(ctx, l, ui)
 	})
 }

@@ -4,13 +4,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/khw-dev/khw/internal/cluster"
-	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/lab"
 	"github.com/khw-dev/khw/internal/lab/nodeplan"
 	"github.com/khw-dev/khw/internal/steps"
@@ -109,23 +107,12 @@ func newDownCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			removed, err := nodeplan.Down(cmd.Context(), s.Provider, d, c.Name)
+			removed, err := lab.Down(cmd.Context(), s.Provider, d, c.Name)
 			for _, r := range removed {
 				fmt.Fprintf(a.out, "removed %s\n", r)
 			}
 			if err != nil {
 				return fmt.Errorf("cluster %s: down: %w (run khw down again to retry)", c.Name, err)
-			}
-			// What described the machines that are now gone: the lab progress
-			// and snapshots, an active drill (its reports stay).
-			for _, stale := range []string{filepath.Join(d.Root, "labs"), filepath.Join(drill.StoreOf(d).Dir, "active")} {
-				if _, serr := os.Stat(stale); serr == nil {
-					if rerr := os.RemoveAll(stale); rerr != nil {
-						return fmt.Errorf("cluster %s: down: %w", c.Name, rerr)
-					}
-					removed = append(removed, stale)
-					fmt.Fprintf(a.out, "removed %s\n", stale)
-				}
 			}
 			if len(removed) == 0 {
 				fmt.Fprintf(a.out, "cluster %s: nothing to remove\n", c.Name)

@@ -63,6 +63,10 @@ type Lab struct {
 	// Up says in a few words what the step makes, for khw up --help
 	// (lines of at most 58 characters, joined by "\n"); "" for a Drill.
 	Up string
+	// Look is where to look first for a mistake of this lab, as commands
+	// to run in khw shell, "{node}" standing for the node: the first rung
+	// of a hint ladder (grade.LadderOf).
+	Look string
 	// MakesNodes is true for the lab that creates the nodes (01-machines):
 	// there are no nodes to snapshot before it, and resetting to before it
 	// destroys them.
@@ -86,46 +90,57 @@ func onMachines[S steps.Step](f func(*nodeplan.Machines) S) func(*nodeplan.Machi
 // catalogue is every lab, in the order of the course.
 var catalogue = []Lab{
 	{ID: labid.Machines, MakesNodes: true,
+		Look: "khw status; then `ssh -F \"$KHW_SSH_CONFIG\" {node} true`",
 		Up:   "every node of cluster.yaml exists, is powered on and\nanswers SSH (user ubuntu, khw's key <state>/ssh/id_ed25519)",
 		step: onMachines(machines.NewStep)},
 	{ID: labid.PKI,
+		Look:      "`ssh -F \"$KHW_SSH_CONFIG\" {node} sudo ls -l /etc/etcd /var/lib/kubernetes /var/lib/kubelet`, then each certificate's subject and SANs: `sudo openssl x509 -noout -subject -ext subjectAltName -in FILE` on the node",
 		Up:        "the CA and every component cert in <state>/pki (cfssl),\nthen each node's certs and keys copied to it",
 		step:      onMachines(pki.NewStep),
 		detectors: pki.Detectors},
 	{ID: labid.Kubeconfig,
+		Look:      "`ssh -F \"$KHW_SSH_CONFIG\" {node} 'sudo grep -H server: /var/lib/kubernetes/*.kubeconfig /var/lib/kubelet/kubeconfig /var/lib/kube-proxy/kubeconfig'`; the log of the component that reads it: `sudo journalctl -u UNIT -n 30` on the node",
 		Up:        "the kubeconfigs and the encryption config for Secrets,\nthen each node's copies",
 		step:      onMachines(kubeconfig.NewStep),
 		detectors: kubeconfig.Detectors},
 	{ID: labid.Etcd,
+		Look:      "`ssh -F \"$KHW_SSH_CONFIG\" {node} sudo journalctl -u etcd -n 30 --no-pager` and `systemctl cat etcd` on the node; the members from cp1: `sudo etcdctl member list -w table` with the flags of lab 04's Observe",
 		Up:        "etcd on the control planes, started together; every member\nlisted and one leader (asked with the etcd v3 client)",
 		step:      onMachines(etcd.NewStep),
 		detectors: etcd.Detectors},
 	{ID: labid.ControlPlane,
+		Look:      "`ssh -F \"$KHW_SSH_CONFIG\" {node} sudo journalctl -u kube-apiserver -n 30 --no-pager` (and kube-controller-manager, kube-scheduler); `kubectl get --raw '/readyz?verbose' --server https://{node}:6443`",
 		Up:        "kube-apiserver, kube-controller-manager, kube-scheduler on\nthe control planes; each /readyz ok; both leader-election\nLeases held; the RBAC that lets the apiserver reach kubelets",
 		step:      onMachines(controlplane.NewStep),
 		detectors: controlplane.Detectors},
 	{ID: labid.LB,
+		Look:      "`ssh -F \"$KHW_SSH_CONFIG\" {node} sudo journalctl -u haproxy -n 30 --no-pager`; `kubectl get --raw /readyz` through lb",
 		Up:        "HAProxy on lb (TCP passthrough, HTTPS /readyz health\nchecks); /readyz through lb:6443 with the admin kubeconfig",
 		step:      onMachines(lb.NewStep),
 		detectors: lb.Detectors},
 	{ID: labid.Workers,
+		Look:      "`ssh -F \"$KHW_SSH_CONFIG\" {node} sudo journalctl -u kubelet -n 30 --no-pager` (and containerd, kube-proxy); `kubectl get nodes -o wide`",
 		Up:        "every worker: kernel prerequisites, containerd, runc,\nCNI, images imported; w1, w2: kubelet, kube-proxy; Nodes\nReady",
 		step:      workers.NewStep,
 		detectors: workers.Detectors,
 		excuse:    workers.Excuse},
 	{ID: labid.PodNetwork,
+		Look:      "`ssh -F \"$KHW_SSH_CONFIG\" {node} ip -4 route show` on every worker, and `systemctl status khw-pod-routes` there",
 		Up:        "routes to every other worker's podCIDR on each worker",
 		step:      podnet.NewStep,
 		detectors: podnet.Detectors},
 	{ID: labid.CoreDNS,
+		Look:      "`kubectl -n kube-system get deploy,pods,svc,endpointslices -l k8s-app=kube-dns`; `kubectl -n kube-system logs deploy/coredns`",
 		Up:        "CoreDNS (Service kube-dns at the cluster DNS IP) Available",
 		step:      onMachines(coredns.NewStep),
 		detectors: coredns.Detectors},
 	{ID: labid.TLSBootstrap,
+		Look:      "`kubectl get csr`; `ssh -F \"$KHW_SSH_CONFIG\" {node} sudo journalctl -u kubelet -n 30 --no-pager`",
 		Up:        "w3's kubelet and kube-proxy; it joins with a bootstrap\ntoken: its client CSR is approved by the controller-\nmanager, its serving CSR by khw after checking requestor\nand SANs; token deleted",
 		step:      tlsbootstrap.NewStep,
 		detectors: tlsbootstrap.Detectors},
 	{ID: labid.Smoke, Kind: Test,
+		Look: "`khw smoke --keep`, then the namespace khw-smoke: `kubectl -n khw-smoke get pods,svc -o wide`",
 		Up:   "encryption at rest, a Deployment, logs, exec,\nport-forward, NodePort on every worker, DNS, a pod on w3\n(also: khw smoke)",
 		step: onMachines(smoke.NewStep)},
 	{ID: labid.Failover, Kind: Drill, title: "Break the cluster and watch it heal"},

@@ -19,11 +19,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/fsutil"
 	"github.com/khw-dev/khw/internal/lab/labcheck"
+	"github.com/khw-dev/khw/internal/lab/nodeplan"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
+	"github.com/khw-dev/khw/internal/vm"
 )
 
 // Status of a lab in `khw lab list`.
@@ -216,4 +219,25 @@ func RecordRun(d state.Dir, rep *steps.Report, dryRun bool) error {
 		}
 	}
 	return nil
+}
+
+// Down destroys the cluster's machines (nodeplan.Down) and then what
+// described them: the lab progress and snapshots (<state>/labs) and an
+// active drill (its reports stay). It returns one line per thing removed,
+// in the order removed; on an error from the machines nothing else is
+// removed.
+func Down(ctx context.Context, p vm.Provider, d state.Dir, clusterName string) ([]string, error) {
+	removed, err := nodeplan.Down(ctx, p, d, clusterName)
+	if err != nil {
+		return removed, err
+	}
+	for _, stale := range []string{filepath.Join(d.Root, "labs"), filepath.Join(drill.StoreOf(d).Dir, "active")} {
+		if _, serr := os.Stat(stale); serr == nil {
+			if rerr := os.RemoveAll(stale); rerr != nil {
+				return removed, rerr
+			}
+			removed = append(removed, stale)
+		}
+	}
+	return removed, nil
 }

@@ -3,6 +3,7 @@ package lab
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,8 +25,10 @@ type UI struct {
 	// names the flag that skips it.
 	In io.Reader
 	// Yes applies without asking; Force runs a lab whose earlier labs are
-	// not done; Plain renders the text as plain Markdown.
-	Yes, Force, Plain bool
+	// not done; Plain renders the text as plain Markdown; Hints makes
+	// Check show where to look for each mistake, not the answer, and save
+	// the hint ladders for NextHint.
+	Yes, Force, Plain, Hints bool
 	// Observe runs one read-only observe block (shell text) inside khw
 	// shell, writing its output to w (nil: the blocks are only shown).
 	Observe func(ctx context.Context, shell string, w io.Writer) error
@@ -279,9 +282,21 @@ func (c *Course) Check(ctx context.Context, l Lab, ui UI) error {
 	if err != nil {
 		return err
 	}
-	g.write(ui.Out, l)
 	if !g.Pass() && len(g.Mistakes) == 0 && len(g.Differences) == 0 {
+		g.write(ui.Out, l)
 		return fmt.Errorf("lab %s could not be checked: %s", l.ID, g.Status.Detail)
+	}
+	if ui.Hints && !g.Pass() {
+		if err := g.writeFirstHints(ui.Out, c.S.Dir, l); err != nil {
+			return err
+		}
+		return fmt.Errorf("lab %s: %d mistake(s) to find", l.ID, len(g.hintFindings(l)))
+	}
+	g.write(ui.Out, l)
+	if g.Pass() {
+		if err := dropHints(c.S.Dir, l.ID); err != nil {
+			return err
+		}
 	}
 	if !g.Pass() {
 		n := len(g.Mistakes)
@@ -372,9 +387,14 @@ func (c *Course) ResetAsked(ctx context.Context, l Lab, ui UI) error {
 // mistake (the command needs --yes without a terminal).
 var ErrNoAnswer = errors.New("no answer (stdin closed): add --yes to reset without asking")
 
-// WriteList prints rows as khw lab list's table: LAB, STATUS, DETAIL (cut
-// at 110 characters).
-func WriteList(w io.Writer, rows []LabStatus) error {
+// WriteList prints rows as khw lab list does: as JSON (indented), or as a
+// table LAB, STATUS, DETAIL (DETAIL cut at 110 characters).
+func WriteList(w io.Writer, rows []LabStatus, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "LAB\tSTATUS\tDETAIL")
 	for _, r := range rows {

@@ -59,7 +59,7 @@ func TestIndentWriterAcrossWrites(t *testing.T) {
 func TestWriteListCutsLongDetail(t *testing.T) {
 	var out bytes.Buffer
 	rows := []LabStatus{{ID: labid.Etcd, Status: Drifted, Detail: strings.Repeat("x", 200), DoneAt: &time.Time{}}}
-	if err := WriteList(&out, rows); err != nil {
+	if err := WriteList(&out, rows, false); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")

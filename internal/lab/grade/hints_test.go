@@ -1,0 +1,42 @@
+package grade
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestLadderOf(t *testing.T) {
+	f := Finding{Lab: "05-control-plane", Node: "cp2", Kind: Weakens,
+		What:     "kube-apiserver.service on cp2: --authorization-mode=AlwaysAllow",
+		Evidence: "/etc/systemd/system/kube-apiserver.service: --authorization-mode=AlwaysAllow",
+		Why:      "every request is allowed",
+		Fix:      "--authorization-mode=Node,RBAC, then systemctl restart kube-apiserver"}
+	l := LadderOf(f, "ssh {node} sudo journalctl -u kube-apiserver")
+	// Rung 1 says where, not what: no flag, no fix.
+	if !strings.Contains(l[0], "on cp2") || !strings.Contains(l[0], "ssh cp2 sudo journalctl") || !strings.Contains(l[0], "05-control-plane") {
+		t.Errorf("rung 1: %q", l[0])
+	}
+	if strings.Contains(l[0], "AlwaysAllow") || strings.Contains(l[0], "Node,RBAC") {
+		t.Errorf("rung 1 gives the answer away: %q", l[0])
+	}
+	// Rung 2: what is wrong and what was read; still not the fix.
+	if !strings.Contains(l[1], f.What) || !strings.Contains(l[1], f.Evidence) || !strings.Contains(l[1], f.Why) || strings.Contains(l[1], "Node,RBAC") {
+		t.Errorf("rung 2: %q", l[1])
+	}
+	if l[2] != "Fix: "+f.Fix {
+		t.Errorf("rung 3: %q", l[2])
+	}
+
+	// A cluster-wide finding names no node, and a look that needs one
+	// says NODE; a finding without a fix points at the lab's text.
+	c := LadderOf(Finding{Lab: "09-coredns", What: "no Service kube-dns"}, "ssh {node} x")
+	if !strings.Contains(c[0], "in the cluster") || !strings.Contains(c[0], "ssh NODE x") {
+		t.Errorf("cluster rung 1: %q", c[0])
+	}
+	if !strings.Contains(c[2], "khw lab 09-coredns --plain") {
+		t.Errorf("no-fix rung 3: %q", c[2])
+	}
+	if j := LadderOf(Finding{Lab: "02-pki", Node: "jumpbox", What: "x"}, ""); !strings.Contains(j[0], "state directory") || !strings.Contains(j[0], "logs of what lab 02-pki installs") {
+		t.Errorf("jumpbox rung 1 without a look: %q", j[0])
+	}
+}

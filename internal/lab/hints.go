@@ -1,0 +1,131 @@
+package lab
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/khw-dev/khw/internal/fsutil"
+	"github.com/khw-dev/khw/internal/lab/grade"
+	"github.com/khw-dev/khw/internal/state"
+)
+
+// hintState is <state>/labs/hints-<ID>.json: the mistakes the last
+// `khw lab check ID --hints` found and how many rungs of each one's ladder
+// were given. A check that passes removes it.
+type hintState struct {
+	Checked  time.Time       `json:"checked"`
+	Findings []grade.Finding `json:"findings"`
+	// Given is how many rungs of Findings[i]'s ladder were shown.
+	Given []int `json:"given"`
+}
+
+func hintPath(d state.Dir, id string) string {
+	return filepath.Join(d.Root, "labs", "hints-"+id+".json")
+}
+
+// lookOf is the catalogue's Look of the lab with this ID ("" for none).
+func lookOf(id string) string {
+	for _, l := range catalogue {
+		if l.ID == id {
+			return l.Look
+		}
+	}
+	return ""
+}
+
+// hintFindings are what a hint ladder is built for: the mistakes, or when
+// there are none (a lab without detectors) the step's differences.
+func (g *Grade) hintFindings(l Lab) []grade.Finding {
+	if len(g.Mistakes) > 0 {
+		return g.Mistakes
+	}
+	var out []grade.Finding
+	for _, d := range g.Differences {
+		out = append(out, grade.Finding{Lab: l.ID, Node: d.Node, Subject: d.Subject, What: d.What, Evidence: d.Evidence, Fix: d.Fix})
+	}
+	return out
+}
+
+// writeFirstHints saves g's findings for khw lab hint and prints the first
+// rung of each one's ladder: where to look, not yet what is wrong.
+func (g *Grade) writeFirstHints(w io.Writer, d state.Dir, l Lab) error {
+	fs := g.hintFindings(l)
+	st := hintState{Checked: time.Now().UTC(), Findings: fs, Given: make([]int, len(fs))}
+	for _, warn := range g.Warnings {
+		fmt.Fprintf(w, "! %s\n", warn)
+	}
+	fmt.Fprintf(w, "✗ lab %s: %d %s. Where to look:\n", l.ID, len(fs), plural(len(fs), "mistake", "mistakes"))
+	for i, f := range fs {
+		st.Given[i] = 1
+		fmt.Fprintf(w, "  %d. %s\n", i+1, grade.LadderOf(f, lookOf(f.Lab))[0])
+	}
+	fmt.Fprintf(w, "Next: khw lab hint %02d (one more hint each time); after a fix, khw lab check %02d --hints\n", l.Number(), l.Number())
+	return saveHints(d, l.ID, st)
+}
+
+func saveHints(d state.Dir, id string, st hintState) error {
+	data, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteFileAtomic(hintPath(d, id), append(data, '\n'), fsutil.SecretMode)
+}
+
+// dropHints forgets the hints of lab id (its check passed).
+func dropHints(d state.Dir, id string) error {
+	if err := os.Remove(hintPath(d, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// ErrNoHints: there is no ladder to climb for the lab (no check with
+// --hints found a mistake since it last passed).
+var ErrNoHints = errors.New("no hints")
+
+// NextHint prints the next rung of the first mistake whose ladder is not
+// climbed yet, from the last `khw lab check ID --hints`, and records it.
+// When every rung is given it says so. Errors: ErrNoHints (wrapped, with
+// what to run) when there is nothing saved; a state file that cannot be
+// read or written.
+func NextHint(w io.Writer, d state.Dir, l Lab) error {
+	data, err := os.ReadFile(hintPath(d, l.ID))
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w for lab %s: run khw lab check %02d --hints first (a lab that passed its last check has none)", ErrNoHints, l.ID, l.Number())
+	}
+	if err != nil {
+		return err
+	}
+	var st hintState
+	if err := json.Unmarshal(data, &st); err != nil || len(st.Given) != len(st.Findings) {
+		return fmt.Errorf("%s is damaged (%v): run khw lab check %02d --hints again", hintPath(d, l.ID), err, l.Number())
+	}
+	for i, f := range st.Findings {
+		if st.Given[i] >= grade.Rungs {
+			continue
+		}
+		rung := grade.LadderOf(f, lookOf(f.Lab))[st.Given[i]]
+		st.Given[i]++
+		fmt.Fprintf(w, "Mistake %d of %d, hint %d of %d:\n  %s\n", i+1, len(st.Findings), st.Given[i], grade.Rungs, rung)
+		if st.Given[i] == grade.Rungs {
+			fmt.Fprintf(w, "That was the fix. Make it, then khw lab check %02d --hints.\n", l.Number())
+		}
+		return saveHints(d, l.ID, st)
+	}
+	fmt.Fprintf(w, "Every hint for the %d %s of lab %s is given (checked %s). Fix them, then khw lab check %02d --hints.\n",
+		len(st.Findings), plural(len(st.Findings), "mistake", "mistakes"), l.ID, st.Checked.Local().Format("15:04"), l.Number())
+	return nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

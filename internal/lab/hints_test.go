@@ -1,0 +1,79 @@
+package lab
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/khw-dev/khw/internal/lab/grade"
+	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/state"
+	"github.com/khw-dev/khw/internal/steps"
+)
+
+// TestHintLadder climbs the ladders of two mistakes one rung per
+// NextHint, as khw lab check --hints and khw lab hint do.
+func TestHintLadder(t *testing.T) {
+	d := state.Dir{Root: t.TempDir(), Name: "t"}
+	l, err := Lookup(labid.ControlPlane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := NextHint(&out, d, l); !errors.Is(err, ErrNoHints) || !strings.Contains(err.Error(), "khw lab check 05 --hints") {
+		t.Fatalf("no check yet: %v", err)
+	}
+
+	g := &Grade{Mistakes: []grade.Finding{
+		{Lab: labid.ControlPlane, Node: "cp2", What: "cp2 allows every request", Evidence: "--authorization-mode=AlwaysAllow", Fix: "--authorization-mode=Node,RBAC"},
+		{Lab: labid.Etcd, Node: "cp3", What: "etcd on cp3 listens on 127.0.0.1 only", Fix: "--listen-client-urls=https://192.168.122.13:2379,https://127.0.0.1:2379"},
+	}}
+	if err := g.writeFirstHints(&out, d, l); err != nil {
+		t.Fatal(err)
+	}
+	first := out.String()
+	for _, want := range []string{"✗ lab 05-control-plane: 2 mistakes", "1. Something is wrong on cp2 (lab 05-control-plane)", "journalctl -u kube-apiserver",
+		"2. Something is wrong on cp3 (lab 04-etcd)", "journalctl -u etcd", "khw lab hint 05"} {
+		if !strings.Contains(first, want) {
+			t.Errorf("first hints lack %q:\n%s", want, first)
+		}
+	}
+	if strings.Contains(first, "AlwaysAllow") || strings.Contains(first, "Node,RBAC") {
+		t.Errorf("the first hints give the answer away:\n%s", first)
+	}
+
+	want := []string{
+		"Mistake 1 of 2, hint 2 of 3:\n  cp2 allows every request",
+		"Mistake 1 of 2, hint 3 of 3:\n  Fix: --authorization-mode=Node,RBAC\nThat was the fix",
+		"Mistake 2 of 2, hint 2 of 3:\n  etcd on cp3 listens on 127.0.0.1 only",
+		"Mistake 2 of 2, hint 3 of 3:\n  Fix: --listen-client-urls",
+		"Every hint for the 2 mistakes of lab 05-control-plane is given",
+		"Every hint for the 2 mistakes",
+	}
+	for i, w := range want {
+		out.Reset()
+		if err := NextHint(&out, d, l); err != nil {
+			t.Fatalf("hint %d: %v", i+1, err)
+		}
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("hint %d: got\n%s\nwant it to contain %q", i+1, out.String(), w)
+		}
+	}
+
+	// A passing check forgets them.
+	if err := dropHints(d, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(hintPath(d, l.ID)); !os.IsNotExist(err) {
+		t.Errorf("hints kept after a pass: %v", err)
+	}
+
+	// A lab without detectors climbs the ladders of the step's differences.
+	g = &Grade{Differences: []steps.Diff{{Node: "w1", What: "no route to 10.200.1.0/24", Fix: "systemctl restart khw-pod-routes"}}}
+	pn, _ := Lookup(labid.PodNetwork)
+	if fs := g.hintFindings(pn); len(fs) != 1 || fs[0].Lab != labid.PodNetwork || fs[0].Fix != "systemctl restart khw-pod-routes" {
+		t.Errorf("differences as findings: %+v", fs)
+	}
+}
