@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/khw-dev/khw/internal/fsutil"
@@ -61,9 +63,19 @@ func (g *Grade) writeFirstHints(w io.Writer, d state.Dir, l Lab) error {
 		fmt.Fprintf(w, "! %s\n", warn)
 	}
 	fmt.Fprintf(w, "✗ lab %s: %d %s. Where to look:\n", l.ID, len(fs), plural(len(fs), "mistake", "mistakes"))
+	// Mistakes with the same first hint (one node, one lab) share a line.
+	var order []string
+	nums := map[string][]string{}
 	for i, f := range fs {
 		st.Given[i] = 1
-		fmt.Fprintf(w, "  %d. %s\n", i+1, grade.LadderOf(f, lookOf(f.Lab))[0])
+		first := grade.LadderOf(f, lookOf(f.Lab))[0]
+		if nums[first] == nil {
+			order = append(order, first)
+		}
+		nums[first] = append(nums[first], strconv.Itoa(i+1))
+	}
+	for _, first := range order {
+		fmt.Fprintf(w, "  %s. %s\n", strings.Join(nums[first], ", "), first)
 	}
 	fmt.Fprintf(w, "Next: khw lab hint %02d (one more hint each time); after a fix, khw lab check %02d --hints\n", l.Number(), l.Number())
 	return saveHints(d, l.ID, st)

@@ -29,13 +29,14 @@ func TestHintLadder(t *testing.T) {
 	g := &Grade{Mistakes: []grade.Finding{
 		{Lab: labid.ControlPlane, Node: "cp2", What: "cp2 allows every request", Evidence: "--authorization-mode=AlwaysAllow", Fix: "--authorization-mode=Node,RBAC"},
 		{Lab: labid.Etcd, Node: "cp3", What: "etcd on cp3 listens on 127.0.0.1 only", Fix: "--listen-client-urls=https://192.168.122.13:2379,https://127.0.0.1:2379"},
+		{Lab: labid.Etcd, Node: "cp3", What: "etcd on cp3 has another token", Fix: "--initial-cluster-token=khw"},
 	}}
 	if err := g.writeFirstHints(&out, d, l); err != nil {
 		t.Fatal(err)
 	}
 	first := out.String()
-	for _, want := range []string{"✗ lab 05-control-plane: 2 mistakes", "1. Something is wrong on cp2 (lab 05-control-plane)", "journalctl -u kube-apiserver",
-		"2. Something is wrong on cp3 (lab 04-etcd)", "journalctl -u etcd", "khw lab hint 05"} {
+	for _, want := range []string{"✗ lab 05-control-plane: 3 mistakes", "  1. Something is wrong on cp2 (lab 05-control-plane)", "journalctl -u kube-apiserver",
+		"  2, 3. Something is wrong on cp3 (lab 04-etcd)", "journalctl -u etcd", "khw lab hint 05"} {
 		if !strings.Contains(first, want) {
 			t.Errorf("first hints lack %q:\n%s", want, first)
 		}
@@ -45,12 +46,14 @@ func TestHintLadder(t *testing.T) {
 	}
 
 	want := []string{
-		"Mistake 1 of 2, hint 2 of 3:\n  cp2 allows every request",
-		"Mistake 1 of 2, hint 3 of 3:\n  Fix: --authorization-mode=Node,RBAC\nThat was the fix",
-		"Mistake 2 of 2, hint 2 of 3:\n  etcd on cp3 listens on 127.0.0.1 only",
-		"Mistake 2 of 2, hint 3 of 3:\n  Fix: --listen-client-urls",
-		"Every hint for the 2 mistakes of lab 05-control-plane is given",
-		"Every hint for the 2 mistakes",
+		"Mistake 1 of 3, hint 2 of 3:\n  cp2 allows every request",
+		"Mistake 1 of 3, hint 3 of 3:\n  Fix: --authorization-mode=Node,RBAC\nThat was the fix",
+		"Mistake 2 of 3, hint 2 of 3:\n  etcd on cp3 listens on 127.0.0.1 only",
+		"Mistake 2 of 3, hint 3 of 3:\n  Fix: --listen-client-urls",
+		"Mistake 3 of 3, hint 2 of 3:\n  etcd on cp3 has another token",
+		"Mistake 3 of 3, hint 3 of 3:\n  Fix: --initial-cluster-token=khw",
+		"Every hint for the 3 mistakes of lab 05-control-plane is given",
+		"Every hint for the 3 mistakes",
 	}
 	for i, w := range want {
 		out.Reset()
