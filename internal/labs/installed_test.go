@@ -178,6 +178,7 @@ func TestLabTextsMatchTheInstalledFiles(t *testing.T) {
 			}
 		}
 	}
+	t.Logf("%d flags, paths, settings and config lines checked", checked)
 	if checked < 100 {
 		t.Errorf("only %d flags, paths and settings found in the lab texts: the extraction is broken", checked)
 	}
