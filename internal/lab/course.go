@@ -40,8 +40,21 @@ func NewCourse(s *cluster.Session, env *steps.Env) *Course {
 }
 
 // List is every lab's live status (List).
+//
+// A lab with an open hint ladder (khw lab check --hints found mistakes)
+// shows how many, not the differences: those would be the answer.
 func (c *Course) List(ctx context.Context) ([]LabStatus, error) {
-	return List(ctx, c.Steps, c.Env, c.S.Dir)
+	rows, err := List(ctx, c.Steps, c.Env, c.S.Dir)
+	for i, r := range rows {
+		if r.Status == Done {
+			continue
+		}
+		if n, ok := openHints(c.S.Dir, r.ID); ok {
+			l, _ := Lookup(r.ID)
+			rows[i].Detail = fmt.Sprintf("%d %s to find (khw lab hint %02d gives the next hint; khw lab check %02d shows them all)", n, plural(n, "mistake", "mistakes"), l.Number(), l.Number())
+		}
+	}
+	return rows, err
 }
 
 // step is the step of lab l. Errors: l is a Drill.

@@ -97,6 +97,20 @@ func dropHints(d state.Dir, id string) error {
 	return nil
 }
 
+// openHints says how many mistakes the saved hint ladders of lab id have,
+// false when there are none.
+func openHints(d state.Dir, id string) (int, bool) {
+	data, err := os.ReadFile(hintPath(d, id))
+	if err != nil {
+		return 0, false
+	}
+	var st hintState
+	if json.Unmarshal(data, &st) != nil || len(st.Findings) == 0 {
+		return 0, false
+	}
+	return len(st.Findings), true
+}
+
 // ErrNoHints: there is no ladder to climb for the lab (no check with
 // --hints found a mistake since it last passed).
 var ErrNoHints = errors.New("no hints")

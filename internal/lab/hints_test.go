@@ -44,6 +44,9 @@ func TestHintLadder(t *testing.T) {
 	if strings.Contains(first, "AlwaysAllow") || strings.Contains(first, "Node,RBAC") {
 		t.Errorf("the first hints give the answer away:\n%s", first)
 	}
+	if n, ok := openHints(d, l.ID); !ok || n != 3 {
+		t.Errorf("openHints = %d, %v; want 3 (khw lab list shows that instead of the differences)", n, ok)
+	}
 
 	want := []string{
 		"Mistake 1 of 3, hint 2 of 3:\n  cp2 allows every request",

@@ -290,7 +290,8 @@ func (c *Course) Check(ctx context.Context, l Lab, ui UI) error {
 		if err := g.writeFirstHints(ui.Out, c.S.Dir, l); err != nil {
 			return err
 		}
-		return fmt.Errorf("lab %s: %d mistake(s) to find", l.ID, len(g.hintFindings(l)))
+		n := len(g.hintFindings(l))
+		return fmt.Errorf("lab %s: %d %s to find", l.ID, n, plural(n, "mistake", "mistakes"))
 	}
 	g.write(ui.Out, l)
 	if g.Pass() {
@@ -304,6 +305,10 @@ func (c *Course) Check(ctx context.Context, l Lab, ui UI) error {
 			n = len(g.Differences)
 		}
 		return fmt.Errorf("lab %s: %d problem(s); fix them and run khw lab check %s again", l.ID, n, l.ID)
+	}
+	if g.Detectors == 0 {
+		ui.say("✓ lab %s passes: its step's own check finds nothing to change\n", l.ID)
+		return nil
 	}
 	ui.say("✓ lab %s passes: no mistake found (%d checks)\n", l.ID, g.Detectors)
 	return nil

@@ -40,3 +40,27 @@ func TestLadderOf(t *testing.T) {
 		t.Errorf("jumpbox rung 1 without a look: %q", j[0])
 	}
 }
+
+// The first rung follows the finding's subject where that says where the
+// mistake is, and still does not name the setting.
+func TestLadderLooksWhereTheSubjectIs(t *testing.T) {
+	look := "`ssh {node} sudo journalctl -u haproxy`"
+	for _, c := range []struct {
+		f          Finding
+		want, deny string
+	}{
+		{Finding{Lab: "05-control-plane", Node: "cp2", Subject: "/etc/systemd/system/kube-apiserver.service --enable-admission-plugins"},
+			"cp2 systemctl cat kube-apiserver.service", "admission"},
+		{Finding{Lab: "07-workers", Node: "w1", Subject: "sysctl net.ipv4.ip_forward"}, "w1 sysctl net.ipv4 net.bridge", "ip_forward"},
+		{Finding{Lab: "07-workers", Node: "w1", Subject: "kernel module br_netfilter"}, "w1 lsmod", "br_netfilter"},
+		{Finding{Lab: "04-etcd", Node: "cp3", Subject: "etcd.service"}, "cp3 systemctl status etcd.service", "listen"},
+		{Finding{Lab: "06-lb", Node: "lb", Subject: "/etc/haproxy/haproxy.cfg backend kube-apiservers server cp3"},
+			"ssh lb sudo journalctl -u haproxy`; then the files lab 06-lb installs there", "cp3"},
+		{Finding{Lab: "06-lb", Node: "lb", Subject: "HAProxy server cp3"}, "ssh lb sudo journalctl -u haproxy", "6444"},
+	} {
+		got := LadderOf(c.f, look)[0]
+		if !strings.Contains(got, c.want) || strings.Contains(got, c.deny) {
+			t.Errorf("%+v: rung 1 %q, want it to contain %q and not %q", c.f, got, c.want, c.deny)
+		}
+	}
+}

@@ -33,7 +33,7 @@ func podRoutes(e *labcheck.Env) ([]labcheck.Mistake, error) {
 				continue
 			}
 			want = want.Masked()
-			fix := fmt.Sprintf("sudo ip route replace %s via %s on %s, and make it permanent (a systemd unit or netplan routes)", want, w.IP, n.Name)
+			fix := fmt.Sprintf("sudo systemctl restart khw-pod-routes on %[3]s if lab 08 installed it; else sudo ip route replace %[1]s via %[2]s on %[3]s, and make it permanent (a systemd unit or netplan routes)", want, w.IP, n.Name)
 			r, ok := routes[want]
 			switch {
 			case !ok:

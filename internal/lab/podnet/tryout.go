@@ -181,7 +181,7 @@ func pathCause(e *labcheck.Env, from, to config.Node) (node, evidence, fix strin
 				got = "route " + r.line
 			}
 			return n.Name, fmt.Sprintf("%s has %s for %s's podCIDR %s (the %s)", n.Name, got, peer.Name, want.Masked(), map[bool]string{true: "request's way", false: "answer's way back"}[n.Name == from.Name]),
-				fmt.Sprintf("sudo ip route replace %s via %s on %s (lab 08), and make it permanent", want.Masked(), peer.IP, n.Name)
+				fmt.Sprintf("sudo systemctl restart khw-pod-routes on %[3]s if lab 08 installed it; else sudo ip route replace %[1]s via %[2]s on %[3]s (lab 08), and make it permanent", want.Masked(), peer.IP, n.Name)
 		}
 		seen = append(seen, n.Name+": "+r.line)
 	}
