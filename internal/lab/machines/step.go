@@ -109,7 +109,9 @@ func (s *Step) Check(ctx context.Context, env *steps.Env) ([]steps.Diff, error) 
 	return diffs, nil
 }
 
-// sshTrue runs `true` on node n over the pool within timeout.
+// sshTrue proves that node n answers SSH within timeout: it measures the
+// node's facts over the pool (nodeplan.Machines.MeasureFacts), which later
+// steps then need not ask for.
 func (s *Step) sshTrue(ctx context.Context, n vm.NodeStatus, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -118,7 +120,7 @@ func (s *Step) sshTrue(ctx context.Context, n vm.NodeStatus, timeout time.Durati
 	for {
 		cl, err := s.M.Pool.Get(ctx, remote.Node{Name: n.Name, Addr: n.IP.String()})
 		if err == nil {
-			if _, _, err = cl.Run(ctx, "true", remote.RunOptions{}); err == nil {
+			if _, err = s.M.MeasureFacts(ctx, cl, n.Name); err == nil {
 				return nil
 			}
 		}
@@ -194,6 +196,8 @@ func (s *Step) Apply(ctx context.Context, env *steps.Env, diffs []steps.Diff) er
 	if err := s.pinHostKeys(env); err != nil {
 		return err
 	}
+	// Facts measured before the nodes were made or booted are not theirs.
+	defer s.M.ForgetFacts()
 	needCreate := false
 	wait := map[string]bool{}
 	for _, d := range diffs {

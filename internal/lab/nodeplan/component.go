@@ -9,6 +9,7 @@ import (
 
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/render"
 	"github.com/khw-dev/khw/internal/steps"
 	"github.com/khw-dev/khw/internal/vm"
@@ -27,6 +28,16 @@ func (m *Machines) facts(ctx context.Context, n config.Node) (render.NodeFacts, 
 	if err != nil {
 		return render.NodeFacts{}, err
 	}
+	return m.MeasureFacts(ctx, cl, n.Name)
+}
+
+// MeasureFacts measures the facts of the node called name through cl
+// (render.FactsProbe, which needs no root) and keeps them for the rest of
+// the run. 01-machines asks each running node this rather than `true`:
+// one round trip proves SSH and saves each later step its own. Errors: the
+// command failed (the node cannot be reached), or its output does not
+// parse.
+func (m *Machines) MeasureFacts(ctx context.Context, cl *remote.Client, name string) (render.NodeFacts, error) {
 	out, _, err := cl.Run(ctx, render.FactsProbe, remoteRunNoSudo)
 	if err != nil {
 		return render.NodeFacts{}, fmt.Errorf("measure node facts: %w", err)
@@ -39,9 +50,17 @@ func (m *Machines) facts(ctx context.Context, n config.Node) (render.NodeFacts, 
 	if m.factsCache == nil {
 		m.factsCache = map[string]render.NodeFacts{}
 	}
-	m.factsCache[n.Name] = f
+	m.factsCache[name] = f
 	m.factsMu.Unlock()
 	return f, nil
+}
+
+// ForgetFacts drops the facts measured so far: after 01-machines made or
+// booted nodes, they are measured again.
+func (m *Machines) ForgetFacts() {
+	m.factsMu.Lock()
+	m.factsCache = nil
+	m.factsMu.Unlock()
 }
 
 // cachedFacts returns facts measured earlier in this run, else the
