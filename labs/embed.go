@@ -4,7 +4,9 @@
 //	01-machines.md … 11-smoke.md   one per bring-up step, named after its ID
 //	12-failover.md                 the failover drills (khw break / khw heal)
 //
-// Every file has the same shape, which package internal/labs parses and
+//	ko/glossary.md                 the field's terms, English | 한국어 | meaning
+//
+// Every lab file has the same shape, which package internal/labs parses and
 // checks: a level-1 title "# NN · Title", a one-paragraph summary, then the
 // level-2 sections "Why this step exists", "What khw does", "Observe",
 // "Common mistakes" and "Upstream", in that order. The ```sh blocks of
@@ -13,7 +15,7 @@ package labs
 
 import "embed"
 
-// FS holds every *.md file of this directory.
+// FS holds every *.md file of this directory and of ko/.
 //
-//go:embed *.md
+//go:embed *.md ko/*.md
 var FS embed.FS
