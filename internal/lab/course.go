@@ -51,7 +51,7 @@ func (c *Course) List(ctx context.Context) ([]LabStatus, error) {
 		}
 		if n, ok := openHints(c.S.Dir, r.ID); ok {
 			l, _ := Lookup(r.ID)
-			rows[i].Detail = fmt.Sprintf("%d %s to find (khw lab hint %02d gives the next hint; khw lab check %02d shows them all)", n, plural(n, "mistake", "mistakes"), l.Number(), l.Number())
+			rows[i].Detail = fmt.Sprintf("%d %s to find (khw lab hint %02d gives the next hint; khw lab check %02d shows them all)", n, steps.Plural(n, "mistake", "mistakes"), l.Number(), l.Number())
 		}
 	}
 	return rows, err

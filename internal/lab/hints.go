@@ -15,6 +15,7 @@ import (
 	"github.com/khw-dev/khw/internal/fsutil"
 	"github.com/khw-dev/khw/internal/lab/grade"
 	"github.com/khw-dev/khw/internal/state"
+	"github.com/khw-dev/khw/internal/steps"
 )
 
 // hintState is <state>/labs/hints-<ID>.json: the mistakes the last
@@ -55,14 +56,15 @@ func (g *Grade) hintFindings(l Lab) []grade.Finding {
 }
 
 // writeFirstHints saves g's findings for khw lab hint and prints the first
-// rung of each one's ladder: where to look, not yet what is wrong.
-func (g *Grade) writeFirstHints(w io.Writer, d state.Dir, l Lab) error {
+// rung of each one's ladder: where to look, not yet what is wrong. It
+// returns how many findings it saved.
+func (g *Grade) writeFirstHints(w io.Writer, d state.Dir, l Lab) (int, error) {
 	fs := g.hintFindings(l)
 	st := hintState{Checked: time.Now().UTC(), Findings: fs, Given: make([]int, len(fs))}
 	for _, warn := range g.Warnings {
 		fmt.Fprintf(w, "! %s\n", warn)
 	}
-	fmt.Fprintf(w, "✗ lab %s: %d %s. Where to look:\n", l.ID, len(fs), plural(len(fs), "mistake", "mistakes"))
+	fmt.Fprintf(w, "✗ lab %s: %d %s. Where to look:\n", l.ID, len(fs), steps.Plural(len(fs), "mistake", "mistakes"))
 	// Mistakes with the same first hint (one node, one lab) share a line.
 	var order []string
 	nums := map[string][]string{}
@@ -78,7 +80,7 @@ func (g *Grade) writeFirstHints(w io.Writer, d state.Dir, l Lab) error {
 		fmt.Fprintf(w, "  %s. %s\n", strings.Join(nums[first], ", "), first)
 	}
 	fmt.Fprintf(w, "Next: khw lab hint %02d (one more hint each time); after a fix, khw lab check %02d --hints\n", l.Number(), l.Number())
-	return saveHints(d, l.ID, st)
+	return len(fs), saveHints(d, l.ID, st)
 }
 
 func saveHints(d state.Dir, id string, st hintState) error {
@@ -97,15 +99,25 @@ func dropHints(d state.Dir, id string) error {
 	return nil
 }
 
+// loadHints reads the saved hint ladders of lab id. Errors: none saved
+// (fs.ErrNotExist), or a file that does not parse.
+func loadHints(d state.Dir, id string) (hintState, error) {
+	var st hintState
+	data, err := os.ReadFile(hintPath(d, id))
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(data, &st); err != nil || len(st.Given) != len(st.Findings) {
+		return st, fmt.Errorf("%s is damaged (%v): run khw lab check %s --hints again", hintPath(d, id), err, id)
+	}
+	return st, nil
+}
+
 // openHints says how many mistakes the saved hint ladders of lab id have,
 // false when there are none.
 func openHints(d state.Dir, id string) (int, bool) {
-	data, err := os.ReadFile(hintPath(d, id))
-	if err != nil {
-		return 0, false
-	}
-	var st hintState
-	if json.Unmarshal(data, &st) != nil || len(st.Findings) == 0 {
+	st, err := loadHints(d, id)
+	if err != nil || len(st.Findings) == 0 {
 		return 0, false
 	}
 	return len(st.Findings), true
@@ -121,16 +133,12 @@ var ErrNoHints = errors.New("no hints")
 // what to run) when there is nothing saved; a state file that cannot be
 // read or written.
 func NextHint(w io.Writer, d state.Dir, l Lab) error {
-	data, err := os.ReadFile(hintPath(d, l.ID))
+	st, err := loadHints(d, l.ID)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%w for lab %s: run khw lab check %02d --hints first (a lab that passed its last check has none)", ErrNoHints, l.ID, l.Number())
 	}
 	if err != nil {
 		return err
-	}
-	var st hintState
-	if err := json.Unmarshal(data, &st); err != nil || len(st.Given) != len(st.Findings) {
-		return fmt.Errorf("%s is damaged (%v): run khw lab check %02d --hints again", hintPath(d, l.ID), err, l.Number())
 	}
 	for i, f := range st.Findings {
 		if st.Given[i] >= grade.Rungs {
@@ -145,13 +153,6 @@ func NextHint(w io.Writer, d state.Dir, l Lab) error {
 		return saveHints(d, l.ID, st)
 	}
 	fmt.Fprintf(w, "Every hint for the %d %s of lab %s is given (checked %s). Fix them, then khw lab check %02d --hints.\n",
-		len(st.Findings), plural(len(st.Findings), "mistake", "mistakes"), l.ID, st.Checked.Local().Format("15:04"), l.Number())
+		len(st.Findings), steps.Plural(len(st.Findings), "mistake", "mistakes"), l.ID, st.Checked.Local().Format("15:04"), l.Number())
 	return nil
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }

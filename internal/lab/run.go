@@ -287,11 +287,11 @@ func (c *Course) Check(ctx context.Context, l Lab, ui UI) error {
 		return fmt.Errorf("lab %s could not be checked: %s", l.ID, g.Status.Detail)
 	}
 	if ui.Hints && !g.Pass() {
-		if err := g.writeFirstHints(ui.Out, c.S.Dir, l); err != nil {
+		n, err := g.writeFirstHints(ui.Out, c.S.Dir, l)
+		if err != nil {
 			return err
 		}
-		n := len(g.hintFindings(l))
-		return fmt.Errorf("lab %s: %d %s to find", l.ID, n, plural(n, "mistake", "mistakes"))
+		return fmt.Errorf("lab %s: %d %s to find", l.ID, n, steps.Plural(n, "mistake", "mistakes"))
 	}
 	g.write(ui.Out, l)
 	if g.Pass() {

@@ -328,7 +328,7 @@ func (r *Runner) runStep(ctx context.Context, s Step, dryRun bool) (StepResult, 
 		return res, nil
 	}
 
-	sp.phase(fmt.Sprintf("applying %d %s", len(diffs), plural(len(diffs), "change", "changes")))
+	sp.phase(fmt.Sprintf("applying %d %s", len(diffs), Plural(len(diffs), "change", "changes")))
 	// Recorded before Apply: an Apply that fails half-way has changed the
 	// cluster too.
 	if err := r.Env.updateRecord(func(rec *record) { rec.LastChange = time.Now() }); err != nil {
@@ -353,7 +353,7 @@ func (r *Runner) runStep(ctx context.Context, s Step, dryRun bool) (StepResult, 
 	r.logf("%s verify: clean", s.ID())
 	sp.stop()
 	var b strings.Builder
-	fmt.Fprintf(&b, "✓ %s  %s  (applied %d %s, %s)", s.ID(), s.Title(), len(diffs), plural(len(diffs), "change", "changes"), fmtDuration(res.Duration))
+	fmt.Fprintf(&b, "✓ %s  %s  (applied %d %s, %s)", s.ID(), s.Title(), len(diffs), Plural(len(diffs), "change", "changes"), fmtDuration(res.Duration))
 	if r.Env.Verbosity >= 1 {
 		for _, d := range diffs {
 			b.WriteString("\n    fixed " + d.String())
@@ -424,7 +424,8 @@ func diffList(diffs []Diff) string {
 	return b.String()
 }
 
-func plural(n int, one, many string) string {
+// Plural returns one when n is 1, else many ("1 change", "2 changes").
+func Plural(n int, one, many string) string {
 	if n == 1 {
 		return one
 	}
