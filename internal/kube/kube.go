@@ -106,7 +106,7 @@ func Apply(ctx context.Context, cfg *rest.Config, manifest []byte) ([]Applied, e
 // computes each object's result without persisting it. Action is "created"
 // for an object that does not exist, "configured" when the result differs
 // from the stored object (metadata that the server maintains, such as
-// resourceVersion and managedFields, ignored), else "unchanged". It is how
+// resourceVersion and managedFields, and status ignored), else "unchanged". It is how
 // khw checks whether a manifest is applied without changing anything
 // (https://kubernetes.io/docs/reference/using-api/api-concepts/#dry-run).
 // The objects are asked for at once, in any order; on an error (the first
@@ -118,13 +118,28 @@ func ApplyDryRun(ctx context.Context, cfg *rest.Config, manifest []byte) ([]Appl
 // serverOwned are metadata fields the apiserver maintains.
 var serverOwned = []string{"managedFields", "resourceVersion", "generation", "creationTimestamp", "uid"}
 
+// sameObject compares the stored object with a dry run's result, without
+// the metadata the apiserver maintains and without status: an apply never
+// changes status, while a controller may update it between the Get and the
+// dry run (a new Deployment's rollout), which is not the manifest's doing.
 func sameObject(a, b *unstructured.Unstructured) bool {
 	ac, bc := a.DeepCopy(), b.DeepCopy()
 	for _, f := range serverOwned {
 		unstructured.RemoveNestedField(ac.Object, "metadata", f)
 		unstructured.RemoveNestedField(bc.Object, "metadata", f)
 	}
+	unstructured.RemoveNestedField(ac.Object, "status")
+	unstructured.RemoveNestedField(bc.Object, "status")
 	return equality.Semantic.DeepEqual(ac.Object, bc.Object)
+}
+
+// sameAsNow says whether a dry run's result res equals the object as it is
+// stored now: a controller that wrote the object between the Get and the dry
+// run (a new Deployment gets its revision annotation) made the difference,
+// not the manifest.
+func sameAsNow(ctx context.Context, ri dynamic.ResourceInterface, res *unstructured.Unstructured) bool {
+	now, err := ri.Get(ctx, res.GetName(), metav1.GetOptions{})
+	return err == nil && sameObject(now, res)
 }
 
 func apply(ctx context.Context, cfg *rest.Config, manifest []byte, dryRun bool) ([]Applied, error) {
@@ -214,7 +229,7 @@ func applyOne(ctx context.Context, mapper meta.RESTMapper, dyn dynamic.Interface
 	switch {
 	case before == "":
 		a.Action = "created"
-	case dryRun && sameObject(cur, res):
+	case dryRun && (sameObject(cur, res) || sameAsNow(ctx, ri, res)):
 		a.Action = "unchanged"
 	case dryRun:
 		a.Action = "configured"
