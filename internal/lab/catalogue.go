@@ -170,15 +170,15 @@ func (l Lab) Name() string {
 	return name
 }
 
-// kindOf is the Kind of the lab with this ID (Reconcile for an ID not in
-// the catalogue, such as a test's step).
-func kindOf(id string) Kind {
+// byID is the catalogue's row with this ID: the zero Lab (a Reconcile lab
+// without a Look) for an ID not in the catalogue, such as a test's step.
+func byID(id string) Lab {
 	for _, l := range catalogue {
 		if l.ID == id {
-			return l.Kind
+			return l
 		}
 	}
-	return Reconcile
+	return Lab{}
 }
 
 // Step builds the lab's step of khw up, working through m for cluster c

@@ -96,7 +96,7 @@ func (c *Course) EarlierNotDone(ctx context.Context, l Lab, all bool) ([]string,
 		if s.ID() >= l.ID {
 			break
 		}
-		if kindOf(s.ID()) == Test {
+		if byID(s.ID()).Kind == Test {
 			if _, ok := prog[s.ID()]; !ok {
 				missing = append(missing, s.ID())
 			}

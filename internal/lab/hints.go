@@ -32,16 +32,6 @@ func hintPath(d state.Dir, id string) string {
 	return filepath.Join(d.Root, "labs", "hints-"+id+".json")
 }
 
-// lookOf is the catalogue's Look of the lab with this ID ("" for none).
-func lookOf(id string) string {
-	for _, l := range catalogue {
-		if l.ID == id {
-			return l.Look
-		}
-	}
-	return ""
-}
-
 // hintFindings are what a hint ladder is built for: the mistakes, or when
 // there are none (a lab without detectors) the step's differences.
 func (g *Grade) hintFindings(l Lab) []grade.Finding {
@@ -70,7 +60,7 @@ func (g *Grade) writeFirstHints(w io.Writer, d state.Dir, l Lab) (int, error) {
 	nums := map[string][]string{}
 	for i, f := range fs {
 		st.Given[i] = 1
-		first := grade.LadderOf(f, lookOf(f.Lab))[0]
+		first := grade.LadderOf(f, byID(f.Lab).Look)[0]
 		if nums[first] == nil {
 			order = append(order, first)
 		}
@@ -144,7 +134,7 @@ func NextHint(w io.Writer, d state.Dir, l Lab) error {
 		if st.Given[i] >= grade.Rungs {
 			continue
 		}
-		rung := grade.LadderOf(f, lookOf(f.Lab))[st.Given[i]]
+		rung := grade.LadderOf(f, byID(f.Lab).Look)[st.Given[i]]
 		st.Given[i]++
 		fmt.Fprintf(w, "Mistake %d of %d, hint %d of %d:\n  %s\n", i+1, len(st.Findings), st.Given[i], grade.Rungs, rung)
 		if st.Given[i] == grade.Rungs {

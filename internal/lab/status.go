@@ -68,7 +68,7 @@ func List(ctx context.Context, all []steps.Step, env *steps.Env, d state.Dir) ([
 	var out []LabStatus
 	blocked := ""
 	for _, s := range all {
-		if kindOf(s.ID()) == Test {
+		if byID(s.ID()).Kind == Test {
 			st := LabStatus{ID: s.ID(), Title: s.Title(), Status: NotDone}
 			if t, ok := prog[s.ID()]; ok {
 				st.DoneAt = &t
