@@ -4,13 +4,18 @@
 //	01-machines.md … 11-smoke.md   one per bring-up step, named after its ID
 //	12-failover.md                 the failover drills (khw break / khw heal)
 //
+//	ko/NN-name.md                  the same labs in Korean (khw lab --lang ko)
 //	ko/glossary.md                 the field's terms, English | 한국어 | meaning
 //
 // Every lab file has the same shape, which package internal/labs parses and
 // checks: a level-1 title "# NN · Title", a one-paragraph summary, then the
-// level-2 sections "Why this step exists", "What khw does", "Observe",
-// "Common mistakes" and "Upstream", in that order. The ```sh blocks of
-// "Observe" are run by `khw lab` inside `khw shell`, so they must only read.
+// level-2 sections "Objectives" (three, each with its CKA/CKS domain, and
+// the time it takes), "You should have", "Why this step exists", "What khw
+// does", "Observe" (each command with its expected output), "Security",
+// "Common mistakes", "Predict, then observe", "Quiz" and "Upstream", in
+// that order (in Korean: 목표 … 업스트림 문서). The ```sh blocks of "You
+// should have" and "Observe" are run by `khw lab` inside `khw shell`, so
+// they must only read.
 package labs
 
 import "embed"

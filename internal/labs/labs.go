@@ -1,22 +1,33 @@
 // Package labs parses the classroom lab texts embedded by package
-// github.com/khw-dev/khw/labs (labs/*.md) for `khw lab`.
+// github.com/khw-dev/khw/labs (labs/*.md, and their Korean versions in
+// labs/ko/) for `khw lab`.
 //
 // A lab file NN-name.md has exactly this shape (anything else is a parse
-// error naming the file, the line and the fix):
+// error naming the file, the line and the fix); the headings are those of
+// its language (English shown, see languages):
 //
 //	# NN · Title                       NN = the two digits of the file name
 //	<one paragraph: the summary>
+//	## Objectives                      3 bullets "- Verb … [CKA: Domain]", then
+//	                                   "Time: about N minutes."
+//	## You should have                 a sentence and one ```sh block that
+//	                                   shows the earlier labs' result
 //	## Why this step exists
 //	## What khw does
-//	## Observe                         ```sh blocks, each after a sentence
+//	## Observe                         ```sh blocks, each after a sentence and
+//	                                   followed by a ```text block: its
+//	                                   expected output, trimmed
+//	## Security                        "**In this lab:**" the trade-off made
+//	                                   for teaching, "**In production:**" the fix
 //	## Common mistakes
+//	## Predict, then observe           at least two bullets
+//	## Quiz                            3-5 "### N. Question", choices "- a) …",
+//	                                   then "Answer: x. Why."
 //	## Upstream                        at least one https:// link
 //
-// The five level-2 headings (Sections) appear once each, in that order.
-// Headings inside fenced code blocks do not count. In "Observe", every fenced
-// block is a ```sh block, and the text between the previous block (or the
-// heading) and it is its Intro: what to look for in its output. The blocks
-// run on the jumpbox inside `khw shell` (KUBECONFIG = the admin kubeconfig,
+// The ten level-2 headings (Sections) appear once each, in that order.
+// Headings inside fenced code blocks do not count. The ```sh blocks run on
+// the jumpbox inside `khw shell` (KUBECONFIG = the admin kubeconfig,
 // $KHW_SSH_CONFIG for ssh, the state directory at
 // "$KHW_STATE_DIR/$KHW_CLUSTER"), so they must only read: see CheckReadOnly.
 package labs
@@ -36,45 +47,150 @@ import (
 	labtexts "github.com/khw-dev/khw/labs"
 )
 
-// Section headings, in the order every lab has them.
+// Section keys: the English headings, which also name the sections of a
+// lab in another language (Lab.Sections is keyed by them).
 const (
-	SectionWhy      = "Why this step exists"
-	SectionWhat     = "What khw does"
-	SectionObserve  = "Observe"
-	SectionMistakes = "Common mistakes"
-	SectionUpstream = "Upstream"
+	SectionObjectives = "Objectives"
+	SectionHave       = "You should have"
+	SectionWhy        = "Why this step exists"
+	SectionWhat       = "What khw does"
+	SectionObserve    = "Observe"
+	SectionSecurity   = "Security"
+	SectionMistakes   = "Common mistakes"
+	SectionPredict    = "Predict, then observe"
+	SectionQuiz       = "Quiz"
+	SectionUpstream   = "Upstream"
 )
 
-// Sections lists the level-2 headings of a lab in their required order.
-var Sections = []string{SectionWhy, SectionWhat, SectionObserve, SectionMistakes, SectionUpstream}
+// Sections lists the section keys of a lab in their required order.
+var Sections = []string{SectionObjectives, SectionHave, SectionWhy, SectionWhat, SectionObserve,
+	SectionSecurity, SectionMistakes, SectionPredict, SectionQuiz, SectionUpstream}
 
 // Lab is one parsed lab text.
 type Lab struct {
 	// ID is the file name without .md, e.g. "04-etcd": the ID of the
 	// bring-up step the lab explains (12-failover has no step).
 	ID string
+	// Lang is the text's language: "en" or "ko".
+	Lang string
 	// Number is NN of the ID and of the title line (1-12).
 	Number int
 	// Title is the title line after "NN · ", e.g. "etcd: the cluster's memory".
 	Title string
 	// Summary is the paragraph between the title and the first section.
 	Summary string
-	// Sections maps each heading of Sections to its Markdown body, trimmed.
+	// Sections maps each key of Sections to its Markdown body, trimmed.
 	Sections map[string]string
+	// Objectives are the three bullets of "Objectives".
+	Objectives []Objective
+	// Minutes is the time the lab takes a student, from "Time: about N
+	// minutes." (minutes, > 0).
+	Minutes int
+	// Have is the block of "You should have": the command that shows the
+	// earlier labs' result, and what to see.
+	Have Block
 	// Observe are the ```sh blocks of the Observe section, in order.
 	Observe []Block
+	// Predict are the bullets of "Predict, then observe", in order.
+	Predict []string
+	// Quiz are the questions of "Quiz", in order.
+	Quiz []Question
 	// raw is the whole file.
 	raw string
 }
 
-// Block is one command block of the Observe section.
+// Objective is one bullet of "Objectives": what the student will be able
+// to do, and the exam domains it serves.
+type Objective struct {
+	// Text is the bullet without its tags, starting with a verb.
+	Text string
+	// Tags are the exam domains in brackets after it, e.g. "CKA:
+	// Troubleshooting" (examDomains lists the allowed ones).
+	Tags []string
+}
+
+// Question is one question of "Quiz".
+type Question struct {
+	// Text is the question after "### N. ".
+	Text string
+	// Choices are the answers offered, in order (a, b, c, …), without
+	// their letters.
+	Choices []string
+	// Answer is the index into Choices of the right one.
+	Answer int
+	// Why explains the answer (Markdown, one or more paragraphs).
+	Why string
+}
+
+// Block is one command block of the Observe section (or of "You should
+// have").
 type Block struct {
 	// Intro is the Markdown text before the block (joined into one line per
 	// paragraph): what to look for in its output.
 	Intro string
 	// Shell is the block's content without the fences: POSIX sh, read-only.
 	Shell string
+	// Expected is the ```text block after it: the output to expect,
+	// trimmed to what matters ("" in "You should have" when none is given).
+	Expected string
 }
+
+// examDomains are the allowed objective tags: the domains of the CNCF's
+// CKA and CKS curricula (github.com/cncf/curriculum).
+var examDomains = map[string]bool{
+	"CKA: Cluster Architecture":         true, // "Cluster Architecture, Installation & Configuration"
+	"CKA: Workloads and Scheduling":     true,
+	"CKA: Services and Networking":      true,
+	"CKA: Storage":                      true,
+	"CKA: Troubleshooting":              true,
+	"CKS: Cluster Setup":                true,
+	"CKS: Cluster Hardening":            true,
+	"CKS: System Hardening":             true,
+	"CKS: Microservice Vulnerabilities": true, // "Minimize Microservice Vulnerabilities"
+	"CKS: Supply Chain Security":        true,
+	"CKS: Runtime Security":             true, // "Monitoring, Logging and Runtime Security"
+}
+
+// language holds what a lab text says in one language: its headings (in
+// the order of Sections) and the words the parser looks for.
+type language struct {
+	code     string
+	headings []string
+	// timeRE matches the time line of "Objectives"; group 1 is minutes.
+	timeRE *regexp.Regexp
+	// here and prod are the two labels of "Security".
+	here, prod string
+	// answerRE matches a quiz answer line; group 1 is its letter, group 2
+	// the start of the explanation.
+	answerRE *regexp.Regexp
+	// quizView replaces the quiz in the text khw lab shows (%d: the number
+	// of questions, %s: the lab's ID).
+	quizView string
+}
+
+var languages = map[string]language{
+	"en": {
+		code:     "en",
+		headings: Sections,
+		timeRE:   regexp.MustCompile(`^Time: about ([0-9]+) minutes\.$`),
+		here:     "**In this lab:**", prod: "**In production:**",
+		answerRE: regexp.MustCompile(`^Answer: ([a-e])\.\s*(.*)$`),
+		quizView: "%d questions: answer them with `khw lab quiz %s`.",
+	},
+	"ko": {
+		code: "ko",
+		headings: []string{"목표", "시작하기 전에", "이 단계가 필요한 이유", "khw가 하는 일", "관찰",
+			"보안", "흔한 실수", "예측한 뒤 관찰하기", "퀴즈", "업스트림 문서"},
+		timeRE: regexp.MustCompile(`^시간: 약 ([0-9]+)분\.$`),
+		here:   "**이 실습에서는:**", prod: "**운영 환경에서는:**",
+		answerRE: regexp.MustCompile(`^정답: ([a-e])\.\s*(.*)$`),
+		quizView: "문제 %d개: `khw lab quiz %s`로 풀어 보세요.",
+	},
+}
+
+// Headings returns the level-2 headings of a lab in language lang, in the
+// order of Sections (nil for a language without lab texts).
+func Headings(lang string) []string { return languages[lang].headings }
 
 // Markdown returns the lab's whole text as it is in the file.
 func (l Lab) Markdown() string { return l.raw }
@@ -85,10 +201,18 @@ var (
 	linkRE  = regexp.MustCompile(`https://[^\s)>\]]+`)
 )
 
-// Parse parses one lab file: name is its file name ("04-etcd.md"), data its
-// content. Errors name the file and, where there is one, the line
+// Parse parses one English lab file: name is its file name ("04-etcd.md"),
+// data its content. Errors name the file and, where there is one, the line
 // ("04-etcd.md:12: …") and say what the line should be.
-func Parse(name string, data []byte) (Lab, error) {
+func Parse(name string, data []byte) (Lab, error) { return ParseLang("en", name, data) }
+
+// ParseLang is Parse for a text in language lang ("en" or "ko"): the
+// headings and labels are that language's.
+func ParseLang(lang, name string, data []byte) (Lab, error) {
+	lg, ok := languages[lang]
+	if !ok {
+		return Lab{}, fmt.Errorf("lab file %q: no lab texts in language %q; have %s", name, lang, strings.Join(Languages(), ", "))
+	}
 	m := fileRE.FindStringSubmatch(name)
 	if m == nil {
 		return Lab{}, fmt.Errorf("lab file %q: the name must be NN-name.md (two digits, a dash, lowercase words), e.g. %s.md", name, labid.Etcd)
@@ -97,7 +221,7 @@ func Parse(name string, data []byte) (Lab, error) {
 	if num < 1 {
 		return Lab{}, fmt.Errorf("lab file %q: number 00 is not a lab; labs start at 01", name)
 	}
-	l := Lab{ID: strings.TrimSuffix(name, ".md"), Number: num, Sections: map[string]string{}, raw: string(data)}
+	l := Lab{ID: strings.TrimSuffix(name, ".md"), Lang: lang, Number: num, Sections: map[string]string{}, raw: string(data)}
 	errf := func(line int, format string, args ...any) error {
 		return fmt.Errorf("%s:%d: %s", name, line, fmt.Sprintf(format, args...))
 	}
@@ -157,7 +281,7 @@ func Parse(name string, data []byte) (Lab, error) {
 
 	sum := strings.TrimSpace(strings.Join(summary, "\n"))
 	if sum == "" {
-		return Lab{}, errf(2, "no summary: write one paragraph between the title and \"## %s\"", SectionWhy)
+		return Lab{}, errf(2, "no summary: write one paragraph between the title and \"## %s\"", lg.headings[0])
 	}
 	if strings.Contains(sum, "\n\n") {
 		return Lab{}, errf(2, "the summary must be one paragraph (no blank line inside it)")
@@ -167,79 +291,288 @@ func Parse(name string, data []byte) (Lab, error) {
 	}
 	l.Summary = joinParagraph(sum)
 
-	for i, want := range Sections {
+	heads := strings.Join(lg.headings, ", ")
+	for i, key := range Sections {
+		want := lg.headings[i]
 		if i >= len(parts) {
-			return Lab{}, fmt.Errorf("%s: section \"## %s\" is missing; every lab has, in order: %s", name, want, strings.Join(Sections, ", "))
+			return Lab{}, fmt.Errorf("%s: section \"## %s\" is missing; every lab has, in order: %s", name, want, heads)
 		}
 		p := parts[i]
 		if p.heading != want {
-			return Lab{}, errf(p.line, "section %d is \"## %s\", want \"## %s\"; every lab has, in order: %s", i+1, p.heading, want, strings.Join(Sections, ", "))
+			return Lab{}, errf(p.line, "section %d is \"## %s\", want \"## %s\"; every lab has, in order: %s", i+1, p.heading, want, heads)
 		}
 		body := strings.TrimSpace(strings.Join(p.body, "\n"))
 		if body == "" {
 			return Lab{}, errf(p.line, "section \"## %s\" is empty", want)
 		}
-		l.Sections[want] = body
-		if want == SectionObserve {
-			blocks, err := parseObserve(p.body, p.first)
-			if err != nil {
-				return Lab{}, fmt.Errorf("%s:%w", name, err)
+		l.Sections[key] = body
+		var err error
+		switch key {
+		case SectionObjectives:
+			l.Objectives, l.Minutes, err = parseObjectives(lg, p.body, p.first)
+		case SectionHave:
+			var blocks []Block
+			if blocks, err = parseBlocks(p.body, p.first, false); err == nil && len(blocks) != 1 {
+				err = fmt.Errorf("%d: \"## %s\" has %d ```sh blocks; give exactly one command that shows the earlier labs' result", p.line, want, len(blocks))
 			}
-			l.Observe = blocks
+			if err == nil {
+				l.Have = blocks[0]
+			}
+		case SectionObserve:
+			l.Observe, err = parseBlocks(p.body, p.first, true)
+		case SectionSecurity:
+			if !strings.Contains(body, lg.here) || !strings.Contains(body, lg.prod) {
+				err = fmt.Errorf("%d: \"## %s\" must say the trade-off after %s and the production fix after %s", p.line, want, lg.here, lg.prod)
+			}
+		case SectionPredict:
+			if l.Predict = bullets(p.body); len(l.Predict) < 2 {
+				err = fmt.Errorf("%d: \"## %s\" has %d bullets; give at least two \"- \" prompts", p.line, want, len(l.Predict))
+			}
+		case SectionQuiz:
+			l.Quiz, err = parseQuiz(lg, p.body, p.first)
+		}
+		if err != nil {
+			return Lab{}, fmt.Errorf("%s:%w", name, err)
 		}
 	}
 	if len(parts) > len(Sections) {
 		p := parts[len(Sections)]
-		return Lab{}, errf(p.line, "extra section \"## %s\" after \"## %s\"; a lab has exactly: %s", p.heading, SectionUpstream, strings.Join(Sections, ", "))
+		return Lab{}, errf(p.line, "extra section \"## %s\" after \"## %s\"; a lab has exactly: %s", p.heading, lg.headings[len(Sections)-1], heads)
 	}
 	if !linkRE.MatchString(l.Sections[SectionUpstream]) {
-		return Lab{}, fmt.Errorf("%s: section \"## %s\" has no https:// link; cite the upstream page that backs the lab", name, SectionUpstream)
+		return Lab{}, fmt.Errorf("%s: section \"## %s\" has no https:// link; cite the upstream page that backs the lab", name, lg.headings[len(Sections)-1])
 	}
 	return l, nil
 }
 
-// parseObserve splits the Observe section's lines (the first one is line
-// first of the file) into blocks. Every fenced block must be ```sh, have a
-// non-empty body and an intro sentence before it; text after the last
-// block is allowed (a closing remark) but not needed.
-func parseObserve(body []string, first int) ([]Block, error) {
+// parseBlocks splits a section's lines (the first one is line first of the
+// file) into ```sh blocks. Each must have a non-empty body and an intro
+// sentence before it; a ```text block right after it (blank lines between
+// are allowed) is its expected output, required when expected is set. Text
+// after the last block is allowed (a closing remark) but not needed.
+func parseBlocks(body []string, first int, expected bool) ([]Block, error) {
 	var blocks []Block
-	var intro []string
-	var shell []string
-	in := false
+	var intro, code []string
+	info := ""     // the open fence's info string ("" outside a fence)
+	in := false    // inside a fence
+	after := false // the last thing seen was a ```sh block (only blank lines since)
 	for i, ln := range body {
 		lineNo := first + i
-		if f := fenceMarker(ln); f != "" && (!in || strings.Trim(strings.TrimSpace(ln), f[:1]) == "") {
-			t := strings.TrimSpace(ln)
-			if !in {
-				info := strings.TrimSpace(strings.TrimLeft(t, string(f[0])))
-				if info != "sh" {
-					return nil, fmt.Errorf("%d: the Observe section runs its code blocks, so each must be ```sh (got %q)", lineNo, t)
-				}
-				if strings.TrimSpace(strings.Join(intro, "\n")) == "" {
-					return nil, fmt.Errorf("%d: this ```sh block has no sentence before it; say what to look for in its output", lineNo)
-				}
-				in, shell = true, nil
+		f := fenceMarker(ln)
+		switch {
+		case f != "" && !in:
+			info = strings.TrimSpace(strings.TrimLeft(strings.TrimSpace(ln), string(f[0])))
+			switch {
+			case info == "text" && after:
+			case info == "text":
+				return nil, fmt.Errorf("%d: a ```text block shows the expected output of the ```sh block right before it; this one follows none", lineNo)
+			case info != "sh":
+				return nil, fmt.Errorf("%d: the commands of this section are run, so each block must be ```sh (its expected output a ```text block after it); got %q", lineNo, strings.TrimSpace(ln))
+			case expected && after:
+				return nil, fmt.Errorf("%d: the ```sh block before this one has no ```text block with its expected output; add one after it", lineNo)
+			case strings.TrimSpace(strings.Join(intro, "\n")) == "":
+				return nil, fmt.Errorf("%d: this ```sh block has no sentence before it; say what to look for in its output", lineNo)
+			}
+			in, code = true, nil
+		case f != "" && strings.Trim(strings.TrimSpace(ln), f[:1]) == "":
+			in = false
+			text := strings.TrimSpace(strings.Join(code, "\n"))
+			if text == "" {
+				return nil, fmt.Errorf("%d: empty ```%s block", lineNo, info)
+			}
+			if info == "text" {
+				blocks[len(blocks)-1].Expected = text
+				after = false
 				continue
 			}
-			sh := strings.TrimSpace(strings.Join(shell, "\n"))
-			if sh == "" {
-				return nil, fmt.Errorf("%d: empty ```sh block", lineNo)
+			blocks = append(blocks, Block{Intro: joinParagraph(strings.TrimSpace(strings.Join(intro, "\n"))), Shell: text})
+			intro, after = nil, true
+		case in:
+			code = append(code, ln)
+		default:
+			if strings.TrimSpace(ln) != "" {
+				if expected && after {
+					return nil, fmt.Errorf("%d: the ```sh block before this line has no ```text block with its expected output; add one right after it", lineNo)
+				}
+				after = false
 			}
-			blocks = append(blocks, Block{Intro: joinParagraph(strings.TrimSpace(strings.Join(intro, "\n"))), Shell: sh})
-			in, intro = false, nil
-			continue
-		}
-		if in {
-			shell = append(shell, ln)
-		} else {
 			intro = append(intro, ln)
 		}
 	}
+	if expected && after {
+		return nil, fmt.Errorf("%d: the last ```sh block has no ```text block with its expected output; add one after it", first+len(body)-1)
+	}
 	if len(blocks) == 0 {
-		return nil, fmt.Errorf("%d: the Observe section has no ```sh block; give at least one command to look at the result", first)
+		return nil, fmt.Errorf("%d: no ```sh block; give at least one command to look at the result", first)
 	}
 	return blocks, nil
+}
+
+// parseObjectives reads the bullets of "Objectives" (each with at least one
+// exam-domain tag) and its time line; there must be three bullets.
+func parseObjectives(lg language, body []string, first int) ([]Objective, int, error) {
+	var out []Objective
+	minutes := 0
+	for i, ln := range body {
+		lineNo := first + i
+		t := strings.TrimSpace(ln)
+		switch {
+		case t == "":
+		case strings.HasPrefix(t, "- "):
+			o := Objective{Text: strings.TrimSpace(t[2:])}
+			for strings.HasSuffix(o.Text, "]") {
+				open := strings.LastIndex(o.Text, "[")
+				if open < 0 {
+					break
+				}
+				tag := o.Text[open+1 : len(o.Text)-1]
+				if !examDomains[tag] {
+					return nil, 0, fmt.Errorf("%d: [%s] is not an exam domain; use one of %s", lineNo, tag, strings.Join(sortedKeys(examDomains), "; "))
+				}
+				o.Tags = append([]string{tag}, o.Tags...)
+				o.Text = strings.TrimSpace(o.Text[:open])
+			}
+			if len(o.Tags) == 0 {
+				return nil, 0, fmt.Errorf("%d: this objective has no exam-domain tag; end it with one, e.g. [CKA: Troubleshooting]", lineNo)
+			}
+			out = append(out, o)
+		case lg.timeRE.MatchString(t):
+			minutes, _ = strconv.Atoi(lg.timeRE.FindStringSubmatch(t)[1])
+		default:
+			return nil, 0, fmt.Errorf("%d: %q: \"Objectives\" holds only bullets and the time line (%s)", lineNo, clip(t, 40), lg.timeRE)
+		}
+	}
+	if len(out) != 3 {
+		return nil, 0, fmt.Errorf("%d: %d objectives; give exactly three, each starting with a verb", first, len(out))
+	}
+	if minutes <= 0 {
+		return nil, 0, fmt.Errorf("%d: no time line; end the objectives with one matching %s", first, lg.timeRE)
+	}
+	return out, minutes, nil
+}
+
+// parseQuiz reads 3-5 questions: "### N. Question" (N counting from 1),
+// two to five choices "- a) …" in letter order, and an answer line naming
+// one of them followed by its explanation.
+func parseQuiz(lg language, body []string, first int) ([]Question, error) {
+	var out []Question
+	var why []string
+	finish := func(lineNo int) error {
+		if len(out) == 0 {
+			return nil
+		}
+		q := &out[len(out)-1]
+		q.Why = joinParagraph(strings.TrimSpace(strings.Join(why, "\n")))
+		switch {
+		case len(q.Choices) < 2:
+			return fmt.Errorf("%d: question %d has %d choices; give 2 to 5 as \"- a) …\"", lineNo, len(out), len(q.Choices))
+		case q.Answer < 0:
+			return fmt.Errorf("%d: question %d has no answer line (%s)", lineNo, len(out), lg.answerRE)
+		case q.Why == "":
+			return fmt.Errorf("%d: question %d: explain the answer after its letter", lineNo, len(out))
+		}
+		return nil
+	}
+	for i, ln := range body {
+		lineNo := first + i
+		t := strings.TrimSpace(ln)
+		if strings.HasPrefix(t, "### ") {
+			if err := finish(lineNo); err != nil {
+				return nil, err
+			}
+			want := fmt.Sprintf("### %d. ", len(out)+1)
+			if !strings.HasPrefix(t, want) || len(t) == len(want) {
+				return nil, fmt.Errorf("%d: %q: questions are numbered in order, \"%s<question>\"", lineNo, clip(t, 40), want)
+			}
+			out = append(out, Question{Text: t[len(want):], Answer: -1})
+			why = nil
+			continue
+		}
+		if len(out) == 0 {
+			if t != "" {
+				return nil, fmt.Errorf("%d: text before the first question; start with \"### 1. \"", lineNo)
+			}
+			continue
+		}
+		q := &out[len(out)-1]
+		if q.Answer >= 0 {
+			why = append(why, ln)
+			continue
+		}
+		if m := lg.answerRE.FindStringSubmatch(t); m != nil {
+			q.Answer = int(m[1][0] - 'a')
+			if q.Answer >= len(q.Choices) {
+				return nil, fmt.Errorf("%d: the answer %s) is not one of the %d choices", lineNo, m[1], len(q.Choices))
+			}
+			why = append(why, m[2])
+			continue
+		}
+		if strings.HasPrefix(t, "- ") {
+			letter := string(rune('a' + len(q.Choices)))
+			if !strings.HasPrefix(t, "- "+letter+") ") {
+				return nil, fmt.Errorf("%d: choice %d of question %d must start \"- %s) \"", lineNo, len(q.Choices)+1, len(out), letter)
+			}
+			if len(q.Choices) == 5 {
+				return nil, fmt.Errorf("%d: question %d has more than 5 choices", lineNo, len(out))
+			}
+			q.Choices = append(q.Choices, strings.TrimSpace(t[5:]))
+			continue
+		}
+		if t != "" && len(q.Choices) > 0 {
+			return nil, fmt.Errorf("%d: %q after the choices of question %d; the answer line comes next (%s)", lineNo, clip(t, 40), len(out), lg.answerRE)
+		}
+		if t != "" {
+			q.Text += " " + t
+		}
+	}
+	if err := finish(first + len(body)); err != nil {
+		return nil, err
+	}
+	if len(out) < 3 || len(out) > 5 {
+		return nil, fmt.Errorf("%d: %d questions; give 3 to 5", first, len(out))
+	}
+	return out, nil
+}
+
+// bullets returns the "- " items of a section's lines, each joined into
+// one line.
+func bullets(body []string) []string {
+	var out []string
+	for _, item := range strings.Split(joinParagraph(strings.Join(body, "\n")), "\n") {
+		if t := strings.TrimSpace(item); strings.HasPrefix(t, "- ") {
+			out = append(out, strings.TrimSpace(t[2:]))
+		}
+	}
+	return out
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Languages returns the codes of the languages lab texts exist in, sorted.
+func Languages() []string {
+	out := make([]string, 0, len(languages))
+	for k := range languages {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// View returns the text khw lab shows: the whole lab, with the quiz's
+// questions and answers replaced by one line that points to khw lab quiz.
+func (l Lab) View() string {
+	q := l.Sections[SectionQuiz]
+	if q == "" {
+		return l.raw
+	}
+	return strings.Replace(l.raw, q, fmt.Sprintf(languages[l.Lang].quizView, len(l.Quiz), l.ID), 1)
 }
 
 // fenceMarker returns "```" or "~~~" when ln opens or closes a fenced code
@@ -298,27 +631,50 @@ func splitLines(s string) []string {
 	return out
 }
 
-// All parses every lab of the embedded labs directory (labs.FS) and returns
-// them sorted by Number. It fails on the first file that does not parse,
-// on two labs with the same number, and when no lab is embedded.
+// All parses every English lab of the embedded labs directory (labs.FS)
+// and returns them sorted by Number. It fails on the first file that does
+// not parse, on two labs with the same number, and when no lab is
+// embedded.
 func All() ([]Lab, error) { return parseFS(labtexts.FS) }
 
-func parseFS(fsys fs.FS) ([]Lab, error) {
+// AllLang is All for language lang: for "en" the same; for another
+// language the labs of its directory (labs/ko/ for "ko"), which may hold
+// fewer labs than English (none is an empty list, not an error).
+func AllLang(lang string) ([]Lab, error) {
+	if lang == "en" {
+		return All()
+	}
+	if _, ok := languages[lang]; !ok {
+		return nil, fmt.Errorf("no lab texts in language %q; have %s", lang, strings.Join(Languages(), ", "))
+	}
+	sub, err := fs.Sub(labtexts.FS, lang)
+	if err != nil {
+		return nil, err
+	}
+	return parseLangFS(lang, sub, false)
+}
+
+func parseFS(fsys fs.FS) ([]Lab, error) { return parseLangFS("en", fsys, true) }
+
+func parseLangFS(lang string, fsys fs.FS, need bool) ([]Lab, error) {
 	names, err := fs.Glob(fsys, "*.md")
 	if err != nil {
 		return nil, err
 	}
-	if len(names) == 0 {
+	if len(names) == 0 && need {
 		return nil, fmt.Errorf("no lab texts are embedded (labs/*.md): a build problem")
 	}
 	var out []Lab
 	seen := map[int]string{}
 	for _, n := range names {
+		if lang != "en" && n == path.Base(GlossaryFile) {
+			continue
+		}
 		data, err := fs.ReadFile(fsys, n)
 		if err != nil {
 			return nil, fmt.Errorf("read lab %s: %w", n, err)
 		}
-		l, err := Parse(path.Base(n), data)
+		l, err := ParseLang(lang, path.Base(n), data)
 		if err != nil {
 			return nil, err
 		}

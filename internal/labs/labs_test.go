@@ -84,8 +84,8 @@ func TestEveryLabHasTheSectionsInOrder(t *testing.T) {
 			t.Errorf("%s: %d bullets in %q, want at least 3", l.ID, bullets, SectionMistakes)
 		}
 		lines := strings.Count(md, "\n")
-		if lines < 50 || lines > 170 {
-			t.Errorf("%s: %d lines; a lab is about 60-140 lines", l.ID, lines)
+		if lines < 80 || lines > 330 {
+			t.Errorf("%s: %d lines; a lab is about 120-300 lines", l.ID, lines)
 		}
 	}
 }
@@ -149,6 +149,17 @@ func TestObserveBlocksAreReadOnlyAndRunnable(t *testing.T) {
 const good = `# 04 · etcd: the cluster's memory
 One paragraph
 that wraps.
+## Objectives
+- Explain why etcd needs a quorum. [CKA: Cluster Architecture]
+- Read the member list. [CKA: Troubleshooting] [CKS: Cluster Setup]
+- Start three members together. [CKA: Cluster Architecture]
+
+Time: about 25 minutes.
+## You should have
+The certificates of lab 02:
+` + "```sh" + `
+ls "$KHW_STATE_DIR/$KHW_CLUSTER/pki"
+` + "```" + `
 ## Why this step exists
 Because.
 ## What khw does
@@ -163,13 +174,47 @@ Look at the members:
 kubectl get nodes
 ` + "```" + `
 
+` + "```text" + `
+NAME   STATUS
+w1     Ready
+` + "```" + `
+
 And the leases:
 
 ` + "```sh" + `
 kubectl -n kube-system get lease
 ` + "```" + `
+` + "```text" + `
+kube-scheduler
+` + "```" + `
+## Security
+**In this lab:** one CA. **In production:** two.
 ## Common mistakes
 - a
+## Predict, then observe
+- Predict one.
+- Predict
+  two.
+## Quiz
+
+### 1. How many members
+may fail?
+- a) none
+- b) one
+Answer: b. Two of three
+is a majority.
+
+### 2. Second?
+- a) x
+- b) y
+- c) z
+
+Answer: c. Because.
+
+### 3. Third?
+- a) x
+- b) y
+Answer: a. Because.
 ## Upstream
 - https://etcd.io/docs/v3.7/op-guide/clustering/
 `
@@ -188,9 +233,26 @@ func TestParseGood(t *testing.T) {
 	if !strings.Contains(l.Sections[SectionWhat], "## not a heading") {
 		t.Errorf("a heading inside a code block ended the section: %q", l.Sections[SectionWhat])
 	}
-	want := []Block{{Intro: "Look at the members:", Shell: "kubectl get nodes"}, {Intro: "And the leases:", Shell: "kubectl -n kube-system get lease"}}
+	want := []Block{{Intro: "Look at the members:", Shell: "kubectl get nodes", Expected: "NAME   STATUS\nw1     Ready"},
+		{Intro: "And the leases:", Shell: "kubectl -n kube-system get lease", Expected: "kube-scheduler"}}
 	if fmt.Sprint(l.Observe) != fmt.Sprint(want) {
 		t.Errorf("Observe = %q, want %q", l.Observe, want)
+	}
+	if l.Minutes != 25 || len(l.Objectives) != 3 || fmt.Sprint(l.Objectives[1]) != fmt.Sprint(Objective{Text: "Read the member list.", Tags: []string{"CKA: Troubleshooting", "CKS: Cluster Setup"}}) {
+		t.Errorf("Minutes %d, Objectives %q", l.Minutes, l.Objectives)
+	}
+	if l.Have.Shell != `ls "$KHW_STATE_DIR/$KHW_CLUSTER/pki"` || l.Have.Intro != "The certificates of lab 02:" {
+		t.Errorf("Have = %q", l.Have)
+	}
+	if fmt.Sprint(l.Predict) != "[Predict one. Predict two.]" {
+		t.Errorf("Predict = %q", l.Predict)
+	}
+	q := Question{Text: "How many members may fail?", Choices: []string{"none", "one"}, Answer: 1, Why: "Two of three is a majority."}
+	if len(l.Quiz) != 3 || fmt.Sprint(l.Quiz[0]) != fmt.Sprint(q) || l.Quiz[1].Answer != 2 || l.Quiz[1].Why != "Because." {
+		t.Errorf("Quiz = %+v", l.Quiz)
+	}
+	if v := l.View(); strings.Contains(v, "Answer:") || !strings.Contains(v, "3 questions: answer them with `khw lab quiz 04-etcd`.\n## Upstream") || !strings.Contains(v, "## Predict") {
+		t.Errorf("View() shows the answers or lost a section:\n%s", v)
 	}
 }
 
@@ -201,7 +263,7 @@ func TestParseRejects(t *testing.T) {
 		}
 		return strings.Replace(good, old, new, 1)
 	}
-	noBlock := good[:strings.Index(good, "## Observe")] + "## Observe\nNothing to run.\n" + good[strings.Index(good, "## Common mistakes"):]
+	noBlock := good[:strings.Index(good, "## Observe")] + "## Observe\nNothing to run.\n" + good[strings.Index(good, "## Security"):]
 	for _, tc := range []struct {
 		name, file, text, want string
 	}{
@@ -215,6 +277,24 @@ func TestParseRejects(t *testing.T) {
 		{"second title", "04-etcd.md", swap("Because.", "# Another"), "second title"},
 		{"wrong order", "04-etcd.md", swap("## Why this step exists\nBecause.\n## What khw does\nThings.", "## What khw does\nThings.\n## Why this step exists\nBecause."), `want "## Why this step exists"`},
 		{"missing section", "04-etcd.md", swap("## Common mistakes\n- a\n", ""), `want "## Common mistakes"`},
+		{"two objectives", "04-etcd.md", swap("- Start three members together. [CKA: Cluster Architecture]\n", ""), "2 objectives"},
+		{"untagged objective", "04-etcd.md", swap("together. [CKA: Cluster Architecture]", "together."), "no exam-domain tag"},
+		{"unknown domain", "04-etcd.md", swap("[CKS: Cluster Setup]", "[CKS: Kernel]"), "[CKS: Kernel] is not an exam domain"},
+		{"no time", "04-etcd.md", swap("Time: about 25 minutes.", ""), "no time line"},
+		{"stray objective text", "04-etcd.md", swap("Time: about 25 minutes.", "Time: 25 min"), `"Objectives" holds only bullets`},
+		{"two have blocks", "04-etcd.md", swap("## Why this step exists", "Also:\n```sh\nls\n```\n## Why this step exists"), "exactly one command"},
+		{"no expected output", "04-etcd.md", swap("```text\nkube-scheduler\n```\n", ""), "last ```sh block has no ```text block"},
+		{"expected output missing mid", "04-etcd.md", swap("```text\nNAME   STATUS\nw1     Ready\n```\n", ""), "before this line has no ```text block"},
+		{"orphan text block", "04-etcd.md", swap("And the leases:\n", "And the leases:\n```text\nx\n```\n"), "follows none"},
+		{"no security labels", "04-etcd.md", swap("**In production:** two.", "two."), "production fix after **In production:**"},
+		{"one prompt", "04-etcd.md", swap("- Predict one.\n", ""), "1 bullets"},
+		{"two questions", "04-etcd.md", good[:strings.Index(good, "### 3.")] + good[strings.Index(good, "## Upstream"):], "2 questions; give 3 to 5"},
+		{"question out of order", "04-etcd.md", swap("### 2. Second?", "### 5. Second?"), `"### 2. <question>"`},
+		{"answer not a choice", "04-etcd.md", swap("Answer: c. Because.", "Answer: d. Because."), "the answer d) is not one of the 3 choices"},
+		{"no answer", "04-etcd.md", swap("Answer: a. Because.\n", ""), "question 3 has no answer line"},
+		{"no explanation", "04-etcd.md", swap("Answer: a. Because.", "Answer: a."), "explain the answer"},
+		{"choice letter", "04-etcd.md", swap("- c) z", "- d) z"), `must start "- c) "`},
+		{"one choice", "04-etcd.md", swap("### 3. Third?\n- a) x\n- b) y", "### 3. Third?\n- a) x"), "1 choices"},
 		{"renamed section", "04-etcd.md", swap("## Upstream", "## Links"), `want "## Upstream"`},
 		{"extra section", "04-etcd.md", good + "## More\nx\n", `extra section "## More"`},
 		{"empty section", "04-etcd.md", swap("Because.\n", ""), `"## Why this step exists" is empty`},
@@ -222,7 +302,7 @@ func TestParseRejects(t *testing.T) {
 		{"no intro", "04-etcd.md", swap("Look at the members:\n", ""), "no sentence before it"},
 		{"empty block", "04-etcd.md", swap("kubectl get nodes\n", ""), "empty ```sh block"},
 		{"no block", "04-etcd.md", noBlock, "no ```sh block"},
-		{"unclosed fence", "04-etcd.md", swap("kubectl -n kube-system get lease\n```", "kubectl -n kube-system get lease\n"), "never closed"},
+		{"unclosed fence", "04-etcd.md", swap("kube-scheduler\n```", "kube-scheduler\n"), "never closed"},
 		{"no link", "04-etcd.md", swap("https://etcd.io/docs/v3.7/op-guide/clustering/", "etcd.io clustering"), "no https:// link"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -234,6 +314,12 @@ func TestParseRejects(t *testing.T) {
 				t.Errorf("error %q does not contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestParseLangRejectsAnUnknownLanguage(t *testing.T) {
+	if _, err := ParseLang("fr", "04-etcd.md", []byte(good)); err == nil || !strings.Contains(err.Error(), `no lab texts in language "fr"`) {
+		t.Errorf("err = %v", err)
 	}
 }
 

@@ -39,13 +39,15 @@ var observeAllowed = func() map[string]bool {
 	return m
 }()
 
-// observeAllowlist is every distinct Observe block of the embedded lab
-// texts, exactly as Parse returns it (Block.Shell: the lines between the
+// observeAllowlist is every distinct Observe and "You should have" block of
+// the embedded lab texts, exactly as Parse returns it (Block.Shell: the lines between the
 // fences, surrounding blank space trimmed), each checked by hand to only
 // read and to return within seconds; the comment names the labs using it.
 // The blocks run on the jumpbox inside `khw shell`, where ssh reaches the
 // nodes only through -F "$KHW_SSH_CONFIG".
 var observeAllowlist = []string{
+	// 01-machines (You should have)
+	`grep -E "^(name|provider):" "$KHW_STATE_DIR/$KHW_CLUSTER/cluster.yaml"`,
 	// 01-machines
 	`getent hosts lb cp1 cp2 cp3 w1 w2 w3`,
 	// 01-machines
@@ -223,7 +225,7 @@ done`,
   printf "%s: " "$n"; kubectl --request-timeout=1s --server "https://$n:6443" get --raw /readyz 2>&1 | tail -n 1; echo
 done`,
 	// 12-failover
-	`ssh -F "$KHW_SSH_CONFIG" -o ConnectTimeout=3 cp1 'sudo journalctl -u etcd --no-pager | grep -aiE "elected leader|became (leader|follower|candidate|pre-candidate)|lost the tcp streaming|prevote" | tail -n 8'`,
+	`ssh -F "$KHW_SSH_CONFIG" -o ConnectTimeout=3 cp1 'sudo journalctl -u etcd --no-pager | grep -aiE "elected leader|became (leader|follower|candidate|pre-candidate)|lost tcp streaming|prevote" | tail -n 8'`,
 	// 12-failover
 	`ssh -F "$KHW_SSH_CONFIG" -o ConnectTimeout=3 cp1 'sudo journalctl -u kube-controller-manager --no-pager | grep -aiE "leaderelection|acquired lease|lost" | tail -n 5'`,
 }

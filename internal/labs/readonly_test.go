@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// TestObserveAllowlistMatchesLabs: every Observe block of the embedded labs
-// is in the allowlist, every allowlist entry is a block some lab has (no
+// TestObserveAllowlistMatchesLabs: every Observe block and every "You
+// should have" block of the embedded labs is in the allowlist, every allowlist entry is a block some lab has (no
 // stale entry keeps a command alive), and no entry is listed twice.
 func TestObserveAllowlistMatchesLabs(t *testing.T) {
 	all, err := All()
@@ -17,10 +17,14 @@ func TestObserveAllowlistMatchesLabs(t *testing.T) {
 	}
 	used := map[string]bool{}
 	for _, l := range all {
-		for i, b := range l.Observe {
+		for i, b := range append([]Block{l.Have}, l.Observe...) {
 			used[b.Shell] = true
+			what := fmt.Sprintf("Observe block %d", i)
+			if i == 0 {
+				what = "the You-should-have block"
+			}
 			if err := CheckReadOnly(b.Shell); err != nil {
-				t.Errorf("%s Observe block %d is not in observeAllowlist (internal/labs/readonly.go): check that it only reads and returns quickly, then add it exactly:\n%s", l.ID, i+1, b.Shell)
+				t.Errorf("%s %s is not in observeAllowlist (internal/labs/readonly.go): check that it only reads and returns quickly, then add it exactly:\n%s", l.ID, what, b.Shell)
 			}
 		}
 	}

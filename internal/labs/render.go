@@ -9,11 +9,11 @@ import (
 	"golang.org/x/term"
 )
 
-// Render writes the lab's text to w: rendered for a terminal (glamour,
+// Render writes the lab's text as View has it to w: rendered for a terminal (glamour,
 // wrapped to its width, style $GLAMOUR_STYLE or dark) when w is one and
 // not plain, else the Markdown as it is.
 func (l Lab) Render(w io.Writer, plain bool) {
-	md := l.Markdown()
+	md := l.View()
 	f, isFile := w.(*os.File)
 	if plain || !isFile || !term.IsTerminal(int(f.Fd())) {
 		fmt.Fprintln(w, md)
