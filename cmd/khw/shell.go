@@ -7,8 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -99,7 +97,7 @@ func newKubectlCmd(a *app) *cobra.Command {
 		DisableFlagParsing: true,
 		Args:               cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			khwFlags, kargs := splitKubectlArgs(cmd.Name(), args, os.Args[1:], cmd.Root().PersistentFlags())
+			khwFlags, kargs := jumpbox.SplitKubectlArgs(cmd.Name(), args, os.Args[1:], cmd.Root().PersistentFlags())
 			fs := pflag.NewFlagSet("khw", pflag.ContinueOnError)
 			fs.SetOutput(io.Discard)
 			fs.AddFlagSet(cmd.Root().PersistentFlags())
@@ -132,60 +130,6 @@ func newKubectlCmd(a *app) *cobra.Command {
 			return s.Exec(append([]string{k.Path}, kargs...))
 		},
 	}
-}
-
-// splitKubectlArgs separates khw's flags from kubectl's. With
-// DisableFlagParsing cobra hands the command every argument except its own
-// name, so `khw --cluster a kubectl get` and `khw kubectl --cluster a get`
-// (kubectl's --cluster) both arrive as [--cluster a get]. raw is the
-// command line cobra parsed (os.Args[1:] when main runs it): the first
-// occurrence of name whose removal gives args marks the split, as cobra
-// removes the first non-flag name. When raw is not that command line
-// (arguments set with SetArgs, as the tests do), the leading arguments that
-// are khw persistent flags (with their values) are khw's.
-func splitKubectlArgs(name string, args, raw []string, khwFlags *pflag.FlagSet) (khw, kubectl []string) {
-	if len(raw) == len(args)+1 {
-		for i, tok := range raw {
-			if tok == name && slices.Equal(raw[:i], args[:i]) && slices.Equal(raw[i+1:], args[i:]) {
-				return args[:i], args[i:]
-			}
-		}
-	}
-	i := 0
-	for i < len(args) {
-		tok := args[i]
-		if tok == "--" || tok == "-" || !strings.HasPrefix(tok, "-") {
-			break
-		}
-		var f *pflag.Flag
-		takesNext := false
-		if strings.HasPrefix(tok, "--") {
-			fname, _, hasValue := strings.Cut(tok[2:], "=")
-			if fname == "help" {
-				i++
-				continue
-			}
-			if f = khwFlags.Lookup(fname); f == nil {
-				break
-			}
-			takesNext = !hasValue && f.NoOptDefVal == ""
-		} else {
-			if tok[1:2] == "h" && len(tok) == 2 {
-				i++
-				continue
-			}
-			if f = khwFlags.ShorthandLookup(tok[1:2]); f == nil {
-				break
-			}
-			takesNext = len(tok) == 2 && f.NoOptDefVal == ""
-		}
-		i++
-		if takesNext {
-			i++
-		}
-	}
-	i = min(i, len(args))
-	return args[:i], args[i:]
 }
 
 func newPowerCmd(a *app) *cobra.Command {

@@ -48,7 +48,7 @@ func TestSplitKubectlArgs(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			k, kc := splitKubectlArgs("kubectl", tc.args, tc.raw, fs)
+			k, kc := jumpbox.SplitKubectlArgs("kubectl", tc.args, tc.raw, fs)
 			if strings.Join(k, " ") != strings.Join(tc.khw, " ") || strings.Join(kc, " ") != strings.Join(tc.kubectlGo, " ") {
 				t.Errorf("got khw %q kubectl %q, want %q %q", k, kc, tc.khw, tc.kubectlGo)
 			}
