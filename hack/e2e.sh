@@ -307,6 +307,27 @@ break_lb_server() { # a ready apiserver left out of rotation, tried live
   if "$KHW" lab hint 06; then echo "e2e: khw lab hint 06 gave a hint after the check passed" >&2; return 1; fi
 }
 
+by_hand_lb() { # lab 06 done by hand from the commands khw shows, with one of them left out
+  on lb "systemctl stop haproxy && rm /etc/haproxy/haproxy.cfg"
+  local out rc=0 script=$STATE/$NAME/labs/by-hand-06-lb.sh
+  out=$("$KHW" lab 06 --by-hand --plain </dev/null 2>&1) || rc=$?
+  sed -n '/change(s) to make/,$p' <<<"$out"
+  if [ $rc != 0 ]; then echo "$out" | tail -20; echo "e2e: khw lab 06 --by-hand without input exited $rc, want 0" >&2; return 1; fi
+  grep -qF "No input: grade your work when it is done with khw lab check 06-lb --hints" <<<"$out" || { echo "e2e: --by-hand did not stop for want of input" >&2; return 1; }
+  # shellcheck disable=SC2016 # the script's text, not expanded here
+  if ! grep -qF 'scp -F "$KHW_SSH_CONFIG"' "$script" || ! grep -qF "sudo systemctl restart --no-block haproxy.service" "$script"; then
+    cat "$script"; echo "e2e: $script lacks the copy or the restart of haproxy.cfg" >&2; return 1
+  fi
+  # The student types every command but the restart.
+  grep -vF "systemctl restart --no-block haproxy.service" "$script" >"$STATE/by-hand-mistake.sh"
+  "$KHW" shell -- bash "$STATE/by-hand-mistake.sh" || echo "(the commands ended in an error, as HAProxy does not run)"
+  hint_ladder 06 "Something is wrong on lb (lab 06-lb)" "journalctl -u haproxy" "haproxy.service is not running" \
+    "Fix: systemctl restart haproxy.service"
+  "$KHW" shell -- bash "$script"
+  sleep 3   # rise checks of the restarted HAProxy
+  "$KHW" lab check 06 --hints
+}
+
 break_forward_policy() { # what Docker does to a node: forwarded pod traffic dropped, tried live
   on w2 "iptables -P FORWARD DROP"
   expect_mistake 08 "[08-pod-network] w2: pod traffic fails on 4 paths between workers (w1 → w2, w2 → w1, w2 → w3, w3 → w2)" \
@@ -390,6 +411,7 @@ if [ "${E2E_LABS:-}" = 1 ]; then
   # check), then those that stay until khw lab reset 04.
   phase "lb variant"      variant_passes
   phase "lb cp3 :6444"    break_lb_server
+  phase "lab 06 by hand"  by_hand_lb
   phase "w2 FORWARD DROP" break_forward_policy
   phase "no CoreDNS"      break_coredns_gone
   phase "w1 ip_forward=0" break_ip_forward

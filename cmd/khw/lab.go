@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -24,7 +25,10 @@ import (
 )
 
 type labOpts struct {
-	yes, force, plain, hints bool
+	yes, force, plain, hints, byHand bool
+	lang                             string
+	show                             bool // show the lab's text before opening the cluster
+
 }
 
 func newLabCmd(a *app) *cobra.Command {
@@ -56,7 +60,9 @@ func newLabCmd(a *app) *cobra.Command {
 		c.Flags().BoolVarP(&o.yes, "yes", "y", false, "apply every change without asking")
 		c.Flags().BoolVar(&o.force, "force", false, "run even if an earlier lab is not done")
 		c.Flags().BoolVar(&o.plain, "plain", false, "plain Markdown text, no terminal styling (the lab still runs)")
+		c.Flags().BoolVar(&o.byHand, "by-hand", false, "show the changes for you to type in khw shell, wait, then grade them with hints")
 	}
+	cmd.PersistentFlags().StringVar(&o.lang, "lang", "", "language of the lab texts: en or ko (default: $KHW_LANG, else ko in a Korean locale, else en)")
 	var listOut string
 	listCmd := &cobra.Command{
 		Use:               "list",
@@ -88,6 +94,22 @@ func newLabCmd(a *app) *cobra.Command {
 		ValidArgsFunction: completeLab,
 		RunE:              func(cmd *cobra.Command, args []string) error { return labHint(a, args[0]) },
 	}
+	quizCmd := &cobra.Command{
+		Use:               "quiz LAB",
+		Short:             "Answer the lab's questions: graded, each answer explained",
+		Long:              help("lab-quiz"),
+		Args:              labArg,
+		ValidArgsFunction: completeLab,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, t, err := lookupLab(a, args[0], o.lang)
+			if err == nil {
+				if err = lab.Quiz(t, lab.UI{Out: a.out, In: os.Stdin}); errors.Is(err, lab.ErrQuizNoAnswer) {
+					err = usageError{err}
+				}
+			}
+			return err
+		},
+	}
 	var resetYes bool
 	resetCmd := &cobra.Command{
 		Use:               "reset LAB",
@@ -98,7 +120,7 @@ func newLabCmd(a *app) *cobra.Command {
 		RunE:              func(cmd *cobra.Command, args []string) error { return labReset(cmd.Context(), a, args[0], resetYes) },
 	}
 	resetCmd.Flags().BoolVarP(&resetYes, "yes", "y", false, "do not ask for confirmation")
-	cmd.AddCommand(runCmd, listCmd, checkCmd, hintCmd, resetCmd)
+	cmd.AddCommand(runCmd, listCmd, checkCmd, hintCmd, quizCmd, resetCmd)
 	return cmd
 }
 
@@ -163,14 +185,22 @@ func openLab(a *app, write bool) (*labEnv, error) {
 	return &labEnv{d: d, c: c, course: lab.NewCourse(s, env), unlock: unlock}, nil
 }
 
-// lookupLab resolves a lab argument (an unknown one is a usage error) and
-// reads its text.
-func lookupLab(arg string) (lab.Lab, labs.Lab, error) {
+// lookupLab resolves a lab argument and a language (an unknown one is a
+// usage error) and reads its text, warning when it is in English for want
+// of a translation.
+func lookupLab(a *app, arg, langFlag string) (lab.Lab, labs.Lab, error) {
 	l, err := lab.Lookup(arg)
 	if err != nil {
 		return lab.Lab{}, labs.Lab{}, usageError{err}
 	}
-	t, err := l.Text()
+	lang, err := lab.Language(langFlag, os.Getenv)
+	if err != nil {
+		return l, labs.Lab{}, usageError{err}
+	}
+	t, fellBack, err := l.TextIn(lang)
+	if fellBack {
+		fmt.Fprintf(a.errOut, "Note: lab %s has no %s text yet; showing the English one.\n", l.ID, lang)
+	}
 	return l, t, err
 }
 
@@ -191,9 +221,12 @@ func labList(ctx context.Context, a *app, output string) error {
 // cluster lock, opens the machines and the step environment, and runs fn
 // with a context that Ctrl-C and SIGTERM cancel and the terminal's UI.
 func withLab(parent context.Context, a *app, id string, o labOpts, fn func(ctx context.Context, l lab.Lab, t labs.Lab, e *labEnv, ui lab.UI) error) error {
-	l, t, err := lookupLab(id)
+	l, t, err := lookupLab(a, id, o.lang)
 	if err != nil {
 		return err
+	}
+	if o.show {
+		t.Render(a.out, o.plain)
 	}
 	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -202,7 +235,7 @@ func withLab(parent context.Context, a *app, id string, o labOpts, fn func(ctx c
 		return err
 	}
 	defer e.close()
-	ui := lab.UI{Out: a.out, Err: a.errOut, In: os.Stdin, Yes: o.yes, Force: o.force, Plain: o.plain, Hints: o.hints,
+	ui := lab.UI{Out: a.out, Err: a.errOut, In: os.Stdin, Yes: o.yes, Force: o.force, Plain: o.plain, Hints: o.hints, ByHand: o.byHand,
 		Observe: func(ctx context.Context, shell string, w io.Writer) error { return observeInShell(ctx, e, shell, w) },
 		Drill: func(ctx context.Context) error {
 			return runBreak(ctx, a, drill.Spec{Kind: drill.KindEtcd, Count: 1, For: 20 * time.Second})
@@ -225,6 +258,7 @@ func observeInShell(ctx context.Context, e *labEnv, shell string, w io.Writer) e
 }
 
 func runLab(parent context.Context, a *app, id string, o labOpts) error {
+	o.show = true
 	return withLab(parent, a, id, o, func(ctx context.Context, l lab.Lab, t labs.Lab, e *labEnv, ui lab.UI) error {
 		return e.course.Run(ctx, l, t, ui)
 	})
@@ -232,9 +266,9 @@ func runLab(parent context.Context, a *app, id string, o labOpts) error {
 
 // labHint gives lab id's next hint, under the lock (it records it).
 func labHint(a *app, id string) error {
-	l, _, err := lookupLab(id)
+	l, err := lab.Lookup(id)
 	if err != nil {
-		return err
+		return usageError{err}
 	}
 	d, _, unlock, err := a.loadForWrite()
 	if err != nil {

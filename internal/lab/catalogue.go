@@ -195,30 +195,76 @@ func (l Lab) Step(m *nodeplan.Machines, c *config.Cluster) steps.Step {
 // order they run (none for 01-machines, 11-smoke and 12-failover).
 func (l Lab) Detectors() []labcheck.Detector { return append([]labcheck.Detector(nil), l.detectors...) }
 
-var texts = sync.OnceValues(func() (map[string]labs.Lab, error) {
-	all, err := labs.All()
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]labs.Lab{}
-	for _, t := range all {
-		out[t.ID] = t
+var texts = sync.OnceValues(func() (map[string]map[string]labs.Lab, error) {
+	out := map[string]map[string]labs.Lab{}
+	for _, lang := range labs.Languages() {
+		all, err := labs.AllLang(lang)
+		if err != nil {
+			return nil, err
+		}
+		out[lang] = map[string]labs.Lab{}
+		for _, t := range all {
+			out[lang][t.ID] = t
+		}
 	}
 	return out, nil
 })
 
-// Text is the lab's parsed text (labs/<ID>.md, embedded). Errors: a text
-// that does not parse, or none for this lab (a build problem).
+// Text is the lab's parsed English text (labs/<ID>.md, embedded). Errors:
+// a text that does not parse, or none for this lab (a build problem).
 func (l Lab) Text() (labs.Lab, error) {
+	t, _, err := l.TextIn("en")
+	return t, err
+}
+
+// TextIn is the lab's text in language lang (labs/<lang>/<ID>.md), or its
+// English text when that language has none for this lab yet (fellBack is
+// then true). Errors: Text's, or an unknown language.
+func (l Lab) TextIn(lang string) (t labs.Lab, fellBack bool, err error) {
 	all, err := texts()
 	if err != nil {
-		return labs.Lab{}, err
+		return labs.Lab{}, false, err
 	}
-	t, ok := all[l.ID]
+	byID, ok := all[lang]
 	if !ok {
-		return labs.Lab{}, fmt.Errorf("lab %s has no text labs/%s.md (a build problem)", l.ID, l.ID)
+		return labs.Lab{}, false, fmt.Errorf("no lab texts in language %q; have %s", lang, strings.Join(labs.Languages(), ", "))
 	}
-	return t, nil
+	if t, ok := byID[l.ID]; ok {
+		return t, false, nil
+	}
+	t, ok = all["en"][l.ID]
+	if !ok {
+		return labs.Lab{}, false, fmt.Errorf("lab %s has no text labs/%s.md (a build problem)", l.ID, l.ID)
+	}
+	return t, lang != "en", nil
+}
+
+// Language picks the language of the lab texts: flag when it is not
+// empty, else $KHW_LANG, else Korean when the locale ($LC_ALL, then
+// $LC_MESSAGES, then $LANG, as POSIX orders them) is Korean ("ko_KR.UTF-8"),
+// else English. getenv is os.Getenv in the program. Errors: flag or
+// $KHW_LANG names a language with no lab texts.
+func Language(flag string, getenv func(string) string) (string, error) {
+	for _, v := range []struct{ name, val string }{{"--lang", flag}, {"KHW_LANG", getenv("KHW_LANG")}} {
+		if v.val == "" {
+			continue
+		}
+		for _, l := range labs.Languages() {
+			if v.val == l {
+				return l, nil
+			}
+		}
+		return "", fmt.Errorf("%s=%q: the labs are written in %s", v.name, v.val, strings.Join(labs.Languages(), " and "))
+	}
+	for _, name := range []string{"LC_ALL", "LC_MESSAGES", "LANG"} {
+		if v := getenv(name); v != "" {
+			if strings.HasPrefix(v, "ko") {
+				return "ko", nil
+			}
+			return "en", nil
+		}
+	}
+	return "en", nil
 }
 
 // Steps returns the steps of khw up in order, working through m for

@@ -147,3 +147,60 @@ func TestNextFromAndHelp(t *testing.T) {
 		t.Errorf("IDTable(6) = %q", got)
 	}
 }
+
+func TestLanguage(t *testing.T) {
+	env := func(kv ...string) func(string) string {
+		m := map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return func(k string) string { return m[k] }
+	}
+	cases := []struct {
+		flag string
+		env  func(string) string
+		want string
+	}{
+		{"", env(), "en"},
+		{"", env("LANG", "ko_KR.UTF-8"), "ko"},
+		{"", env("LANG", "ko_KR.UTF-8", "LC_ALL", "C.UTF-8"), "en"},
+		{"", env("LANG", "en_US.UTF-8", "LC_MESSAGES", "ko_KR.UTF-8"), "ko"},
+		{"", env("KHW_LANG", "en", "LANG", "ko_KR.UTF-8"), "en"},
+		{"ko", env("KHW_LANG", "en"), "ko"},
+		{"en", env("LANG", "ko_KR.UTF-8"), "en"},
+	}
+	for i, tc := range cases {
+		got, err := Language(tc.flag, tc.env)
+		if err != nil || got != tc.want {
+			t.Errorf("case %d: Language(%q, …) = %q, %v; want %q", i, tc.flag, got, err, tc.want)
+		}
+	}
+	if _, err := Language("fr", env()); err == nil || !strings.Contains(err.Error(), `--lang="fr"`) {
+		t.Errorf("--lang fr: %v", err)
+	}
+	if _, err := Language("", env("KHW_LANG", "kr")); err == nil || !strings.Contains(err.Error(), `KHW_LANG="kr"`) {
+		t.Errorf("KHW_LANG=kr: %v", err)
+	}
+}
+
+func TestTextInFallsBackToEnglish(t *testing.T) {
+	for _, l := range All() {
+		en, err := l.Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ko, fellBack, err := l.TextIn("ko")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fellBack != (ko.Lang == "en") || (fellBack && ko.Markdown() != en.Markdown()) {
+			t.Errorf("%s: fellBack %v with a text in %q", l.ID, fellBack, ko.Lang)
+		}
+		if !fellBack && (ko.Lang != "ko" || ko.ID != l.ID || len(ko.Quiz) != len(en.Quiz)) {
+			t.Errorf("%s: Korean text %s in %q with %d questions (English %d)", l.ID, ko.ID, ko.Lang, len(ko.Quiz), len(en.Quiz))
+		}
+	}
+	if _, _, err := All()[0].TextIn("fr"); err == nil {
+		t.Error("TextIn(fr) did not fail")
+	}
+}

@@ -374,6 +374,7 @@ func (c *Course) nodesRunning(ctx context.Context, l Lab) error {
 // run and does not (a machine, a unit) is a mistake whatever the files say;
 // the rest are Differences. Mistakes end sorted by lab.
 func (g *Grade) addStepDiffs(l Lab, diffs []steps.Diff) {
+	var down []labcheck.Mistake // a machine or unit not running: the cause of the others, so first
 	for _, d := range diffs {
 		switch d.Kind {
 		case steps.DiffFollows:
@@ -383,17 +384,18 @@ func (g *Grade) addStepDiffs(l Lab, diffs []steps.Diff) {
 				What: d.What, Evidence: d.Evidence, Fix: d.Fix})
 			continue
 		case steps.DiffUnit:
-			g.Mistakes = append(g.Mistakes, labcheck.Mistake{Lab: l.ID, Node: d.Node, What: d.What,
+			down = append(down, labcheck.Mistake{Lab: l.ID, Node: d.Node, What: d.What,
 				Evidence: "systemctl show " + d.Subject + " on " + d.Node + " (khw status shows every unit)",
 				Fix:      d.Fix + " (and read why it stopped: journalctl -u " + d.Subject + " on the node)"})
 			continue
 		case steps.DiffMachineAbsent, steps.DiffMachineStopped:
-			g.Mistakes = append(g.Mistakes, labcheck.Mistake{Lab: l.ID, Node: d.Node, What: d.What,
+			down = append(down, labcheck.Mistake{Lab: l.ID, Node: d.Node, What: d.What,
 				Evidence: "the provider's state of " + d.Node + " (khw status, NODES)", Fix: d.Fix})
 			continue
 		}
 		g.Differences = append(g.Differences, d)
 	}
+	g.Mistakes = append(down, g.Mistakes...)
 	sort.SliceStable(g.Mistakes, func(i, j int) bool { return g.Mistakes[i].Lab < g.Mistakes[j].Lab })
 }
 

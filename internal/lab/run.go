@@ -27,8 +27,9 @@ type UI struct {
 	// Yes applies without asking; Force runs a lab whose earlier labs are
 	// not done; Plain renders the text as plain Markdown; Hints makes
 	// Check show where to look for each mistake, not the answer, and save
-	// the hint ladders for NextHint.
-	Yes, Force, Plain, Hints bool
+	// the hint ladders for NextHint; ByHand makes Run show the changes for
+	// the student to type, wait, and grade them instead of applying them.
+	Yes, Force, Plain, Hints, ByHand bool
 	// Observe runs one read-only observe block (shell text) inside khw
 	// shell, writing its output to w (nil: the blocks are only shown).
 	Observe func(ctx context.Context, shell string, w io.Writer) error
@@ -43,19 +44,22 @@ func (u UI) say(format string, args ...any) { fmt.Fprintf(u.Out, format, args...
 // changes were applied.
 var ErrStopped = errors.New("stopped before applying")
 
-// Run runs lab l with text t, as khw lab does: the text first (so it can
-// be read ahead); a refusal naming the first earlier lab not done (unless
+// Run runs lab l with text t, as khw lab does once it has shown the text
+// (labs.Lab.Render, before the cluster is opened, so it can be read ahead):
+// the "You should have" block run with ui.Observe; a refusal naming the first earlier lab not done (unless
 // ui.Force; a drifted lab does not block, khw lab check says whether the
 // drift is a mistake); the step's check; when something differs, a
 // snapshot of every node and the state directory, each change with the
 // shell commands it stands for grouped by node, a question per node
 // (unless ui.Yes) and the step applied; then the lab marked done and its
-// observe blocks run. The failover lab runs ui.Drill instead of a step.
+// observe blocks run. With ui.ByHand the changes are shown for the student
+// to type in khw shell and, once a line is read from ui.In, graded as khw
+// lab check --hints does (ByHand). The failover lab runs ui.Drill instead
+// of a step.
 // Errors: the step's check or apply failed, the user said no
 // (ErrStopped, wrapped with what to do), the snapshot or the progress file
 // could not be written.
 func (c *Course) Run(ctx context.Context, l Lab, t labs.Lab, ui UI) error {
-	t.Render(ui.Out, ui.Plain)
 	missing, err := c.EarlierNotDone(ctx, l, ui.Force)
 	if err != nil {
 		return err
@@ -65,6 +69,9 @@ func (c *Course) Run(ctx context.Context, l Lab, t labs.Lab, ui UI) error {
 			return fmt.Errorf("lab %s comes after %s, which is not done: run khw lab %s first (khw lab list shows every lab; --force runs this one anyway)", l.ID, missing[0], missing[0])
 		}
 		fmt.Fprintf(ui.Err, "Warning: earlier labs not done (%s); going on because of --force\n", strings.Join(missing, ", "))
+	}
+	if t.Have.Shell != "" {
+		observe(ctx, ui, "You should have, from the earlier labs", []labs.Block{t.Have})
 	}
 	if l.Kind == Drill {
 		ui.say("\n── %s: khw break etcd --count 1 --for 20s (then try the others by hand: khw break --help)\n", l.ID)
@@ -89,6 +96,9 @@ func (c *Course) Run(ctx context.Context, l Lab, t labs.Lab, ui UI) error {
 			return err
 		}
 		c.saySnapshot(ui, l, snap)
+		if ui.ByHand {
+			return c.byHand(ctx, l, t, ui, diffs)
+		}
 		if err := c.confirm(ctx, ui, l, diffs); err != nil {
 			return err
 		}
@@ -100,8 +110,42 @@ func (c *Course) Run(ctx context.Context, l Lab, t labs.Lab, ui UI) error {
 	if err := MarkDone(c.S.Dir, l.ID); err != nil {
 		return err
 	}
-	observe(ctx, ui, t)
+	c.finish(ctx, l, t, ui)
+	return nil
+}
+
+// finish runs the observe blocks of a lab that is done and names the next.
+func (c *Course) finish(ctx context.Context, l Lab, t labs.Lab, ui UI) {
+	observe(ctx, ui, "What to look at now", t.Observe)
 	ui.say("\nLab %s done. %s\n", l.ID, c.whatNext(l))
+}
+
+// byHand shows diffs with their commands for the student to type, waits
+// for a line on ui.In and grades the result with hints (Check); a lab
+// that passes is done (Grade marks it) and its observe blocks run. When
+// the input ends before a line, it says how to grade later and returns
+// nil: nothing was changed by khw.
+func (c *Course) byHand(ctx context.Context, l Lab, t labs.Lab, ui UI, diffs []steps.Diff) error {
+	c.show(ui, l, diffs, nil)
+	path, err := writeByHand(c.S.Dir, l.ID, c.Commands(l, diffs))
+	if err != nil {
+		return err
+	}
+	ui.say("\nType these commands in khw shell (in another terminal), then press Enter here to grade your work.\n"+
+		"They are also in %s, to read or copy from.\n"+
+		"khw lab check %s --hints grades it later too; khw lab hint %s helps with a mistake; khw lab reset %s starts again.\n", path, l.ID, l.ID, l.ID)
+	if ui.In == nil {
+		ui.In = strings.NewReader("")
+	}
+	if _, err := bufio.NewReader(ui.In).ReadString('\n'); err != nil {
+		ui.say("\nNo input: grade your work when it is done with khw lab check %s --hints.\n", l.ID)
+		return nil
+	}
+	ui.Hints = true
+	if err := c.Check(ctx, l, ui); err != nil {
+		return err
+	}
+	c.finish(ctx, l, t, ui)
 	return nil
 }
 
@@ -139,9 +183,30 @@ func (c *Course) saySnapshot(ui UI, l Lab, snap Snapshot) {
 	ui.say("Snapshot %q taken in %s of %s: khw lab reset %s goes back to it.\n", snap.Name, snap.Took.Round(100*time.Millisecond), what, l.ID)
 }
 
-// confirm shows the diffs and their shell commands, grouped by node in
-// the order they were found, and asks before each group unless ui.Yes.
+// confirm shows the diffs and their shell commands (show) and asks before
+// each node's group unless ui.Yes.
 func (c *Course) confirm(ctx context.Context, ui UI, l Lab, diffs []steps.Diff) error {
+	var in *bufio.Reader
+	if ui.In != nil {
+		in = bufio.NewReader(ui.In)
+	}
+	all := ui.Yes
+	return c.show(ui, l, diffs, func() error {
+		if all {
+			return nil
+		}
+		var err error
+		if all, err = ask(ui, in, l); err != nil {
+			return err
+		}
+		return ctx.Err()
+	})
+}
+
+// show prints the diffs and their shell commands, grouped by node in the
+// order they were found, calling after (when not nil) after each group; an
+// error from it stops show.
+func (c *Course) show(ui UI, l Lab, diffs []steps.Diff, after func() error) error {
 	groups := map[string][]steps.Diff{}
 	var order []string
 	for _, d := range diffs {
@@ -151,11 +216,6 @@ func (c *Course) confirm(ctx context.Context, ui UI, l Lab, diffs []steps.Diff) 
 		groups[d.Node] = append(groups[d.Node], d)
 	}
 	ui.say("%d change(s) to make:\n", len(diffs))
-	var in *bufio.Reader
-	if ui.In != nil {
-		in = bufio.NewReader(ui.In)
-	}
-	all := ui.Yes
 	for _, node := range order {
 		where := node
 		if where == "" {
@@ -173,15 +233,10 @@ func (c *Course) confirm(ctx context.Context, ui UI, l Lab, diffs []steps.Diff) 
 				}
 			}
 		}
-		if all {
-			continue
-		}
-		var err error
-		if all, err = ask(ui, in, l); err != nil {
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
+		if after != nil {
+			if err := after(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -210,15 +265,15 @@ func ask(ui UI, in *bufio.Reader, l Lab) (all bool, err error) {
 	}
 }
 
-// observe shows the lab's read-only observe blocks and runs each with
+// observe shows read-only blocks under heading and runs each with
 // ui.Observe, bounded to 30 s, its output indented under it. A block that
 // is not read-only (labs.CheckReadOnly) is skipped with a warning.
-func observe(ctx context.Context, ui UI, t labs.Lab) {
-	if len(t.Observe) == 0 {
+func observe(ctx context.Context, ui UI, heading string, blocks []labs.Block) {
+	if len(blocks) == 0 {
 		return
 	}
-	ui.say("\n── What to look at now (read-only, run in khw shell):\n")
-	for _, b := range t.Observe {
+	ui.say("\n── %s (read-only, run in khw shell):\n", heading)
+	for _, b := range blocks {
 		if err := labs.CheckReadOnly(b.Shell); err != nil {
 			fmt.Fprintf(ui.Err, "Warning: skipped an observe block that is not read-only: %v\n", err)
 			continue

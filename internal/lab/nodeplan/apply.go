@@ -244,11 +244,12 @@ func journalTail(ctx context.Context, m *Machines, node config.Node, unit string
 // fileCommands is the shell a learner types to put w's files and units in
 // place: copy each file from the jumpbox, install it with mode and owner,
 // then reload, enable and restart the units. With only != nil, only the
-// files named true and the units are shown.
+// files named true, the packages when one of them is named true
+// (PackageSubject) and the units are shown.
 func fileCommands(w *NodeWant, only map[string]bool) []steps.Command {
 	var cmds []steps.Command
 	node := w.Node.Name
-	if len(w.Packages) > 0 {
+	if len(w.Packages) > 0 && (only == nil || slices.ContainsFunc(w.Packages, func(p WantPackage) bool { return only[PackageSubject(p.Name)] })) {
 		cmds = append(cmds, PackageCommands(w)...)
 	}
 	var copies, installs, fetches []string
@@ -278,8 +279,8 @@ func fileCommands(w *NodeWant, only map[string]bool) []steps.Command {
 	}
 	if len(w.Units) > 0 {
 		names := strings.Join(w.unitNames(), " ")
-		cmds = append(cmds, steps.Command{Node: node, Why: "(re)load the units, enable them at boot and (re)start them",
-			Shell: "sudo systemctl daemon-reload\nsudo systemctl enable " + names + "\nsudo systemctl restart " + names})
+		cmds = append(cmds, steps.Command{Node: node, Why: "(re)load the units, enable them at boot and (re)start them without waiting (--no-block: a new etcd member waits for its peers; systemctl status shows when a unit runs)",
+			Shell: "sudo systemctl daemon-reload\nsudo systemctl enable " + names + "\nsudo systemctl restart --no-block " + names})
 	}
 	for _, x := range w.Extras {
 		if x.Commands != nil && x.AfterUnits {
@@ -309,6 +310,9 @@ func DiffCommands(wants []*NodeWant, diffs []steps.Diff) []steps.Command {
 				if d.Subject == f.Path {
 					only[f.Path] = true
 				}
+			}
+			if strings.HasPrefix(d.Subject, PackageSubject("")) {
+				only[d.Subject] = true
 			}
 		}
 		if touched {

@@ -113,10 +113,25 @@ func (a *artifacts) describe(c *config.Cluster, names ...string) ([]*wantFile, e
 	return out, nil
 }
 
+// downloadCommand is the shell that puts the file at url into the current
+// directory: curl from the official URL, or, with a mirror ($KHW_MIRROR),
+// from the mirror's copy (same layout, components.MirrorLocation): cp for a
+// directory mirror, curl for an http(s) one.
+func downloadCommand(mirror, url string) string {
+	loc, isFile, err := components.MirrorLocation(mirror, url)
+	switch {
+	case err != nil || loc == url:
+		return "curl -fLO " + url
+	case isFile:
+		return "cp " + loc + " ."
+	}
+	return "curl -fLO " + loc
+}
+
 func newBinaryFile(r components.Resolved, file components.File) *wantFile {
 	wf := &wantFile{What: fmt.Sprintf("%s %s %s binary", path.Base(file.Target), r.Version, r.Arch), Src: path.Base(file.Target)}
 	if r.URL != "" {
-		wf.Fetch = "curl -fLO " + r.URL
+		wf.Fetch = downloadCommand(components.DefaultMirror(), r.URL)
 		if file.Path != "" {
 			wf.Fetch += "\ntar -xzf " + r.FileName + " --strip-components=" + fmt.Sprint(len(splitPath(file.Path))-1) + " " + file.Path
 			wf.Src = path.Base(file.Path)

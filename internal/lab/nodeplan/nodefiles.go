@@ -295,7 +295,7 @@ func CheckNode(ctx context.Context, m *Machines, w *NodeWant) ([]steps.Diff, nod
 		case w.OfflineDebs:
 			fix = "install " + p + " and the dependencies the node lacks from the mirror's .debs"
 		}
-		diffs = append(diffs, steps.Diff{Node: w.Node.Name, What: "package " + p + " is not installed", Fix: fix})
+		diffs = append(diffs, steps.Diff{Node: w.Node.Name, Subject: PackageSubject(p), What: "package " + p + " is not installed", Fix: fix})
 	}
 	changing := map[string]bool{}
 	for _, f := range w.Files {
@@ -444,3 +444,7 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(ks)
 	return ks
 }
+
+// PackageSubject is the Subject of the diff that says package name is not
+// installed on a node: "package:<name>".
+func PackageSubject(name string) string { return "package:" + name }

@@ -1,0 +1,88 @@
+package lab
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/khw-dev/khw/internal/labs"
+)
+
+// ErrQuizNoAnswer is Quiz's error when the input ended before every
+// question had an answer: a usage mistake (the answers come one per line).
+var ErrQuizNoAnswer = errors.New("no answer (stdin closed): answer each question with its letter on a line of its own")
+
+// quizWords are the quiz's own words in a lab text's language (English
+// when the language has none).
+type quizWords struct{ prompt, right, wrong, score string }
+
+var quizLang = map[string]quizWords{
+	"en": {prompt: "Your answer (a-%c): ", right: "✓ right: %c.\n", wrong: "✗ not %c: the answer is %c) %s\n", score: "\n%d of %d right.\n"},
+	"ko": {prompt: "답 (a-%c): ", right: "✓ 정답: %c.\n", wrong: "✗ %c는 틀렸습니다. 정답은 %c) %s\n", score: "\n%d문제 중 %d문제를 맞혔습니다.\n"},
+}
+
+// Quiz asks the questions of lab text t in order on ui.Out: each with its
+// lettered choices, one answer read from ui.In per question (a letter,
+// case ignored, "b)" allowed; anything else asks again), then whether it
+// was right and the text's explanation, in the text's language. It ends
+// with the score. It needs
+// no cluster. Errors: ErrQuizNoAnswer (input ended), or a wrong answer
+// (the error gives the score and how to try again); nil when every answer
+// was right.
+func Quiz(t labs.Lab, ui UI) error {
+	if len(t.Quiz) == 0 {
+		return fmt.Errorf("lab %s has no quiz", t.ID)
+	}
+	in := bufio.NewReader(ui.In)
+	words, ok := quizLang[t.Lang]
+	if !ok {
+		words = quizLang["en"]
+	}
+	right := 0
+	for i, q := range t.Quiz {
+		ui.say("\n%d/%d. %s\n", i+1, len(t.Quiz), q.Text)
+		for j, c := range q.Choices {
+			ui.say("  %c) %s\n", 'a'+j, c)
+		}
+		got, err := readChoice(ui, in, words.prompt, len(q.Choices))
+		if err != nil {
+			return err
+		}
+		if got == q.Answer {
+			right++
+			ui.say(words.right, 'a'+q.Answer)
+		} else {
+			ui.say(words.wrong, 'a'+got, 'a'+q.Answer, q.Choices[q.Answer])
+		}
+		ui.say("  %s\n", strings.ReplaceAll(q.Why, "\n", "\n  "))
+	}
+	if t.Lang == "ko" {
+		ui.say(words.score, len(t.Quiz), right)
+	} else {
+		ui.say(words.score, right, len(t.Quiz))
+	}
+	if right < len(t.Quiz) {
+		return fmt.Errorf("lab %s quiz: %d of %d right; read the explanations above (and the lab: khw lab %s), then try again with khw lab quiz %s", t.ID, right, len(t.Quiz), t.ID, t.ID)
+	}
+	return nil
+}
+
+// readChoice asks with prompt (%c: the last letter) and reads answer lines
+// until one names one of n choices; it returns the choice's index.
+func readChoice(ui UI, in *bufio.Reader, prompt string, n int) (int, error) {
+	last := 'a' + rune(n) - 1
+	for {
+		ui.say(prompt, last)
+		line, err := in.ReadString('\n')
+		a := strings.TrimSuffix(strings.ToLower(strings.TrimSpace(line)), ")")
+		if len(a) == 1 && rune(a[0]) >= 'a' && rune(a[0]) <= last {
+			ui.say("\n")
+			return int(a[0] - 'a'), nil
+		}
+		if err != nil {
+			ui.say("\n")
+			return 0, ErrQuizNoAnswer
+		}
+	}
+}
