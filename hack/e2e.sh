@@ -328,6 +328,15 @@ by_hand_lb() { # lab 06 done by hand from the commands khw shows, with one of th
   "$KHW" lab check 06 --hints
 }
 
+by_hand_coredns() { # lab 09 done by hand: the commands khw shows, as they are
+  "$KHW" kubectl -n kube-system delete deployment coredns
+  local log=$STATE/lab-09-by-hand.log
+  "$KHW" lab 09 --by-hand --plain </dev/null >"$log" 2>&1 || { tail -30 "$log"; return 1; }
+  sed -n '/change(s) to make/,$p' "$log"
+  "$KHW" shell -- bash "$STATE/$NAME/labs/by-hand-09-coredns.sh"
+  "$KHW" lab check 09
+}
+
 break_forward_policy() { # what Docker does to a node: forwarded pod traffic dropped, tried live
   on w2 "iptables -P FORWARD DROP"
   expect_mistake 08 "[08-pod-network] w2: pod traffic fails on 4 paths between workers (w1 → w2, w2 → w1, w2 → w3, w3 → w2)" \
@@ -412,6 +421,7 @@ if [ "${E2E_LABS:-}" = 1 ]; then
   phase "lb variant"      variant_passes
   phase "lb cp3 :6444"    break_lb_server
   phase "lab 06 by hand"  by_hand_lb
+  phase "lab 09 by hand"  by_hand_coredns
   phase "w2 FORWARD DROP" break_forward_policy
   phase "no CoreDNS"      break_coredns_gone
   phase "w1 ip_forward=0" break_ip_forward

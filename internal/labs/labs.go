@@ -37,8 +37,10 @@ import (
 	"bytes"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -427,7 +429,7 @@ func parseObjectives(lg language, body []string, first int) ([]Objective, int, e
 				}
 				tag := o.Text[open+1 : len(o.Text)-1]
 				if !examDomains[tag] {
-					return nil, 0, fmt.Errorf("%d: [%s] is not an exam domain; use one of %s", lineNo, tag, strings.Join(sortedKeys(examDomains), "; "))
+					return nil, 0, fmt.Errorf("%d: [%s] is not an exam domain; use one of %s", lineNo, tag, strings.Join(slices.Sorted(maps.Keys(examDomains)), "; "))
 				}
 				o.Tags = append([]string{tag}, o.Tags...)
 				o.Text = strings.TrimSpace(o.Text[:open])
@@ -546,24 +548,8 @@ func bullets(body []string) []string {
 	return out
 }
 
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // Languages returns the codes of the languages lab texts exist in, sorted.
-func Languages() []string {
-	out := make([]string, 0, len(languages))
-	for k := range languages {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
+func Languages() []string { return slices.Sorted(maps.Keys(languages)) }
 
 // View returns the text khw lab shows: the whole lab, with the quiz's
 // questions and answers replaced by one line that points to khw lab quiz.
