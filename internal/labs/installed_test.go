@@ -35,7 +35,9 @@ var namedElsewhere = map[string]string{
 	"--runtime-endpoint":                              "a crictl flag in 07's Observe",
 	"--for":                                           "a flag of khw break (12)",
 	"--force":                                         "a flag of khw break (12)",
-	"inter 5s fall 3":                                 "the seed's HAProxy timing, named in 06 and 12 to compare",
+	"inter 5s fall 3":                                 "the original blog guide's HAProxy timing, named in 06 and 12 to compare",
+	"timeout connect 5s":                              "what 06 compares khw's timeout connect 1s with",
+	"--encryption-provider-config-automatic-reload":   "an apiserver flag 03 says khw does not set",
 }
 
 var (
