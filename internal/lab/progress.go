@@ -109,13 +109,26 @@ var stateExcludes = []string{"/nspawn", "/libvirt", "/labs", "/drills", "/logs",
 // SnapshotState copies the state directory (certificates, kubeconfigs,
 // encryption config, rendered files, cluster.yaml, SSH keys) to
 // <state>/labs/snapshots/before-<id>/ with rsync, keeping modes (0600 keys
-// stay 0600).
+// stay 0600). The copy is made beside it and renamed into place, so a copy
+// cut short (Ctrl-C, a crash) never replaces a whole one: RestoreState,
+// which deletes what the copy lacks, only ever reads a whole copy.
 func SnapshotState(ctx context.Context, d state.Dir, id string) error {
 	dst := stateSnapshotDir(d, id)
-	if err := fsutil.EnsureDir(dst); err != nil {
+	tmp := filepath.Join(filepath.Dir(dst), "partial-"+filepath.Base(dst))
+	if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
-	return rsync(ctx, d.Root+"/", dst+"/")
+	if err := fsutil.EnsureDir(tmp); err != nil {
+		return err
+	}
+	if err := copyState(ctx, d.Root+"/", tmp+"/"); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	if err := os.RemoveAll(dst); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
 }
 
 // RestoreState puts the state directory back to the copy taken before lab
@@ -127,6 +140,10 @@ func RestoreState(ctx context.Context, d state.Dir, id string) error {
 	}
 	return rsync(ctx, src+"/", d.Root+"/")
 }
+
+// copyState makes a state snapshot's copy (a variable so that a test can
+// cut it short).
+var copyState = rsync
 
 func rsync(ctx context.Context, src, dst string) error {
 	args := []string{"-a", "--delete", "--modify-window=-1"}

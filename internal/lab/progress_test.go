@@ -153,6 +153,29 @@ func TestStateSnapshotRestore(t *testing.T) {
 	if err := RestoreState(ctx, d, "05-control-plane"); err == nil || !strings.Contains(err.Error(), "was the lab run with khw lab") {
 		t.Errorf("restore without a snapshot: %v", err)
 	}
+	// A second snapshot cut short (half copied, then an error) leaves the
+	// whole first one in place, and no partial copy that StateSnapshots
+	// lists.
+	copyState = func(ctx context.Context, src, dst string) error {
+		if err := rsync(ctx, src, dst); err != nil {
+			return err
+		}
+		os.Remove(filepath.Join(dst, "pki/ca-key.pem"))
+		return errors.New("interrupted")
+	}
+	defer func() { copyState = rsync }()
+	if err := SnapshotState(ctx, d, "04-etcd"); err == nil {
+		t.Fatal("a snapshot whose copy failed succeeded")
+	}
+	if got := read(filepath.Join("labs/snapshots/before-04-etcd/pki/ca-key.pem")); got != "key v1" {
+		t.Errorf("the first snapshot's ca-key.pem = %q after a second one was cut short", got)
+	}
+	if got := StateSnapshots(d); len(got) != 1 || got[0] != "04-etcd" {
+		t.Errorf("StateSnapshots after a cut-short snapshot = %v", got)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(d.Root, "labs/snapshots")); len(ents) != 1 {
+		t.Errorf("labs/snapshots holds %d entries, want only before-04-etcd", len(ents))
+	}
 }
 
 // TestRestoreKeepsTheLock: khw lab reset restores the state directory while

@@ -79,6 +79,9 @@ func (c *Course) Run(ctx context.Context, l Lab, t labs.Lab, ui UI) error {
 		return nil
 	}
 	if l.Kind == Drill {
+		if err := confirmDrill(ui, l); err != nil {
+			return err
+		}
 		ui.say("\n── %s: khw break etcd --count 1 --for 20s (then try the others by hand: khw break --help)\n", l.ID)
 		if err := ui.Drill(ctx); err != nil {
 			return err
@@ -245,6 +248,28 @@ func (c *Course) show(ui UI, l Lab, diffs []steps.Diff, after func() error) erro
 		}
 	}
 	return nil
+}
+
+// confirmDrill asks before the failover lab stops an etcd member, unless
+// ui.Yes: only y or yes goes on. Errors: no answer (input ended), or
+// ErrStopped.
+func confirmDrill(ui UI, l Lab) error {
+	if ui.Yes {
+		return nil
+	}
+	ui.say("\nThis lab runs a failover drill now: it stops etcd on one control plane for 20 s, and the cluster must keep serving. Go on? [y/N]: ")
+	line := ""
+	err := io.EOF
+	if ui.In != nil {
+		line, err = bufio.NewReader(ui.In).ReadString('\n')
+	}
+	switch a := strings.ToLower(strings.TrimSpace(line)); {
+	case a == "y" || a == "yes":
+		return nil
+	case err != nil && a == "":
+		return fmt.Errorf("no answer (stdin closed): rerun with --yes to run the drill without asking")
+	}
+	return fmt.Errorf("%w: run it when you are ready (khw lab %s, or khw break etcd --count 1 --for 20s)", ErrStopped, l.ID)
 }
 
 // ask asks whether to go on after one node's changes; all is true when

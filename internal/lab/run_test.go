@@ -94,3 +94,32 @@ func TestWhatNextSkipsLabsAlreadyDone(t *testing.T) {
 		t.Errorf("last lab: %q", got)
 	}
 }
+
+func TestConfirmDrill(t *testing.T) {
+	l, err := Lookup(labid.Failover)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		in      string
+		yes     bool
+		ok      bool
+		errText string
+	}{
+		{in: "y\n", ok: true},
+		{in: "YES\n", ok: true},
+		{yes: true, ok: true},
+		{in: "\n", errText: "khw lab " + l.ID},
+		{in: "n\n", errText: "stopped before applying"},
+		{in: "", errText: "--yes"},
+	} {
+		var out bytes.Buffer
+		err := confirmDrill(UI{Out: &out, In: strings.NewReader(c.in), Yes: c.yes}, l)
+		if (err == nil) != c.ok || (err != nil && !strings.Contains(err.Error(), c.errText)) {
+			t.Errorf("answer %q (yes %v): err %v", c.in, c.yes, err)
+		}
+		if c.yes != (out.Len() == 0) {
+			t.Errorf("answer %q (yes %v): asked %q", c.in, c.yes, out.String())
+		}
+	}
+}

@@ -179,15 +179,26 @@ type Command struct {
 //	# Why
 //	cp1$ sudo systemctl enable --now etcd
 //
-// "$ " replaces "cp1$ " for Node == "". A multi-line Shell (a heredoc) is
-// kept verbatim so it can be pasted; a trailing newline is dropped.
+// "$ " replaces "cp1$ " for Node == "". Each line of a multi-line Shell
+// gets the prompt, so that it is clear where it runs, except a Shell with a
+// here-document or a continued line, which is kept verbatim after the
+// first prompt; a trailing newline is dropped.
 func (c Command) String() string {
 	var b strings.Builder
 	if c.Why != "" {
 		b.WriteString("# " + c.Why + "\n")
 	}
-	b.WriteString(c.Node + "$ ")
-	b.WriteString(strings.TrimRight(c.Shell, "\n"))
+	sh := strings.TrimRight(c.Shell, "\n")
+	perLine := !strings.Contains(sh, "<<") && !strings.Contains(sh, "\\\n")
+	for i, ln := range strings.Split(sh, "\n") {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		if i == 0 || perLine {
+			b.WriteString(c.Node + "$ ")
+		}
+		b.WriteString(ln)
+	}
 	return b.String()
 }
 

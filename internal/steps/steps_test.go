@@ -584,6 +584,8 @@ func TestDiffAndCommandString(t *testing.T) {
 		{Diff{What: "pki/ca.pem is missing"}.String(), "pki/ca.pem is missing"},
 		{Command{Shell: "cfssl gencert -initca ca-csr.json | cfssljson -bare ca", Why: "make the CA"}.String(), "# make the CA\n$ cfssl gencert -initca ca-csr.json | cfssljson -bare ca"},
 		{Command{Node: "cp1", Shell: "cat <<EOF | sudo tee /x\na\nEOF\n"}.String(), "cp1$ cat <<EOF | sudo tee /x\na\nEOF"},
+		{Command{Node: "lb", Shell: "sudo systemctl daemon-reload\nsudo systemctl enable haproxy.service\n"}.String(), "lb$ sudo systemctl daemon-reload\nlb$ sudo systemctl enable haproxy.service"},
+		{Command{Shell: "kubectl create secret x \\\n  --from-literal a=b"}.String(), "$ kubectl create secret x \\\n  --from-literal a=b"},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
