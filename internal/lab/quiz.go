@@ -15,11 +15,11 @@ var ErrQuizNoAnswer = errors.New("no answer (stdin closed): answer each question
 
 // quizWords are the quiz's own words in a lab text's language (English
 // when the language has none).
-type quizWords struct{ prompt, right, wrong, score string }
+type quizWords struct{ prompt, again, right, wrong, score string }
 
 var quizLang = map[string]quizWords{
-	"en": {prompt: "Your answer (a-%c): ", right: "✓ right: %c.\n", wrong: "✗ not %c: the answer is %c) %s\n", score: "\n%d of %d right.\n"},
-	"ko": {prompt: "답 (a-%c): ", right: "✓ 정답: %c.\n", wrong: "✗ %c는 틀렸습니다. 정답은 %c) %s\n", score: "\n%d문제 중 %d문제를 맞혔습니다.\n"},
+	"en": {prompt: "Your answer (a-%c): ", again: "(one letter, a to %c)\n", right: "✓ right: %c.\n", wrong: "✗ not %c: the answer is %c) %s\n", score: "\n%d of %d right.\n"},
+	"ko": {prompt: "답 (a-%c): ", again: "(a부터 %c까지 글자 하나로 답하세요)\n", right: "✓ 정답: %c.\n", wrong: "✗ %c는 틀렸습니다. 정답은 %c) %s\n", score: "\n%d문제 중 %d문제를 맞혔습니다.\n"},
 }
 
 // Quiz asks the questions of lab text t in order on ui.Out: each with its
@@ -45,7 +45,7 @@ func Quiz(t labs.Lab, ui UI) error {
 		for j, c := range q.Choices {
 			ui.say("  %c) %s\n", 'a'+j, c)
 		}
-		got, err := readChoice(ui, in, words.prompt, len(q.Choices))
+		got, err := readChoice(ui, in, words, len(q.Choices))
 		if err != nil {
 			return err
 		}
@@ -68,12 +68,13 @@ func Quiz(t labs.Lab, ui UI) error {
 	return nil
 }
 
-// readChoice asks with prompt (%c: the last letter) and reads answer lines
-// until one names one of n choices; it returns the choice's index.
-func readChoice(ui UI, in *bufio.Reader, prompt string, n int) (int, error) {
+// readChoice asks with words.prompt and reads answer lines until one names
+// one of n choices (another answer, not an empty line, is told the form);
+// it returns the choice's index.
+func readChoice(ui UI, in *bufio.Reader, words quizWords, n int) (int, error) {
 	last := 'a' + rune(n) - 1
 	for {
-		ui.say(prompt, last)
+		ui.say(words.prompt, last)
 		line, err := in.ReadString('\n')
 		a := strings.TrimSuffix(strings.ToLower(strings.TrimSpace(line)), ")")
 		if len(a) == 1 && rune(a[0]) >= 'a' && rune(a[0]) <= last {
@@ -83,6 +84,9 @@ func readChoice(ui UI, in *bufio.Reader, prompt string, n int) (int, error) {
 		if err != nil {
 			ui.say("\n")
 			return 0, ErrQuizNoAnswer
+		}
+		if a != "" {
+			ui.say(words.again, last)
 		}
 	}
 }

@@ -28,7 +28,7 @@ func TestQuizAllRight(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
-	if strings.Count(out.String(), "Your answer (a-c): ") != 3 {
+	if strings.Count(out.String(), "Your answer (a-c): ") != 3 || strings.Count(out.String(), "(one letter, a to c)") != 2 {
 		t.Errorf("question 1 was not asked again after d and maybe:\n%s", out.String())
 	}
 }

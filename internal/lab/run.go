@@ -98,6 +98,9 @@ func (c *Course) Run(ctx context.Context, l Lab, t labs.Lab, ui UI) error {
 	}
 	if len(diffs) == 0 {
 		ui.say("✓ %s is already done: nothing to change.\n", l.ID)
+		if ui.ByHand {
+			ui.say("  To do it by hand again: khw lab reset %s (back to before it), then khw lab %s --by-hand.\n", l.ID, l.ID)
+		}
 	} else {
 		snap, err := c.TakeSnapshot(ctx, l)
 		if err != nil {
