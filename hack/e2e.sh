@@ -315,11 +315,11 @@ by_hand_lb() { # lab 06 done by hand from the commands khw shows, with one of th
   if [ $rc != 0 ]; then echo "$out" | tail -20; echo "e2e: khw lab 06 --by-hand without input exited $rc, want 0" >&2; return 1; fi
   grep -qF "No input: grade your work when it is done with khw lab check 06-lb --hints" <<<"$out" || { echo "e2e: --by-hand did not stop for want of input" >&2; return 1; }
   # shellcheck disable=SC2016 # the script's text, not expanded here
-  if ! grep -qF 'scp -F "$KHW_SSH_CONFIG"' "$script" || ! grep -qF "sudo systemctl restart --no-block haproxy.service" "$script"; then
+  if ! grep -qF 'scp -F "$KHW_SSH_CONFIG"' "$script" || ! grep -qF "sudo systemctl restart haproxy.service" "$script"; then
     cat "$script"; echo "e2e: $script lacks the copy or the restart of haproxy.cfg" >&2; return 1
   fi
   # The student types every command but the restart.
-  grep -vF "systemctl restart --no-block haproxy.service" "$script" >"$STATE/by-hand-mistake.sh"
+  grep -vF "systemctl restart haproxy.service" "$script" >"$STATE/by-hand-mistake.sh"
   "$KHW" shell -- bash "$STATE/by-hand-mistake.sh" || echo "(the commands ended in an error, as HAProxy does not run)"
   hint_ladder 06 "Something is wrong on lb (lab 06-lb)" "journalctl -u haproxy" "haproxy.service is not running" \
     "Fix: systemctl restart haproxy.service"

@@ -32,7 +32,7 @@ func NewStep(m *nodeplan.Machines) steps.Step {
 		Binaries: []string{"etcd"},
 		Rendered: []string{"/etc/systemd/system/etcd.service"},
 		Inputs:   nodeplan.InputUnder("/etc/etcd/"),
-		Units: []nodeplan.WantUnit{{Name: "etcd.service", Deps: []string{
+		Units: []nodeplan.WantUnit{{Name: "etcd.service", Together: true, Deps: []string{
 			"/usr/local/bin/etcd", "/etc/systemd/system/etcd.service",
 			"/etc/etcd/ca.pem", "/etc/etcd/kubernetes.pem", "/etc/etcd/kubernetes-key.pem"}}},
 	}

@@ -278,9 +278,24 @@ func fileCommands(w *NodeWant, only map[string]bool) []steps.Command {
 		}
 	}
 	if len(w.Units) > 0 {
-		names := strings.Join(w.unitNames(), " ")
-		cmds = append(cmds, steps.Command{Node: node, Why: "(re)load the units, enable them at boot and (re)start them without waiting (--no-block: a new etcd member waits for its peers; systemctl status shows when a unit runs)",
-			Shell: "sudo systemctl daemon-reload\nsudo systemctl enable " + names + "\nsudo systemctl restart --no-block " + names})
+		var wait, together []string
+		for _, u := range w.Units {
+			if u.Together {
+				together = append(together, u.Name)
+			} else {
+				wait = append(wait, u.Name)
+			}
+		}
+		why := "(re)load the units, enable them at boot and (re)start them"
+		sh := "sudo systemctl daemon-reload\nsudo systemctl enable " + strings.Join(w.unitNames(), " ")
+		if len(wait) > 0 {
+			sh += "\nsudo systemctl restart " + strings.Join(wait, " ")
+		}
+		if len(together) > 0 {
+			why += "; " + strings.Join(together, ", ") + " without waiting (--no-block): it starts only once its peers on the other nodes run too (systemctl status shows when)"
+			sh += "\nsudo systemctl restart --no-block " + strings.Join(together, " ")
+		}
+		cmds = append(cmds, steps.Command{Node: node, Why: why, Shell: sh})
 	}
 	for _, x := range w.Extras {
 		if x.Commands != nil && x.AfterUnits {

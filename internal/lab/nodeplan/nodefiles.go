@@ -88,6 +88,11 @@ type WantUnit struct {
 	// restarts the unit. This is how a crash between "install" and
 	// "restart" is still repaired by the next run.
 	Deps []string
+	// Together marks a unit that cannot report started until its peers on
+	// other nodes run (an etcd member of a new cluster): the commands shown
+	// for a learner start it without waiting (--no-block). khw itself
+	// starts every unit that way and then waits for its health.
+	Together bool
 }
 
 // NodeWant is what a step wants on one node.

@@ -191,7 +191,7 @@ func TestDiffCommandsOnlyNamedFiles(t *testing.T) {
 	for _, c := range cmds {
 		text += c.String() + "\n"
 	}
-	if strings.Contains(text, "/s/a") || !strings.Contains(text, `scp -F "$KHW_SSH_CONFIG" /s/b cp1:b`) || !strings.Contains(text, "sudo systemctl restart --no-block x.service") {
+	if strings.Contains(text, "/s/a") || !strings.Contains(text, `scp -F "$KHW_SSH_CONFIG" /s/b cp1:b`) || !strings.Contains(text, "sudo systemctl restart x.service") {
 		t.Errorf("commands:\n%s", text)
 	}
 	if got := DiffCommands([]*NodeWant{w}, []steps.Diff{{Node: "cp2", What: "x"}}); len(got) != 0 {
