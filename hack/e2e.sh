@@ -21,7 +21,9 @@
 #     cp3 listening for clients on 127.0.0.1 only; another
 #     --initial-cluster-token on cp2; the kubelet on w2 allowing anonymous
 #     requests), a correct variant that must pass (HAProxy's timeout connect
-#     on lb), then `khw lab reset 04-etcd` must leave 01-03 done and 04-12
+#     on lb), labs 06 and 09 done by hand from the commands khw lab --by-hand
+#     shows (06 with the HAProxy restart left out, which the hints must lead
+#     to), then `khw lab reset 04-etcd` must leave 01-03 done and 04-12
 #     not done;
 #   khw down, and a check that nothing is left (network namespace, nspawn
 #     processes, node roots). It cleans up on failure and Ctrl-C too.
