@@ -14,6 +14,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -249,10 +250,8 @@ func Language(flag string, getenv func(string) string) (string, error) {
 		if v.val == "" {
 			continue
 		}
-		for _, l := range labs.Languages() {
-			if v.val == l {
-				return l, nil
-			}
+		if slices.Contains(labs.Languages(), v.val) {
+			return v.val, nil
 		}
 		return "", fmt.Errorf("%s=%q: the labs are written in %s", v.name, v.val, strings.Join(labs.Languages(), " and "))
 	}

@@ -46,9 +46,10 @@ var ErrStopped = errors.New("stopped before applying")
 
 // Run runs lab l with text t, as khw lab does once it has shown the text
 // (labs.Lab.Render, before the cluster is opened, so it can be read ahead):
-// the "You should have" block run with ui.Observe; a refusal naming the first earlier lab not done (unless
-// ui.Force; a drifted lab does not block, khw lab check says whether the
-// drift is a mistake); the step's check; when something differs, a
+// a refusal naming the first earlier lab not done (unless ui.Force; a
+// drifted lab does not block, khw lab check says whether the drift is a
+// mistake); the "You should have" block run with ui.Observe; the step's
+// check; when something differs, a
 // snapshot of every node and the state directory, each change with the
 // shell commands it stands for grouped by node, a question per node
 // (unless ui.Yes) and the step applied; then the lab marked done and its
