@@ -19,15 +19,15 @@ type quizWords struct{ prompt, again, right, wrong, score string }
 
 var quizLang = map[string]quizWords{
 	"en": {prompt: "Your answer (a-%c): ", again: "(one letter, a to %c)\n", right: "✓ right: %c.\n", wrong: "✗ not %c: the answer is %c) %s\n", score: "\n%d of %d right.\n"},
-	"ko": {prompt: "답 (a-%c): ", again: "(a부터 %c까지 글자 하나로 답하세요)\n", right: "✓ 정답: %c.\n", wrong: "✗ %c는 틀렸습니다. 정답은 %c) %s\n", score: "\n%d문제 중 %d문제를 맞혔습니다.\n"},
+	"ko": {prompt: "답 (a-%c): ", again: "(a부터 %c까지 글자 하나로 답하세요)\n", right: "✓ 정답: %c.\n", wrong: "✗ %c는 틀렸습니다. 정답은 %c) %s\n", score: "\n%[2]d문제 중 %[1]d문제를 맞혔습니다.\n"},
 }
 
 // Quiz asks the questions of lab text t in order on ui.Out: each with its
 // lettered choices, one answer read from ui.In per question (a letter,
 // case ignored, "b)" allowed; anything else asks again), then whether it
 // was right and the text's explanation, in the text's language. It ends
-// with the score. It needs
-// no cluster. Errors: ErrQuizNoAnswer (input ended), or a wrong answer
+// with the score (words.score takes right, then total). It needs no
+// cluster. Errors: ErrQuizNoAnswer (input ended), or a wrong answer
 // (the error gives the score and how to try again); nil when every answer
 // was right.
 func Quiz(t labs.Lab, ui UI) error {
@@ -57,11 +57,7 @@ func Quiz(t labs.Lab, ui UI) error {
 		}
 		ui.say("  %s\n", strings.ReplaceAll(q.Why, "\n", "\n  "))
 	}
-	if t.Lang == "ko" {
-		ui.say(words.score, len(t.Quiz), right)
-	} else {
-		ui.say(words.score, right, len(t.Quiz))
-	}
+	ui.say(words.score, right, len(t.Quiz))
 	if right < len(t.Quiz) {
 		return fmt.Errorf("lab %s quiz: %d of %d right; read the explanations above (and the lab: khw lab %s), then try again with khw lab quiz %s", t.ID, right, len(t.Quiz), t.ID, t.ID)
 	}

@@ -262,18 +262,25 @@ func confirmDrill(ui UI, l Lab) error {
 		return nil
 	}
 	ui.say("\nThis lab runs a failover drill now: it stops etcd on one control plane for 20 s, and the cluster must keep serving. Go on? [y/N]: ")
-	line := ""
-	err := io.EOF
-	if ui.In != nil {
-		line, err = bufio.NewReader(ui.In).ReadString('\n')
-	}
-	switch a := strings.ToLower(strings.TrimSpace(line)); {
+	a, err := readAnswer(ui)
+	switch {
 	case a == "y" || a == "yes":
 		return nil
 	case err != nil && a == "":
 		return fmt.Errorf("no answer (stdin closed): rerun with --yes to run the drill without asking")
 	}
 	return fmt.Errorf("%w: run it when you are ready (khw lab %s, or khw break etcd --count 1 --for 20s)", ErrStopped, l.ID)
+}
+
+// readAnswer reads one line from ui.In, trimmed and lower-cased, and the
+// read's error (io.EOF when there is no input at all, or when the input
+// ends before a newline: the text read is still returned).
+func readAnswer(ui UI) (string, error) {
+	if ui.In == nil {
+		return "", io.EOF
+	}
+	line, err := bufio.NewReader(ui.In).ReadString('\n')
+	return strings.ToLower(strings.TrimSpace(line)), err
 }
 
 // ask asks whether to go on after one node's changes; all is true when
@@ -452,15 +459,11 @@ func (c *Course) ResetAsked(ctx context.Context, l Lab, ui UI) error {
 	}
 	if l.Kind != Drill && !ui.Yes {
 		ui.say("Revert every node and the state directory of cluster %s to before lab %s? Everything done since is lost. [y/N]: ", c.S.Config.Name, l.ID)
-		line := ""
-		var err error = io.EOF
-		if ui.In != nil {
-			line, err = bufio.NewReader(ui.In).ReadString('\n')
-		}
+		a, err := readAnswer(ui)
 		if err != nil {
 			return ErrNoAnswer
 		}
-		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
+		if a != "y" && a != "yes" {
 			return fmt.Errorf("not reset")
 		}
 	}
