@@ -108,7 +108,12 @@ func (c *Course) Run(ctx context.Context, l Lab, t labs.Lab, ui UI) error {
 			return err
 		}
 		c.saySnapshot(ui, l, snap)
-		if ui.ByHand {
+		if ui.ByHand && l.MakesNodes {
+			// Making machines is the hypervisor's work, not a Kubernetes
+			// skill: khw makes them and the student checks them.
+			ui.say("\n── %s by hand: making the machines is your hypervisor's work, so khw makes them (the commands below are what it does);\n"+
+				"then check them yourself with the commands of \"What to look at now\".\n", l.ID)
+		} else if ui.ByHand {
 			return c.byHand(ctx, l, t, ui, diffs)
 		}
 		if err := c.confirm(ctx, ui, l, diffs); err != nil {
@@ -138,6 +143,13 @@ func (c *Course) finish(ctx context.Context, l Lab, t labs.Lab, ui UI) {
 // the input ends before a line, it says how to grade later and returns
 // nil: nothing was changed by khw.
 func (c *Course) byHand(ctx context.Context, l Lab, t labs.Lab, ui UI, diffs []steps.Diff) error {
+	if s, err := c.step(l); err == nil {
+		if r, ok := s.(steps.Renderer); ok {
+			if err := r.Render(ctx, c.Env); err != nil {
+				return err
+			}
+		}
+	}
 	c.show(ui, l, diffs, nil)
 	path, err := writeByHand(c.S.Dir, l.ID, c.Commands(l, diffs))
 	if err != nil {

@@ -361,3 +361,22 @@ func plainErr(err error) error {
 	// Wrapped by someone else: keep their words, replace the JSON.
 	return errors.New(strings.Replace(err.Error(), ce.Error(), (&cfsslError{ce}).Error(), 1))
 }
+
+// InputFile is one cfssl input file of the PKI directory: its base name
+// and content.
+type InputFile struct {
+	Name string
+	Data []byte
+}
+
+// InputFiles returns what cfssl's command-line tools need to issue the
+// certs of c by hand, in the order to write them: ca-config.json, then
+// <name>-csr.json of each Spec (the CA first). They are the files
+// Reconcile writes beside the certs of a fresh PKI.
+func InputFiles(c *config.Cluster) []InputFile {
+	out := []InputFile{{CAConfigFile, caConfigJSON(c)}}
+	for _, s := range Specs(c) {
+		out = append(out, InputFile{csrFile(s.Name), csrJSON(c, s)})
+	}
+	return out
+}

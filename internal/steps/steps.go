@@ -66,6 +66,14 @@ type Step interface {
 	Commands(env *Env, diffs []Diff) []Command
 }
 
+// Renderer is a Step whose commands copy files that it renders into the
+// state directory (D/nodes, D/manifests) from facts measured on the nodes.
+// Render writes them and changes no node, so that the commands shown for a
+// learner to type name files that exist. Its errors are those of Check.
+type Renderer interface {
+	Render(ctx context.Context, env *Env) error
+}
+
 // Referencer is a Step that installs config files on nodes and can give
 // khw's version of each, so that grading can say how a node's file differs
 // and what the difference does (internal/lab/grade). References must not

@@ -13,6 +13,7 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -62,13 +63,19 @@ func NewStep(m *nodeplan.Machines) steps.Step {
 		if len(cp) == 0 {
 			return nil
 		}
+		n := cp[0].Name
+		const kubectl = "sudo kubectl --kubeconfig /etc/kubernetes/admin.kubeconfig "
 		return []steps.Command{
-			{Node: cp[0].Name, Why: "each apiserver is ready when /readyz says ok",
-				Shell: "curl --cacert /var/lib/kubernetes/ca.pem https://127.0.0.1:6443/readyz?verbose"},
-			{Node: cp[0].Name, Why: "let the apiserver (user kubernetes) reach the kubelets: logs, exec, port-forward",
-				Shell: "kubectl apply --server-side --kubeconfig /etc/kubernetes/admin.kubeconfig -f " + nodeplan.RBACManifest},
-			{Node: cp[0].Name, Why: "one controller-manager and one scheduler lead; the Lease names the holder",
-				Shell: "kubectl --kubeconfig /etc/kubernetes/admin.kubeconfig -n kube-system get lease kube-controller-manager kube-scheduler"},
+			{Node: n, Why: "the apiserver on " + n + " is ready when /readyz says ok (wait for it: at most 60 s)",
+				Shell: "for i in $(seq 60); do curl -fsS --cacert /var/lib/kubernetes/ca.pem https://127.0.0.1:6443/readyz >/dev/null 2>&1 && break; sleep 1; done\n" +
+					"curl --cacert /var/lib/kubernetes/ca.pem https://127.0.0.1:6443/readyz?verbose"},
+			{Why: "copy the RBAC that lets the apiserver (user kubernetes) reach the kubelets to " + n,
+				Shell: `scp -F "$KHW_SSH_CONFIG" ` + filepath.Join(env.State.ManifestsDir(), nodeplan.RBACManifest) + " " + n + ":"},
+			{Node: n, Why: "apply it: logs, exec and port-forward go through the kubelets",
+				Shell: kubectl + "apply --server-side -f " + nodeplan.RBACManifest},
+			{Node: n, Why: "one controller-manager and one scheduler lead; the Lease names the holder (the first takes a few seconds)",
+				Shell: "for i in $(seq 60); do " + kubectl + "-n kube-system get lease kube-controller-manager kube-scheduler >/dev/null 2>&1 && break; sleep 1; done\n" +
+					kubectl + "-n kube-system get lease kube-controller-manager kube-scheduler"},
 		}
 	}
 	return s

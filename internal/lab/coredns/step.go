@@ -222,6 +222,11 @@ func deploymentProblem(d *appsv1.Deployment) string {
 	return ""
 }
 
+// Render writes the manifest the step's commands apply (steps.Renderer).
+func (s *coreDNSStep) Render(ctx context.Context, env *steps.Env) error {
+	return s.m.RenderState(ctx, env)
+}
+
 func (s *coreDNSStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.Diff) error {
 	if err := s.m.RenderState(ctx, env); err != nil {
 		return err

@@ -49,9 +49,14 @@ func NewStep(m *nodeplan.Machines) steps.Step {
 		if len(cp) == 0 {
 			return nil
 		}
-		return []steps.Command{{Node: cp[0].Name, Why: "every member listed, and which one leads (IS LEADER, RAFT TERM)",
-			Shell: "sudo ETCDCTL_API=3 etcdctl --endpoints=https://127.0.0.1:2379 --cacert=/etc/etcd/ca.pem --cert=/etc/etcd/kubernetes.pem --key=/etc/etcd/kubernetes-key.pem member list -w table\n" +
-				"sudo etcdctl --endpoints=" + etcdEndpoints(env.Cluster) + " --cacert=/etc/etcd/ca.pem --cert=/etc/etcd/kubernetes.pem --key=/etc/etcd/kubernetes-key.pem endpoint status -w table"}}
+		const tls = " --cacert=/etc/etcd/ca.pem --cert=/etc/etcd/kubernetes.pem --key=/etc/etcd/kubernetes-key.pem"
+		all := "sudo etcdctl --endpoints=" + etcdEndpoints(env.Cluster) + tls
+		return []steps.Command{
+			{Node: cp[0].Name, Why: "wait until every member answers (a new cluster needs a few seconds to elect its first leader; at most 60 s)",
+				Shell: "for i in $(seq 60); do " + all + " endpoint health >/dev/null 2>&1 && break; sleep 1; done"},
+			{Node: cp[0].Name, Why: "every member listed, and which one leads (IS LEADER, RAFT TERM)",
+				Shell: "sudo ETCDCTL_API=3 etcdctl --endpoints=https://127.0.0.1:2379" + tls + " member list -w table\n" +
+					all + " endpoint status -w table"}}
 	}
 	return s
 }

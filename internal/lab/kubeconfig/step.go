@@ -110,6 +110,24 @@ func (s *Step) wants(env *steps.Env, skipMissing bool) ([]*nodeplan.NodeWant, er
 	return wants, nil
 }
 
+// plannedWants is wants for the commands of a jumpbox that has not made
+// its files yet: every file, whether it exists or not.
+func (s *Step) plannedWants(env *steps.Env) ([]*nodeplan.NodeWant, error) {
+	wants, err := nodeplan.PlannedInputWants(env.Cluster, env.State, isKubeconfigInput)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range wants {
+		for _, sp := range kubeconfig.ForNode(env.Cluster, w.Node.Name) {
+			if sp.Bootstrap || w.File(sp.Targets[0].Path) != nil {
+				continue
+			}
+			w.Files = append(w.Files, nodeplan.PlannedStateFile(env.State, "kubeconfigs/"+sp.File, sp.Targets[0].Path, 0o600, "kubeconfig of "+sp.User+" (D/kubeconfigs/"+sp.File+")"))
+		}
+	}
+	return wants, nil
+}
+
 // Apply writes the kubeconfigs and creates the encryption config when the
 // jumpbox's differ (existing encryption keys are never replaced), then
 // installs them on the nodes that differ.
@@ -133,8 +151,11 @@ func (s *Step) Apply(ctx context.Context, env *steps.Env, diffs []steps.Diff) er
 	return nodeplan.CopyToNodes(ctx, env, s.M, s.ID(), wants)
 }
 
-// Commands returns the kubectl config commands that build each kubeconfig,
-// the encryption config, then the copies to the nodes.
+// Commands returns the kubectl config commands that build each kubeconfig
+// (the bootstrap kubeconfig with kubeconfig.BootstrapTokenPlaceholder: lab
+// 10 puts the token in), the encryption config, then the copies to the
+// nodes: all of them when the jumpbox's files change, else those that
+// differ.
 func (s *Step) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {
 	c := env.Cluster
 	if diffs != nil && !nodeplan.HasWorkstationDiff(diffs) {
@@ -144,10 +165,10 @@ func (s *Step) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {
 	}
 	var kc []string
 	for _, sp := range kubeconfig.Specs(c) {
-		out := "kubeconfigs/" + sp.File
+		out := kubeconfig.DirName + "/" + sp.File
 		creds := fmt.Sprintf("--client-certificate=pki/%s --client-key=pki/%s --embed-certs=true", sp.CertFile, sp.KeyFile)
 		if sp.Bootstrap {
-			creds = "--token=<bootstrap token, made in step 10>"
+			creds = "--token=" + kubeconfig.BootstrapTokenPlaceholder
 		}
 		kc = append(kc, fmt.Sprintf("kubectl config set-cluster %s --certificate-authority=pki/ca.pem --embed-certs=true --server=%s --kubeconfig=%s\n"+
 			"kubectl config set-credentials %s %s --kubeconfig=%s\n"+
@@ -157,13 +178,14 @@ func (s *Step) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {
 			kubeconfig.ContextName, c.Kubernetes.ClusterName, sp.User, out, kubeconfig.ContextName, out))
 	}
 	cmds := []steps.Command{
-		{Why: "one kubeconfig per identity (khw uses client-go's clientcmd); run in " + env.State.Root, Shell: "cd " + env.State.Root + "\n" + strings.Join(kc, "\n")},
-		{Why: "the key that encrypts Secrets in etcd: 32 random bytes, aescbc first, identity last (reads old plain Secrets)",
-			Shell: "cat > encryption-config.yaml <<EOF\napiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n  - resources: [secrets]\n    providers:\n      - aescbc:\n          keys:\n            - name: key1\n              secret: $(head -c 32 /dev/urandom | base64)\n      - identity: {}\nEOF\nchmod 600 encryption-config.yaml"},
+		{Why: "one kubeconfig per identity (khw uses client-go's clientcmd), in " + env.State.Root + "/" + kubeconfig.DirName + "; the bootstrap kubeconfig's token is a placeholder that no apiserver accepts, until lab 10 makes the bootstrap token",
+			Shell: "cd " + env.State.Root + "\nmkdir -p -m 0700 " + kubeconfig.DirName + "\n" + strings.Join(kc, "\n")},
+		{Why: "the key that encrypts Secrets in etcd: 32 random bytes, aescbc first, identity last (reads old plain Secrets); only you may read it (0600)",
+			Shell: "install -m 0600 /dev/null encryption-config.yaml\ncat > encryption-config.yaml <<EOF\napiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n  - resources: [secrets]\n    providers:\n      - aescbc:\n          keys:\n            - name: key1\n              secret: $(head -c 32 /dev/urandom | base64)\n      - identity: {}\nEOF"},
 	}
-	wants, err := s.wants(env, true)
+	wants, err := s.plannedWants(env)
 	if err != nil {
 		return cmds
 	}
-	return append(cmds, nodeplan.DiffCommands(wants, nodeplan.NodeOnly(diffs))...)
+	return append(cmds, nodeplan.DiffCommands(wants, nil)...)
 }

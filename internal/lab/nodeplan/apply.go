@@ -245,27 +245,51 @@ func journalTail(ctx context.Context, m *Machines, node config.Node, unit string
 // place: copy each file from the jumpbox, install it with mode and owner,
 // then reload, enable and restart the units. With only != nil, only the
 // files named true, the packages when one of them is named true
-// (PackageSubject) and the units are shown.
-func fileCommands(w *NodeWant, only map[string]bool) []steps.Command {
+// (PackageSubject) and the units are shown. A download line in fetched
+// (an earlier node's) is not repeated; fileCommands adds its own.
+func fileCommands(w *NodeWant, only, fetched map[string]bool) []steps.Command {
 	var cmds []steps.Command
 	node := w.Node.Name
 	if len(w.Packages) > 0 && (only == nil || slices.ContainsFunc(w.Packages, func(p WantPackage) bool { return only[PackageSubject(p.Name)] })) {
 		cmds = append(cmds, PackageCommands(w)...)
 	}
 	var copies, installs, fetches []string
+	bases := map[string]int{}
+	for _, f := range w.Files {
+		if only == nil || only[f.Path] {
+			bases[path.Base(f.Path)]++
+		}
+	}
 	for _, f := range w.Files {
 		if only != nil && !only[f.Path] {
 			continue
 		}
-		if f.Fetch != "" && !slices.Contains(fetches, f.Fetch) {
-			fetches = append(fetches, f.Fetch)
+		src := f.Src
+		if f.Fetch != "" {
+			lines := strings.Split(f.Fetch, "\n")
+			if w.Downloads != "" {
+				lines = append([]string{"mkdir -p " + w.Downloads, "cd " + w.Downloads}, lines...)
+				src = path.Join(w.Downloads, f.Src)
+			}
+			for _, l := range lines {
+				if !fetched[l] {
+					fetched[l] = true
+					fetches = append(fetches, l)
+				}
+			}
 		}
+		// Two targets with one base name (/var/lib/kubelet/kubeconfig,
+		// /var/lib/kube-proxy/kubeconfig) must not overwrite each other in
+		// the home directory they are copied to.
 		base := path.Base(f.Path)
-		copies = append(copies, fmt.Sprintf(`scp -F "$KHW_SSH_CONFIG" %s %s:%s`, f.Src, node, base))
+		if bases[base] > 1 {
+			base = strings.ReplaceAll(strings.TrimPrefix(f.Path, "/"), "/", "_")
+		}
+		copies = append(copies, fmt.Sprintf(`scp -F "$KHW_SSH_CONFIG" %s %s:%s`, src, node, base))
 		installs = append(installs, fmt.Sprintf("sudo install -D -m %04o -o %s -g %s %s %s", fileMode(f.Mode), orRoot(f.Owner), orRoot(f.Group), base, f.Path))
 	}
 	if len(fetches) > 0 {
-		cmds = append(cmds, steps.Command{Why: "download the release binaries (khw takes them from its cache or $KHW_MIRROR, checked against the published SHA-256)", Shell: strings.Join(fetches, "\n")})
+		cmds = append(cmds, steps.Command{Why: "download the release binaries and check each against the SHA-256 its project publishes (khw takes them from its cache or $KHW_MIRROR, checked the same way)", Shell: strings.Join(fetches, "\n")})
 	}
 	if len(copies) > 0 {
 		cmds = append(cmds,
@@ -309,9 +333,10 @@ func fileCommands(w *NodeWant, only map[string]bool) []steps.Command {
 // everything).
 func DiffCommands(wants []*NodeWant, diffs []steps.Diff) []steps.Command {
 	var cmds []steps.Command
+	fetched := map[string]bool{}
 	for _, w := range wants {
 		if diffs == nil {
-			cmds = append(cmds, fileCommands(w, nil)...)
+			cmds = append(cmds, fileCommands(w, nil, fetched)...)
 			continue
 		}
 		only := map[string]bool{}
@@ -331,7 +356,7 @@ func DiffCommands(wants []*NodeWant, diffs []steps.Diff) []steps.Command {
 			}
 		}
 		if touched {
-			cmds = append(cmds, fileCommands(w, only)...)
+			cmds = append(cmds, fileCommands(w, only, fetched)...)
 		}
 	}
 	return cmds

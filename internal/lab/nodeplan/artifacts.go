@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/khw-dev/khw/internal/components"
@@ -128,17 +129,42 @@ func downloadCommand(mirror, url string) string {
 	return "curl -fLO " + loc
 }
 
+// newBinaryFile is file of the resolved artifact r as a wantFile whose
+// Fetch downloads r, checks it against its published SHA-256 and, for an
+// archive, extracts the file.
 func newBinaryFile(r components.Resolved, file components.File) *wantFile {
 	wf := &wantFile{What: fmt.Sprintf("%s %s %s binary", path.Base(file.Target), r.Version, r.Arch), Src: path.Base(file.Target)}
 	if r.URL != "" {
-		wf.Fetch = downloadCommand(components.DefaultMirror(), r.URL)
+		mirror := components.DefaultMirror()
+		lines := append([]string{downloadCommand(mirror, r.URL)}, verifyCommands(mirror, r)...)
 		if file.Path != "" {
-			wf.Fetch += "\ntar -xzf " + r.FileName + " --strip-components=" + fmt.Sprint(len(splitPath(file.Path))-1) + " " + file.Path
+			lines = append(lines, "tar -xzf "+r.FileName+" --strip-components="+fmt.Sprint(len(splitPath(file.Path))-1)+" "+file.Path)
 			wf.Src = path.Base(file.Path)
+		} else if r.FileName != "" {
+			wf.Src = r.FileName // runc.amd64 becomes /usr/local/bin/runc
 		}
+		wf.Fetch = strings.Join(lines, "\n")
 	}
 	wf.Path, wf.Mode = file.Target, file.Mode
 	return wf
+}
+
+// verifyCommands is the shell that checks the download of r against the
+// digest its project publishes, with sha256sum -c as the install pages of
+// kubectl and etcd do: a file with only the digest (format hex), a
+// sha256sum list (only the files present are checked), or the catalog's
+// pinned digest.
+func verifyCommands(mirror string, r components.Resolved) []string {
+	switch {
+	case r.ChecksumURL != "" && r.ChecksumFormat == components.ChecksumHex:
+		return []string{downloadCommand(mirror, r.ChecksumURL),
+			fmt.Sprintf(`echo "$(cat %s)  %s" | sha256sum -c`, path.Base(r.ChecksumURL), r.FileName)}
+	case r.ChecksumURL != "":
+		return []string{downloadCommand(mirror, r.ChecksumURL), "sha256sum -c --ignore-missing " + path.Base(r.ChecksumURL)}
+	case r.SHA256 != "":
+		return []string{fmt.Sprintf("echo '%s  %s' | sha256sum -c", r.SHA256, r.FileName)}
+	}
+	return nil
 }
 
 // fetchNamed resolves the named artifacts for the cluster and fetches them

@@ -167,7 +167,7 @@ func (m *Machines) ComponentWants(ctx context.Context, env *steps.Env, spec *Com
 		if n.Role != spec.Role || (spec.Only != nil && !spec.Only(n)) {
 			continue
 		}
-		w := &NodeWant{Node: n, Units: spec.Units, Packages: spec.Packages}
+		w := &NodeWant{Node: n, Units: spec.Units, Packages: spec.Packages, Downloads: filepath.Join(env.State.Root, "downloads")}
 		if len(w.Packages) > 0 && m.offlinePackages() {
 			w.OfflineDebs = true
 			m.debMu.Lock()
@@ -294,6 +294,11 @@ type ComponentStep struct {
 	After func(ctx context.Context, env *steps.Env) error
 	// extraCommands are appended to the shell equivalents.
 	ExtraCommands func(env *steps.Env) []steps.Command
+}
+
+// Render writes the files the step's commands copy (steps.Renderer).
+func (s *ComponentStep) Render(ctx context.Context, env *steps.Env) error {
+	return s.M.RenderState(ctx, env)
 }
 
 func (s *ComponentStep) ID() string { return s.Spec.ID }

@@ -3,10 +3,12 @@ package nodeplan
 import (
 	"context"
 	"fmt"
+	"path"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/khw-dev/khw/internal/components"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/steps"
@@ -72,16 +74,48 @@ func (m *Machines) ImagesExtra(c *config.Cluster) NodeExtra {
 			}
 			return nil
 		},
-		Commands: func(w *NodeWant) []steps.Command {
-			refs, _ := imageRefs(c)
-			var sh []string
-			for _, r := range refs {
-				sh = append(sh, "sudo ctr -n k8s.io images import <the image tarball of "+r+">")
-			}
-			return []steps.Command{{Node: w.Node.Name, Why: "the node pulls nothing: import the images (from the mirror's MIRROR/<registry>/<repo>/<tag>/image-linux-<arch>.tar)",
-				Shell: strings.Join(sh, "\n") + "\nsudo crictl images"}}
-		},
+		Commands: func(w *NodeWant) []steps.Command { return imageCommands(c, w) },
 	}
+}
+
+// imageCommands is the shell equivalent of the images' Fix on w's node:
+// with a mirror, each image tarball copied from it to the jumpbox,
+// checked against the digest the mirror lists beside it, copied to the
+// node and imported; without one, each image pulled by the node itself.
+func imageCommands(c *config.Cluster, w *NodeWant) []steps.Command {
+	rs, err := resolve(c, workerImages)
+	if err != nil {
+		return nil
+	}
+	node, arch, mirror := w.Node.Name, nodeArch(c), components.DefaultMirror()
+	var jump, copies, imports []string
+	for _, r := range rs {
+		p, err := components.ImageMirrorPath(r.Image, arch)
+		loc, isFile, merr := components.MirrorLocation(mirror, "https://"+p)
+		if mirror == "" || err != nil || merr != nil {
+			imports = append(imports, "sudo ctr -n k8s.io images pull --platform linux/"+arch+" "+r.Image)
+			continue
+		}
+		tar := strings.ReplaceAll(path.Base(r.Image), ":", "_") + ".tar"
+		get, sum := "curl -fL -o "+tar+" "+loc, "curl -fsS "+loc+".sha256"
+		if isFile {
+			get, sum = "cp "+loc+" "+tar, "cat "+loc+".sha256"
+		}
+		jump = append(jump, get, `echo "$(`+sum+`)  `+tar+`" | sha256sum -c`)
+		copies = append(copies, fmt.Sprintf(`scp -F "$KHW_SSH_CONFIG" %s %s:`, path.Join(w.Downloads, tar), node))
+		imports = append(imports, "sudo ctr -n k8s.io images import "+tar)
+	}
+	var cmds []steps.Command
+	if len(jump) > 0 {
+		if w.Downloads != "" {
+			jump = append([]string{"mkdir -p " + w.Downloads, "cd " + w.Downloads}, jump...)
+		}
+		cmds = append(cmds,
+			steps.Command{Why: "the node pulls nothing: take each image's tarball from the mirror and check it against the digest listed beside it", Shell: strings.Join(jump, "\n")},
+			steps.Command{Why: fmt.Sprintf("copy the %d image(s) to %s", len(copies), node), Shell: strings.Join(copies, "\n")})
+	}
+	return append(cmds, steps.Command{Node: node, Why: "import the images into containerd's k8s.io namespace, the one the kubelet's CRI uses",
+		Shell: strings.Join(imports, "\n") + "\nsudo crictl images"})
 }
 
 func imageRefs(c *config.Cluster) ([]string, error) {

@@ -109,6 +109,9 @@ type NodeWant struct {
 	// Extras are node state that is neither a file nor a unit (kernel
 	// settings, imported images).
 	Extras []NodeExtra
+	// Downloads is the directory on the jumpbox where the commands put
+	// the binaries they download ("": the current directory).
+	Downloads string
 }
 
 // NodeExtra is a piece of node state checked and fixed by commands.

@@ -198,3 +198,33 @@ func TestDiffCommandsOnlyNamedFiles(t *testing.T) {
 		t.Errorf("commands for another node: %v", got)
 	}
 }
+
+// Two files with one base name get distinct names in the node's home
+// directory, and a download shared by two nodes is shown once, into the
+// downloads directory, with its checksum check.
+func TestDiffCommandsNamesAndDownloads(t *testing.T) {
+	k1, k2 := &wantFile{Src: "/s/w1.kubeconfig"}, &wantFile{Src: "/s/kube-proxy.kubeconfig"}
+	k1.Path, k2.Path = "/var/lib/kubelet/kubeconfig", "/var/lib/kube-proxy/kubeconfig"
+	bin := &wantFile{Src: "etcd", Fetch: "cp /m/etcd.tgz .\nsha256sum -c --ignore-missing SHA256SUMS\ntar -xzf etcd.tgz etcd"}
+	bin.Path = "/usr/local/bin/etcd"
+	w1 := &NodeWant{Node: config.Node{Name: "w1"}, Files: []*wantFile{k1, k2, bin}, Downloads: "/d/downloads"}
+	w2 := &NodeWant{Node: config.Node{Name: "w2"}, Files: []*wantFile{bin}, Downloads: "/d/downloads"}
+	text := ""
+	for _, c := range DiffCommands([]*NodeWant{w1, w2}, nil) {
+		text += c.String() + "\n"
+	}
+	for _, want := range []string{
+		`scp -F "$KHW_SSH_CONFIG" /s/w1.kubeconfig w1:var_lib_kubelet_kubeconfig`,
+		`scp -F "$KHW_SSH_CONFIG" /s/kube-proxy.kubeconfig w1:var_lib_kube-proxy_kubeconfig`,
+		"sudo install -D -m 0644 -o root -g root var_lib_kube-proxy_kubeconfig /var/lib/kube-proxy/kubeconfig",
+		"$ cd /d/downloads",
+		`scp -F "$KHW_SSH_CONFIG" /d/downloads/etcd w2:etcd`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("commands lack %q:\n%s", want, text)
+		}
+	}
+	if n := strings.Count(text, "sha256sum -c"); n != 1 {
+		t.Errorf("the shared download is checked %d times, want once:\n%s", n, text)
+	}
+}

@@ -18,10 +18,7 @@ import (
 // absolute for a pre-issued kubelet cert) as a wantFile for node path p.
 // A missing file is reported with ok=false and no error.
 func StateFile(d state.Dir, src, p string, mode fs.FileMode, what string) (*wantFile, bool, error) {
-	local := src
-	if !filepath.IsAbs(local) {
-		local = filepath.Join(d.Root, filepath.FromSlash(src))
-	}
+	local := statePath(d, src)
 	data, err := os.ReadFile(local)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
@@ -32,6 +29,15 @@ func StateFile(d state.Dir, src, p string, mode fs.FileMode, what string) (*want
 	wf := &wantFile{What: what, Src: local, origin: fromState}
 	wf.Path, wf.Data, wf.Mode = p, data, mode
 	return wf, true, nil
+}
+
+// statePath is src on the jumpbox: relative to the state directory, or
+// absolute as it is.
+func statePath(d state.Dir, src string) string {
+	if filepath.IsAbs(src) {
+		return src
+	}
+	return filepath.Join(d.Root, filepath.FromSlash(src))
 }
 
 // InputWants turns render.Inputs of every node, filtered by keep, into
@@ -60,6 +66,36 @@ func InputWants(c *config.Cluster, d state.Dir, keep func(render.Input) bool, sk
 				return nil, fmt.Errorf("%s: %s is missing on the jumpbox (%s)", n.Name, in.Source, in.What)
 			}
 			w.Files = append(w.Files, wf)
+		}
+		wants = append(wants, w)
+	}
+	return wants, nil
+}
+
+// PlannedStateFile is StateFile for the commands of a step: the file need
+// not exist yet, and its content is not read.
+func PlannedStateFile(d state.Dir, src, p string, mode fs.FileMode, what string) *wantFile {
+	wf := &wantFile{What: what, Src: statePath(d, src), origin: fromState}
+	wf.Path, wf.Mode = p, mode
+	return wf
+}
+
+// PlannedInputWants is InputWants for the commands of a step whose
+// jumpbox half has not run: every input is kept, with its path on the
+// jumpbox and on the node but no content, whether or not it exists yet.
+func PlannedInputWants(c *config.Cluster, d state.Dir, keep func(render.Input) bool) ([]*NodeWant, error) {
+	var wants []*NodeWant
+	for _, n := range c.Nodes {
+		ins, err := render.Inputs(c, n.Name)
+		if err != nil {
+			return nil, err
+		}
+		w := &NodeWant{Node: n}
+		for _, in := range ins {
+			if !keep(in) {
+				continue
+			}
+			w.Files = append(w.Files, PlannedStateFile(d, in.Source, in.Path, in.Mode, in.What))
 		}
 		wants = append(wants, w)
 	}

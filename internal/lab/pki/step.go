@@ -113,18 +113,34 @@ func (s *Step) Apply(ctx context.Context, env *steps.Env, diffs []steps.Diff) er
 	return nodeplan.CopyToNodes(ctx, env, s.M, s.ID(), wants)
 }
 
-// Commands returns the cfssl commands that make the CA and each cert from
-// the CSR JSON files khw writes into D/pki, then the copies to the nodes.
+// Commands returns the commands of the step by hand: when the jumpbox's
+// certs change, cfssl's command-line tools (cfssl, cfssljson) make the CA
+// and each cert in D/pki from the CSR JSON files written there first, and
+// every node gets its copies; otherwise only the node copies that differ.
 func (s *Step) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {
 	dir := env.State.PKIDir()
 	wants, werr := nodeplan.InputWants(env.Cluster, env.State, isPKIInput, true)
 	if diffs != nil && !nodeplan.HasWorkstationDiff(diffs) && werr == nil {
 		return nodeplan.DiffCommands(wants, diffs)
 	}
-	cmds := []steps.Command{{
-		Why:   "khw does this with cfssl as a library; by hand, in " + dir + ", with the CSR JSON files khw wrote there",
-		Shell: "cd " + dir + "\ncfssl gencert -initca ca-csr.json | cfssljson -bare ca",
-	}}
+	cmds := []steps.Command{
+		{
+			Why:   "cfssl and cfssljson: the command-line tools of cfssl, the library khw uses (Debian and Ubuntu: sudo apt install golang-cfssl)",
+			Shell: "command -v cfssl cfssljson || { echo 'install cfssl first: sudo apt install golang-cfssl' >&2; false; }",
+		},
+		{Why: "the PKI directory on the jumpbox: only you may read it (0700)", Shell: "mkdir -p -m 0700 " + dir + "\ncd " + dir},
+	}
+	var files []string
+	for _, f := range pki.InputFiles(env.Cluster) {
+		files = append(files, fmt.Sprintf("cat > %s <<'EOF'\n%sEOF", f.Name, f.Data))
+	}
+	cmds = append(cmds, steps.Command{
+		Why:   "cfssl's input: ca-config.json (a profile per set of key usages, and the validity), then one CSR JSON per certificate (CN, O, key, and the SANs in hosts)",
+		Shell: strings.Join(files, "\n"),
+	}, steps.Command{
+		Why:   "the CA: a self-signed certificate and its key (cfssljson -bare writes ca.pem, ca-key.pem and ca.csr)",
+		Shell: "cfssl gencert -initca ca-csr.json | cfssljson -bare ca",
+	})
 	var gen []string
 	for _, sp := range pki.Specs(env.Cluster) {
 		if sp.Name == "ca" {
@@ -133,8 +149,9 @@ func (s *Step) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {
 		gen = append(gen, fmt.Sprintf("cfssl gencert -ca=ca.pem -ca-key=ca-key.pem -config=ca-config.json -profile=%s %s-csr.json | cfssljson -bare %s", sp.Profile, sp.Name, sp.Name))
 	}
 	cmds = append(cmds, steps.Command{Why: "every component cert, signed by the CA (profile = key usages, see ca-config.json)", Shell: strings.Join(gen, "\n")})
-	if werr != nil {
+	planned, err := nodeplan.PlannedInputWants(env.Cluster, env.State, isPKIInput)
+	if err != nil {
 		return cmds
 	}
-	return append(cmds, nodeplan.DiffCommands(wants, nodeplan.NodeOnly(diffs))...)
+	return append(cmds, nodeplan.DiffCommands(planned, nil)...)
 }

@@ -259,6 +259,11 @@ func (s *Step) Check(ctx context.Context, env *steps.Env) ([]steps.Diff, error) 
 	return diffs, nil
 }
 
+// Render writes the files the step's commands copy (steps.Renderer).
+func (s *Step) Render(ctx context.Context, env *steps.Env) error {
+	return s.m.RenderState(ctx, env)
+}
+
 // Apply: the RBAC; per node without a client cert a fresh token and
 // bootstrap kubeconfig; the worker files and units; then it watches the
 // node's CSRs (showing each as it appears), approves the serving CSR after
@@ -499,29 +504,39 @@ func csrOfNode(csr *certsv1.CertificateSigningRequest, node string) bool {
 // setup, and the CSRs to watch and approve.
 func (s *Step) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {
 	var cmds []steps.Command
-	kc := "--kubeconfig " + nodeplan.AdminKubeconfig(env)
+	kubectl := "kubectl --kubeconfig " + nodeplan.AdminKubeconfig(env)
 	for _, n := range bootstrapNodes(env.Cluster) {
+		boot := filepath.Join(env.State.KubeconfigDir(), n.Name+"-bootstrap.kubeconfig")
 		cmds = append(cmds,
 			steps.Command{Why: "who may bootstrap: create node CSRs, and have client CSRs approved automatically",
-				Shell: "kubectl " + kc + " apply --server-side -f " + filepath.Join(env.State.ManifestsDir(), tlsBootstrapRBAC)},
+				Shell: kubectl + " apply --server-side -f " + filepath.Join(env.State.ManifestsDir(), tlsBootstrapRBAC)},
 			steps.Command{Why: "a bootstrap token: a Secret in kube-system (id [a-z0-9]{6}, secret [a-z0-9]{16}, an expiration)",
-				Shell: "ID=$(tr -dc a-z0-9 </dev/urandom | head -c 6); SECRET=$(tr -dc a-z0-9 </dev/urandom | head -c 16)\n" +
-					"kubectl " + kc + " -n kube-system create secret generic bootstrap-token-$ID --type bootstrap.kubernetes.io/token \\\n" +
+				Shell: "ID=$(openssl rand -hex 3); SECRET=$(openssl rand -hex 8)\n" +
+					kubectl + " -n kube-system create secret generic bootstrap-token-$ID --type bootstrap.kubernetes.io/token \\\n" +
 					"  --from-literal token-id=$ID --from-literal token-secret=$SECRET --from-literal usage-bootstrap-authentication=true \\\n" +
 					"  --from-literal expiration=$(date -u -d +1hour +%Y-%m-%dT%H:%M:%SZ) --from-literal description='" + tokenDescription(n.Name) + "'"},
-			steps.Command{Why: n.Name + " gets a kubeconfig holding only the token",
-				Shell: "kubectl config set-credentials kubelet-bootstrap --token=$ID.$SECRET --kubeconfig " + n.Name + "-bootstrap.kubeconfig   # (+ set-cluster/set-context as in 03)\n" +
-					"scp -F \"$KHW_SSH_CONFIG\" " + n.Name + "-bootstrap.kubeconfig " + n.Name + ":\nssh -F \"$KHW_SSH_CONFIG\" " + n.Name + " sudo install -m 0600 " + n.Name + "-bootstrap.kubeconfig " + bootstrapKubeconfig},
+			steps.Command{Why: n.Name + " gets a kubeconfig holding only the token: lab 03's, with the token in place of its placeholder",
+				Shell: "kubectl config set-credentials " + kubeconfig.BootstrapUser + " --token=$ID.$SECRET --kubeconfig " + boot + "\n" +
+					"scp -F \"$KHW_SSH_CONFIG\" " + boot + " " + n.Name + ":\nssh -F \"$KHW_SSH_CONFIG\" " + n.Name + " sudo install -D -m 0600 " + filepath.Base(boot) + " " + bootstrapKubeconfig},
 		)
 	}
 	cmds = append(cmds, s.inner.Commands(env, diffs)...)
 	for _, n := range bootstrapNodes(env.Cluster) {
+		mine := `{range .items[?(@.spec.username=="system:node:` + n.Name + `")]}{.metadata.name}{"\n"}{end}`
 		cmds = append(cmds,
-			steps.Command{Why: "two CSRs appear: the client one is approved by the controller-manager; the serving one waits for you",
-				Shell: "kubectl " + kc + " get csr -w"},
+			steps.Command{Why: "two CSRs appear: the client one is approved by the controller-manager; the serving one waits for you (wait for it: at most 2 minutes; kubectl get csr -w shows them live)",
+				Shell: "CSR=\nfor i in $(seq 60); do CSR=$(" + kubectl + " get csr --field-selector spec.signerName=kubernetes.io/kubelet-serving --sort-by=.metadata.creationTimestamp -o jsonpath='" + mine + "' | tail -n 1); [ -n \"$CSR\" ] && break; sleep 2; done\n" +
+					kubectl + " get csr"},
 			steps.Command{Why: "check the serving CSR (requestor system:node:" + n.Name + ", SANs " + n.Name + " " + n.IP + ") before approving it",
-				Shell: "kubectl " + kc + " get csr <name> -o jsonpath='{.spec.username}{\"\\n\"}{.spec.request}' | base64 -d | openssl req -noout -text\nkubectl " + kc + " certificate approve <name>"},
+				Shell: kubectl + " get csr $CSR -o jsonpath='{.spec.username}{\"\\n\"}'\n" +
+					kubectl + " get csr $CSR -o jsonpath='{.spec.request}' | base64 -d | openssl req -noout -text\n" +
+					kubectl + " certificate approve $CSR"},
+			steps.Command{Why: n.Name + " registers itself and turns Ready (at most 3 minutes)",
+				Shell: "for i in $(seq 90); do " + kubectl + " wait --for=condition=Ready node/" + n.Name + " --timeout=2s >/dev/null 2>&1 && break; sleep 2; done\n" +
+					kubectl + " get node " + n.Name},
 			steps.Command{Node: n.Name, Why: "the kubelet now holds its own certs", Shell: "sudo openssl x509 -noout -subject -in " + kubeletClientCert},
+			steps.Command{Why: "the token has done its work: delete it (whoever holds it can get a client certificate for any node name)",
+				Shell: kubectl + " -n kube-system delete secret bootstrap-token-$ID"},
 		)
 	}
 	return cmds

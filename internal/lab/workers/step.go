@@ -138,8 +138,10 @@ func hostPrep() nodeplan.NodeExtra {
 			return nil
 		},
 		Commands: func(w *nodeplan.NodeWant) []steps.Command {
-			return []steps.Command{{Node: w.Node.Name, Why: "kernel prerequisites: overlay (containerd's snapshots), br_netfilter + sysctls (bridged pod traffic through iptables, routing), no swap",
-				Shell: "sudo modprobe overlay\nsudo modprobe br_netfilter\nsudo sysctl -p /etc/sysctl.d/k8s.conf\nsudo swapoff -a\nsudo sed -i '/ swap / s/^/#/' /etc/fstab"}}
+			return []steps.Command{{Node: w.Node.Name, Why: "kernel prerequisites, each loaded only when missing (a module built into the kernel, or a container's host, already has it): overlay (containerd's snapshots), br_netfilter + sysctls (bridged pod traffic through iptables, routing), no swap",
+				Shell: "grep -qw overlay /proc/filesystems || sudo modprobe overlay\n" +
+					"test -e /proc/sys/net/bridge/bridge-nf-call-iptables || sudo modprobe br_netfilter\n" +
+					"sudo sysctl -p /etc/sysctl.d/k8s.conf\nsudo swapoff -a\nsudo sed -i '/^[^#].* swap / s/^/#/' /etc/fstab"}}
 		},
 	}
 }
@@ -244,7 +246,16 @@ func NewStep(m *nodeplan.Machines, c *config.Cluster) steps.Step {
 		return NodesReady(ctx, m, env, names)
 	}
 	s.ExtraCommands = func(env *steps.Env) []steps.Command {
-		return []steps.Command{{Why: "every worker registered itself and is Ready", Shell: "kubectl --kubeconfig " + nodeplan.AdminKubeconfig(env) + " get nodes -o wide"}}
+		kubectl := "kubectl --kubeconfig " + nodeplan.AdminKubeconfig(env)
+		var nodes []string
+		for _, n := range env.Cluster.Workers() {
+			if !n.TLSBootstrap {
+				nodes = append(nodes, "node/"+n.Name)
+			}
+		}
+		return []steps.Command{{Why: "every worker registers itself and turns Ready (wait for it: at most 3 minutes; kubectl wait fails at once for a Node not registered yet, hence the loop)",
+			Shell: "for i in $(seq 90); do " + kubectl + " wait --for=condition=Ready " + strings.Join(nodes, " ") + " --timeout=2s >/dev/null 2>&1 && break; sleep 2; done\n" +
+				kubectl + " get nodes -o wide"}}
 	}
 	return s
 }
