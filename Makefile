@@ -25,9 +25,10 @@ build:
 ## mybridge CNI plugin run in a throwaway network namespace), shellcheck, and
 ## openssh-server + sudo (internal/remote runs against a real sshd on 127.0.0.1),
 ## systemd-container + debootstrap (internal/vm/nspawn boots real nspawn nodes in a
-## network namespace of their own).
+## network namespace of their own), golang-cfssl (cfssl and cfssljson, which the
+## commands of khw lab 02 --by-hand run in make e2e-labs).
 DEB_TEST_DEPS := openssl haproxy jq iproute2 iptables shellcheck util-linux openssh-server sudo rsync \
-                 systemd-container debootstrap
+                 systemd-container debootstrap golang-cfssl
 deps:
 	@missing=; for p in $(DEB_TEST_DEPS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \

@@ -4,9 +4,10 @@
 # every phase. One cluster serves every check, so CI builds it once:
 #
 #   build khw, build or reuse the offline mirror, khw init --provider nspawn;
-#   the cluster: `khw up` + `khw smoke`, or with E2E_LABS=1 the 12 labs in
-#     order (`khw lab NN --yes`, each snapshots the nodes first) and
-#     `khw lab list` all done;
+#   the cluster: `khw up` + `khw smoke`, or with E2E_LABS=1 the labs in
+#     order (`khw lab 01 --by-hand --yes`: khw makes the machines; then
+#     `khw lab NN --yes`, each snapshots the nodes first) and `khw lab list`
+#     all done;
 #   witnesses from outside khw (kubectl, openssl, curl against etcd), khw
 #     status, khw up again (must be a no-op: every step clean — after the
 #     labs this also shows that the labs built what khw up builds);
@@ -21,10 +22,12 @@
 #     cp3 listening for clients on 127.0.0.1 only; another
 #     --initial-cluster-token on cp2; the kubelet on w2 allowing anonymous
 #     requests), a correct variant that must pass (HAProxy's timeout connect
-#     on lb), labs 06 and 09 done by hand from the commands khw lab --by-hand
-#     shows (06 with the HAProxy restart left out, which the hints must lead
-#     to), then `khw lab reset 04-etcd` must leave 01-03 done and 04-12
-#     not done;
+#     on lb); then `khw lab reset 02-pki` must leave 01 done and 02-12 not
+#     done, and labs 02-12 are done again by hand: each lab's commands as
+#     `khw lab NN --by-hand` shows them, run in khw shell, then `khw lab
+#     check NN --hints` (06 first with the HAProxy restart left out, which
+#     the hints must lead to; 11 has nothing left to change; 12 is a drill
+#     run by hand); `khw lab list` all done and `khw up` a no-op again;
 #   khw down, and a check that nothing is left (network namespace, nspawn
 #     processes, node roots). It cleans up on failure and Ctrl-C too.
 #
@@ -309,8 +312,22 @@ break_lb_server() { # a ready apiserver left out of rotation, tried live
   if "$KHW" lab hint 06; then echo "e2e: khw lab hint 06 gave a hint after the check passed" >&2; return 1; fi
 }
 
-by_hand_lb() { # lab 06 done by hand from the commands khw shows, with one of them left out
-  on lb "systemctl stop haproxy && rm /etc/haproxy/haproxy.cfg"
+# by_hand LAB: khw lab LAB --by-hand without input shows the commands,
+# writes them to a script and stops; the script runs in khw shell, the
+# commands exactly as a student would type them; khw lab check LAB --hints
+# must then pass.
+by_hand() {
+  local l=$1 log=$STATE/by-hand-$1.log
+  "$KHW" lab "$l" --by-hand --plain </dev/null >"$log" 2>&1 || { tail -30 "$log"; return 1; }
+  grep -qF "No input: grade your work when it is done with khw lab check $l --hints" "$log" || {
+    tail -30 "$log"; echo "e2e: khw lab $l --by-hand did not stop for want of input" >&2; return 1; }
+  echo "$(grep -cvE '^(#|$)' "$STATE/$NAME/labs/by-hand-$l.sh") lines in $STATE/$NAME/labs/by-hand-$l.sh"
+  "$KHW" shell -- bash "$STATE/$NAME/labs/by-hand-$l.sh" >"$STATE/by-hand-$l.run" 2>&1 || {
+    tail -30 "$STATE/by-hand-$l.run"; echo "e2e: the commands of khw lab $l --by-hand failed" >&2; return 1; }
+  "$KHW" lab check "$l" --hints
+}
+
+by_hand_lb() { # lab 06 by hand, with one of the shown commands left out
   local out rc=0 script=$STATE/$NAME/labs/by-hand-06-lb.sh
   out=$("$KHW" lab 06 --by-hand --plain </dev/null 2>&1) || rc=$?
   sed -n '/change(s) to make/,$p' <<<"$out"
@@ -330,13 +347,19 @@ by_hand_lb() { # lab 06 done by hand from the commands khw shows, with one of th
   "$KHW" lab check 06 --hints
 }
 
-by_hand_coredns() { # lab 09 done by hand: the commands khw shows, as they are
-  "$KHW" kubectl -n kube-system delete deployment coredns
-  local log=$STATE/lab-09-by-hand.log
-  "$KHW" lab 09 --by-hand --plain </dev/null >"$log" 2>&1 || { tail -30 "$log"; return 1; }
-  sed -n '/change(s) to make/,$p' "$log"
-  "$KHW" shell -- bash "$STATE/$NAME/labs/by-hand-09-coredns.sh"
-  "$KHW" lab check 09
+by_hand_smoke() { # lab 11 by hand: nothing to change once 01-10 are; its check runs the smoke tests
+  local out
+  out=$("$KHW" lab 11 --by-hand --plain </dev/null 2>&1) || { echo "$out" | tail -20; return 1; }
+  grep -F "11-smoke is already done" <<<"$out" || { echo "$out" | tail -20; echo "e2e: lab 11 has changes to make after 01-10 by hand" >&2; return 1; }
+  "$KHW" lab check 11
+}
+
+by_hand_drill() { # lab 12 by hand: khw says to run a drill; a drill that passes passes the lab
+  local out
+  out=$("$KHW" lab 12 --by-hand --plain </dev/null 2>&1) || { echo "$out" | tail -20; return 1; }
+  grep -F "run a drill yourself" <<<"$out" || { echo "e2e: lab 12 --by-hand does not say to run a drill" >&2; return 1; }
+  "$KHW" break etcd --count 1 --for 15s >"$STATE/by-hand-12.log" 2>&1 || { tail -30 "$STATE/by-hand-12.log"; return 1; }
+  "$KHW" lab check 12
 }
 
 break_forward_policy() { # what Docker does to a node: forwarded pod traffic dropped, tried live
@@ -362,18 +385,25 @@ break_coredns_gone() { # the cluster DNS scaled away, tried live from a pod on e
   "$KHW" lab check 09
 }
 
-reset_04() {
-  "$KHW" lab reset 04-etcd --yes
+lab_machines_by_hand() { # lab 01 by hand: khw makes the machines (the hypervisor's work)
+  "$KHW" lab 01-machines --by-hand --yes --plain >"$STATE/lab-01-machines.log" 2>&1 || { tail -40 "$STATE/lab-01-machines.log"; return 1; }
+  grep -F "making the machines is your hypervisor's work" "$STATE/lab-01-machines.log" || {
+    echo "e2e: khw lab 01 --by-hand does not say who makes the machines" >&2; return 1; }
+  grep -E '^(✓|Snapshot|Lab )' "$STATE/lab-01-machines.log" || true
+}
+
+reset_02() {
+  "$KHW" lab reset 02-pki --yes
   local out
   out=$("$KHW" lab list)
   echo "$out"
   local want got
-  want=$(printf '%s\n' "01-machines done" "02-pki done" "03-kubeconfig done" \
+  want=$(printf '%s\n' "01-machines done" "02-pki not" "03-kubeconfig not" \
     "04-etcd not" "05-control-plane not" "06-lb not" "07-workers not" "08-pod-network not" \
     "09-coredns not" "10-tls-bootstrap not" "11-smoke not" "12-failover not")
   got=$(awk 'NR > 1 { print $1, $2 }' <<<"$out")
   if [ "$got" != "$want" ]; then
-    echo "e2e: after khw lab reset 04-etcd, want 01-03 done and 04-12 not done" >&2; return 1
+    echo "e2e: after khw lab reset 02-pki, want 01 done and 02-12 not done" >&2; return 1
   fi
 }
 
@@ -392,7 +422,8 @@ fi
 UP_T0=$(date +%s%N)
 if [ "${E2E_LABS:-}" = 1 ]; then
   GREEN="lab 01 start → lab 11 green"
-  for l in 01-machines 02-pki 03-kubeconfig 04-etcd 05-control-plane 06-lb 07-workers \
+  phase "lab 01 by hand" lab_machines_by_hand
+  for l in 02-pki 03-kubeconfig 04-etcd 05-control-plane 06-lb 07-workers \
            08-pod-network 09-coredns 10-tls-bootstrap 11-smoke; do
     phase "lab $l"      lab "$l"
   done
@@ -419,11 +450,9 @@ if [ "${E2E_DRILLS:-}" = 1 ]; then
 fi
 if [ "${E2E_LABS:-}" = 1 ]; then
   # First the mistakes that are undone at once (each ends with a clean
-  # check), then those that stay until khw lab reset 04.
+  # check), then those that stay until khw lab reset 02.
   phase "lb variant"      variant_passes
   phase "lb cp3 :6444"    break_lb_server
-  phase "lab 06 by hand"  by_hand_lb
-  phase "lab 09 by hand"  by_hand_coredns
   phase "w2 FORWARD DROP" break_forward_policy
   phase "no CoreDNS"      break_coredns_gone
   phase "w1 ip_forward=0" break_ip_forward
@@ -432,7 +461,21 @@ if [ "${E2E_LABS:-}" = 1 ]; then
   phase "cp2 encryption"  break_encryption_key
   phase "cp3 etcd lo"     break_etcd_listener
   phase "w2 anonymous"    break_kubelet_anonymous
-  phase "lab reset 04"    reset_04
+  # Back to before lab 02, then labs 02-12 by hand: each lab's commands as
+  # khw lab --by-hand shows them, typed into khw shell; lab 06 first with
+  # its restart left out, which the hints must lead to.
+  phase "lab reset 02"    reset_02
+  for l in 02-pki 03-kubeconfig 04-etcd 05-control-plane; do
+    phase "$l by hand"  by_hand "$l"
+  done
+  phase "06-lb by hand"   by_hand_lb
+  for l in 07-workers 08-pod-network 09-coredns 10-tls-bootstrap; do
+    phase "$l by hand"  by_hand "$l"
+  done
+  phase "11-smoke by hand" by_hand_smoke
+  phase "12 by hand"      by_hand_drill
+  phase "lab list"        all_done
+  phase "khw up (no-op)"  noop_check
   du -sh "$STATE/$NAME/nspawn/snapshots" | sed 's/^/snapshots on disk: /'
 fi
 if [ "${E2E_KEEP:-}" != 1 ]; then
