@@ -339,9 +339,9 @@ by_hand_lb() { # lab 06 by hand, with one of the shown commands left out
   fi
   # The student types every command but the restart.
   grep -vF "systemctl restart haproxy.service" "$script" >"$STATE/by-hand-mistake.sh"
-  "$KHW" shell -- bash "$STATE/by-hand-mistake.sh" || echo "(the commands ended in an error, as HAProxy does not run)"
-  hint_ladder 06 "Something is wrong on lb (lab 06-lb)" "journalctl -u haproxy" "haproxy.service is not running" \
-    "Fix: systemctl restart haproxy.service"
+  "$KHW" shell -- bash "$STATE/by-hand-mistake.sh" || echo "(the commands ended in an error: HAProxy still runs its old config)"
+  hint_ladder 06 "Something is wrong on lb (lab 06-lb)" "journalctl -u haproxy" \
+    "haproxy.service runs with an old /etc/haproxy/haproxy.cfg" "Fix: systemctl restart haproxy.service"
   "$KHW" shell -- bash "$script"
   sleep 3   # rise checks of the restarted HAProxy
   "$KHW" lab check 06 --hints

@@ -371,8 +371,9 @@ func (c *Course) nodesRunning(ctx context.Context, l Lab) error {
 }
 
 // addStepDiffs adds the differences the step's own Check found: what must
-// run and does not (a machine, a unit) is a mistake whatever the files say;
-// the rest are Differences. Mistakes end sorted by lab.
+// run and does not (a machine, a unit), or runs with an old file it reads
+// only at start, is a mistake whatever the files say; the rest are
+// Differences. Mistakes end sorted by lab.
 func (g *Grade) addStepDiffs(l Lab, diffs []steps.Diff) {
 	var down []labcheck.Mistake // a machine or unit not running: the cause of the others, so first
 	for _, d := range diffs {
@@ -387,6 +388,11 @@ func (g *Grade) addStepDiffs(l Lab, diffs []steps.Diff) {
 			down = append(down, labcheck.Mistake{Lab: l.ID, Node: d.Node, What: d.What,
 				Evidence: "systemctl show " + d.Subject + " on " + d.Node + " (khw status shows every unit)",
 				Fix:      d.Fix + " (and read why it stopped: journalctl -u " + d.Subject + " on the node)"})
+			continue
+		case steps.DiffStale:
+			down = append(down, labcheck.Mistake{Lab: l.ID, Node: d.Node, What: d.What,
+				Evidence: "systemctl show " + d.Subject + " on " + d.Node + ": it started (or was last reloaded) before the file's last change",
+				Fix:      d.Fix})
 			continue
 		case steps.DiffMachineAbsent, steps.DiffMachineStopped:
 			down = append(down, labcheck.Mistake{Lab: l.ID, Node: d.Node, What: d.What,

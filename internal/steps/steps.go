@@ -145,6 +145,11 @@ const (
 	// difference (restart a unit whose file it replaces): not a difference
 	// of its own, so grading leaves it out.
 	DiffFollows
+	// DiffStale is a unit that runs with an older version of a file that
+	// it reads only when it starts (its unit file, a config it does not
+	// re-read by itself): the file's change has no effect until a
+	// restart, so grading counts it as a mistake, never a variant.
+	DiffStale
 	// DiffRequired is a node setting outside khw's files that the
 	// components require (a kernel module, a sysctl, swap off): a mistake
 	// in grading unless the lab excuses it (a worker whose kubelet is told

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -251,9 +253,14 @@ func unitDiffs(w *NodeWant, st nodeState, changing map[string]bool) []steps.Diff
 			}
 		}
 		if len(stale) > 0 {
-			diffs = append(diffs, steps.Diff{Node: node, Subject: u.Name,
+			d := steps.Diff{Node: node, Subject: u.Name,
 				What: fmt.Sprintf("%s runs with an old %s (changed after it started or last reloaded)", u.Name, strings.Join(stale, ", ")),
-				Fix:  "systemctl restart " + u.Name})
+				Fix:  "systemctl restart " + u.Name}
+			if slices.ContainsFunc(stale, readOnlyAtStart) {
+				d.Kind = steps.DiffStale
+				d.What = fmt.Sprintf("%s runs with an old %s: it read the file when it started, and the change has no effect until it restarts", u.Name, strings.Join(stale, ", "))
+			}
+			diffs = append(diffs, d)
 		} else if len(replaced) > 0 {
 			diffs = append(diffs, steps.Diff{Kind: steps.DiffFollows, Node: node, Subject: u.Name,
 				What: fmt.Sprintf("%s must restart to read khw's %s", u.Name, strings.Join(replaced, ", ")),
@@ -261,6 +268,18 @@ func unitDiffs(w *NodeWant, st nodeState, changing map[string]bool) []steps.Diff
 		}
 	}
 	return diffs
+}
+
+// readOnlyAtStart reports whether a program reads the file at path only
+// when it starts: a unit file (systemd applies ExecStart's flags at start),
+// a config file. Certificates, keys and kubeconfigs are not: some programs
+// reload them by themselves (the apiserver's serving certificate and
+// client CA, https://kubernetes.io/docs/reference/command-line-tools-reference/kube-apiserver/
+// --tls-cert-file; etcd reads its certificates at each handshake), so an
+// old one in memory is not surely in use.
+func readOnlyAtStart(p string) bool {
+	base := path.Base(p)
+	return !strings.HasSuffix(base, ".pem") && !strings.HasSuffix(base, "kubeconfig")
 }
 
 // starting reports a unit on its way up (after a boot or a power-on):

@@ -154,6 +154,21 @@ func TestUnitDiffs(t *testing.T) {
 			}
 		})
 	}
+	// A cert newer than the process may have been reloaded by it
+	// (information); a config or unit file it reads only at start is a
+	// mistake (DiffStale).
+	lb := &NodeWant{Node: config.Node{Name: "lb"}, Units: []WantUnit{{Name: "haproxy.service", Deps: []string{"/etc/haproxy/haproxy.cfg"}}}}
+	running := unitState{Name: "haproxy.service", Load: "loaded", Active: "active", Enabled: "enabled", Started: start}
+	d := unitDiffs(lb, nodeState{Units: map[string]unitState{"haproxy.service": running},
+		Files: map[string]fileState{"/etc/haproxy/haproxy.cfg": {Present: true, MTime: start.Add(time.Second)}}}, nil)
+	if len(d) != 1 || d[0].Kind != steps.DiffStale || !strings.Contains(d[0].What, "no effect until it restarts") {
+		t.Errorf("haproxy.cfg changed after HAProxy started: %+v, want one DiffStale", d)
+	}
+	d = unitDiffs(w, nodeState{Units: map[string]unitState{"etcd.service": {Name: "etcd.service", Load: "loaded", Active: "active", Enabled: "enabled", Started: start}},
+		Files: map[string]fileState{"/etc/etcd/kubernetes.pem": {Present: true, MTime: start.Add(time.Second)}}}, nil)
+	if len(d) != 1 || d[0].Kind != steps.DiffContent {
+		t.Errorf("a cert changed after etcd started: %+v, want information (DiffContent)", d)
+	}
 	// Disabled and not reloaded are separate diffs on a running unit.
 	st := nodeState{Units: map[string]unitState{"etcd.service": {Name: "etcd.service", Load: "loaded", Active: "active", Enabled: "disabled", NeedReload: true, Started: start}}}
 	if d := unitDiffs(w, st, nil); len(d) != 2 {
