@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -32,9 +33,11 @@ type Readyz struct {
 	OK bool `json:"ok"`
 	// HTTPStatus is the response's status code, 0 when there was none.
 	HTTPStatus int `json:"httpStatus,omitempty"`
-	// Failed lists the failing checks from the verbose body, e.g.
-	// "etcd failed: reason withheld" (the reason is in the apiserver's
-	// log; the body never carries it).
+	// Failed lists the failing checks, e.g. "etcd failed: etcd client
+	// connection not yet established": the verbose body says only "reason
+	// withheld" (the endpoint is public), so each failing check's own
+	// endpoint, /readyz/<check>, is asked for its reason (readyzReasons);
+	// a check whose reason cannot be read keeps "reason withheld".
 	Failed []string `json:"failed,omitempty"`
 	// Err is why the request failed (connect, TLS, timeout) or, for a
 	// non-200 answer without failed checks, the status and body.
@@ -165,10 +168,45 @@ func readyz(ctx context.Context, base *rest.Config, r *Readyz) {
 		r.Err = "read body: " + errText(err)
 		return
 	}
-	r.Failed = FailedChecks(body)
+	r.Failed = readyzReasons(ctx, hc, r.URL, FailedChecks(body))
 	if !r.OK && len(r.Failed) == 0 {
 		r.Err = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, shorten(strings.Join(strings.Fields(string(body)), " "), 200))
 	}
+}
+
+// withheld ends a failing check's line in a verbose /readyz body: the
+// apiserver logs the reason but does not print it there
+// (k8s.io/apiserver/pkg/server/healthz, handleRootHealth).
+const withheld = " failed: reason withheld"
+
+// readyzReasons asks each failing check's own endpoint, GET
+// /readyz/<check>, which answers "internal server error: <reason>"
+// (healthz.go, adaptCheckToHandler), and puts the reason in place of
+// "reason withheld". Lines that do not parse, and checks whose endpoint
+// does not answer with a reason, are kept as they are.
+func readyzReasons(ctx context.Context, hc *http.Client, base string, failed []string) []string {
+	out := slices.Clone(failed)
+	for i, f := range failed {
+		name, ok := strings.CutSuffix(f, withheld)
+		if !ok || name == "" {
+			continue
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/readyz/"+name, nil)
+		if err != nil {
+			continue
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		resp.Body.Close()
+		reason, ok := strings.CutPrefix(strings.TrimSpace(string(body)), "internal server error: ")
+		if resp.StatusCode == http.StatusInternalServerError && ok && reason != "" {
+			out[i] = name + " failed: " + shorten(strings.Join(strings.Fields(reason), " "), 300)
+		}
+	}
+	return out
 }
 
 // FailedChecks returns the failing checks of a verbose /readyz or /livez

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"github.com/khw-dev/khw/internal/kubeconfig"
 	"github.com/khw-dev/khw/internal/pki"
 	"github.com/khw-dev/khw/internal/state"
+	"k8s.io/apiserver/pkg/server/healthz"
 )
 
 // fakeCluster is the default cluster with khw's real PKI and kubeconfigs in
@@ -370,5 +372,37 @@ func TestLeasesJudgedByTheServersClock(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReadyzReasons: an apiserver's verbose /readyz withholds why a check
+// fails; the check's own endpoint tells. cp1 runs upstream's readyz
+// handler (k8s.io/apiserver/pkg/server/healthz) with a failing etcd check:
+// its reason replaces "reason withheld". cp2 has no per-check endpoint:
+// its line stays as the body gave it.
+func TestReadyzReasons(t *testing.T) {
+	f := newFakeCluster(t)
+	mux := http.NewServeMux()
+	healthz.InstallReadyzHandler(mux, healthz.PingHealthz,
+		healthz.NamedCheck("etcd", func(*http.Request) error { return errors.New("etcd client connection not yet established") }),
+		healthz.NamedCheck("poststarthook/rbac/bootstrap-roles", func(*http.Request) error { return errors.New("not finished") }))
+	f.serve(t, "cp1", mux.ServeHTTP)
+	f.serve(t, "cp2", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/readyz" {
+			http.NotFound(w, r)
+			return
+		}
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprint(w, "[+]ping ok\n[-]etcd failed: reason withheld\nreadyz check failed\n")
+	})
+	got := APIServers(context.Background(), f.target(), f.kubeconfig())
+	if want := "etcd failed: etcd client connection not yet established;poststarthook/rbac/bootstrap-roles failed: not finished"; strings.Join(got[0].Failed, ";") != want || got[0].OK {
+		t.Errorf("cp1: failed %q, want %q", got[0].Failed, want)
+	}
+	if want := "etcd failed: reason withheld"; strings.Join(got[1].Failed, ";") != want {
+		t.Errorf("cp2: failed %q, want %q", got[1].Failed, want)
+	}
+	if seen := strings.Join(f.seen, "\n"); !strings.Contains(seen, "cp1 admin /readyz/etcd") || !strings.Contains(seen, "cp1 admin /readyz/poststarthook/rbac/bootstrap-roles") {
+		t.Errorf("server saw:\n%s\nwant the per-check endpoints asked", seen)
 	}
 }
