@@ -417,3 +417,31 @@ func TestPaceFollowsSlowdown(t *testing.T) {
 		}
 	}
 }
+
+// TestLiveTimelineInTimeOrder: a slow probe launched first answers last.
+// Its event must still be printed before the later events that faster
+// probes queued meanwhile, so nothing is printed past a probe in flight.
+func TestLiveTimelineInTimeOrder(t *testing.T) {
+	var out strings.Builder
+	p := &Prober{}
+	r := &Runner{Prober: p, Out: &out}
+	r.defaults()
+	t0 := time.Now().Add(-20 * time.Second)
+	r.brokeAt = t0
+	// A slow etcd probe sent at +1 s is still in flight.
+	p.flights = map[uint64]time.Time{7: t0.Add(time.Second)}
+	r.observe(Sample{Signal: SigAPIRead, At: t0.Add(2 * time.Second), Err: "connection refused"})
+	r.printEvents(false)
+	if out.Len() != 0 {
+		t.Fatalf("printed past a probe in flight since +1 s:\n%s", out.String())
+	}
+	r.observe(Sample{Signal: SigEtcd, At: t0.Add(time.Second), Err: "no leader", flight: 7})
+	r.printEvents(false)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "1.0s  etcd") || !strings.Contains(lines[1], "2.0s  api-read") {
+		t.Errorf("timeline not in time order:\n%s", out.String())
+	}
+	if _, ok := p.InFlightSince(); ok {
+		t.Errorf("the observed probe is still in flight: %v", p.flights)
+	}
+}

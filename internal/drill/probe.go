@@ -80,6 +80,48 @@ type Prober struct {
 	client *http.Client
 	seq    int64
 	mu     sync.Mutex
+
+	// flights: launch time of each probe whose sample has not been
+	// observed yet (Done), by number.
+	flightMu sync.Mutex
+	flights  map[uint64]time.Time
+	lastID   uint64
+}
+
+// launch records a probe that starts now and returns its number.
+func (p *Prober) launch() uint64 {
+	p.flightMu.Lock()
+	defer p.flightMu.Unlock()
+	if p.flights == nil {
+		p.flights = map[uint64]time.Time{}
+	}
+	p.lastID++
+	p.flights[p.lastID] = time.Now()
+	return p.lastID
+}
+
+// Done says that the probe which made s is over: its sample was observed
+// (or dropped). Run's consumer calls it after it has taken s into account.
+func (p *Prober) Done(s Sample) {
+	p.flightMu.Lock()
+	defer p.flightMu.Unlock()
+	delete(p.flights, s.flight)
+}
+
+// InFlightSince returns when the oldest probe still in flight (launched,
+// its sample not yet Done) started, and false when none is. No sample
+// observed later can be older than that (a sample's At is taken after its
+// launch), so events before it can be printed in their final order.
+func (p *Prober) InFlightSince() (time.Time, bool) {
+	p.flightMu.Lock()
+	defer p.flightMu.Unlock()
+	var oldest time.Time
+	for _, t := range p.flights {
+		if oldest.IsZero() || t.Before(oldest) {
+			oldest = t
+		}
+	}
+	return oldest, !oldest.IsZero()
 }
 
 // Init builds the HTTP client: admin certificate, cluster CA, and a new TCP
@@ -172,14 +214,17 @@ func (p *Prober) Run(ctx context.Context, out chan<- Sample) {
 					go func() {
 						defer inner.Done()
 						defer func() { <-sem }()
+						id := p.launch()
 						s := sc.probe(ctx)
-						s.Signal = sc.sig
+						s.Signal, s.flight = sc.sig, id
 						if ctx.Err() != nil && !s.OK {
+							p.Done(s)
 							return // cut short by the end of the drill, not by the cluster
 						}
 						select {
 						case out <- s:
 						case <-ctx.Done():
+							p.Done(s)
 						}
 					}()
 				default:

@@ -122,10 +122,14 @@ func (r *Runner) observe(s Sample) {
 		r.lastBad[s.Signal] = s.At
 	}
 	r.events = append(r.events, r.tracker.Add(s)...)
+	if r.Prober != nil {
+		r.Prober.Done(s)
+	}
 }
 
 // eventHoldback delays the printing of events so that those of probes that
-// answer at different speeds come out in time order.
+// answer at different speeds come out in time order; a probe still in
+// flight holds them back longer (printEvents).
 const eventHoldback = time.Second
 
 // emit queues one event of the drill itself (break, heal).
@@ -135,15 +139,23 @@ func (r *Runner) emit(at time.Time, text string) {
 	r.mu.Unlock()
 }
 
-// printEvents prints the queued events older than the holdback (all of
-// them when all is true), sorted by time, relative to the break ("before"
-// while nothing is broken yet).
+// printEvents prints the queued events older than the holdback and than
+// the oldest probe still in flight (all of them when all is true), sorted
+// by time, relative to the break ("before" while nothing is broken yet):
+// the live timeline comes out in time order.
 func (r *Runner) printEvents(all bool) {
 	r.mu.Lock()
 	sort.SliceStable(r.events, func(i, j int) bool { return r.events[i].At.Before(r.events[j].At) })
 	cut := len(r.events)
 	if !all {
 		limit := time.Now().Add(-eventHoldback)
+		if r.Prober != nil {
+			// A slow probe's sample, observed later, can be older than
+			// the events queued now: wait for it.
+			if t, ok := r.Prober.InFlightSince(); ok && t.Before(limit) {
+				limit = t
+			}
+		}
 		cut = sort.Search(len(r.events), func(i int) bool { return r.events[i].At.After(limit) })
 	}
 	out := r.events[:cut]

@@ -68,6 +68,10 @@ type Sample struct {
 	// answered, else the error; node → "Ready" / "NotReady" / "Unknown";
 	// control plane → "" when /readyz said ok, else the reason.
 	Parts map[string]string `json:"parts,omitempty"`
+
+	// flight is the Prober's number for the probe that made the sample,
+	// until the consumer has observed it (Prober.Done).
+	flight uint64
 }
 
 // EtcdState is the part of an etcd sample the report uses.
