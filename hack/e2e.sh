@@ -441,9 +441,12 @@ phase "khw status"      status_check
 phase "khw up (no-op)"  noop_check
 if [ "${E2E_DRILLS:-}" = 1 ]; then
   # The failover drills, each must pass its verdict (exit 0): one etcd
-  # member down (the leader: one election, API stays up), the seed's
-  # power-off of cp2, and the seed's quorum loss (2 of 3 members).
-  phase "drill etcd x1"     "$KHW" break etcd --count 1 --for 20s
+  # member down (the leader: one election, API stays up; with E2E_LABS
+  # lab 12 has just run it), the seed's power-off of cp2, and the seed's
+  # quorum loss (2 of 3 members).
+  if [ "${E2E_LABS:-}" != 1 ]; then
+    phase "drill etcd x1"   "$KHW" break etcd --count 1 --for 20s
+  fi
   phase "drill cp2 off"     "$KHW" break node cp2 --for 30s
   phase "drill etcd x2"     "$KHW" break etcd --count 2 --for 30s
   drill_figures
