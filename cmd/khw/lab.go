@@ -258,6 +258,9 @@ func observeInShell(ctx context.Context, e *labEnv, shell string, w io.Writer) e
 }
 
 func runLab(parent context.Context, a *app, id string, o labOpts) error {
+	if l, err := lab.Lookup(id); err == nil && o.byHand && o.yes && !l.MakesNodes {
+		return usageError{fmt.Errorf("--yes does nothing with --by-hand: khw changes nothing, you type the commands (only lab %s asks, as khw makes the machines)", labid.Machines)}
+	}
 	o.show = true
 	return withLab(parent, a, id, o, func(ctx context.Context, l lab.Lab, t labs.Lab, e *labEnv, ui lab.UI) error {
 		return e.course.Run(ctx, l, t, ui)

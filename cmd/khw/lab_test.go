@@ -26,6 +26,7 @@ func TestLabAndBreakUsage(t *testing.T) {
 		{[]string{"lab", "quiz", "04", "--lang", "fr"}, `--lang="fr": the labs are written in en and ko`},
 		{[]string{"lab", "run", "04", "--lang", "kr"}, `--lang="kr"`},
 		{[]string{"lab", "quiz", "nosuch"}, "12-failover"},
+		{[]string{"lab", "04", "--by-hand", "--yes"}, "--yes does nothing with --by-hand"},
 		{[]string{"lab", "hint", "nosuch"}, "12-failover"},
 		{[]string{"break", "disk"}, "unknown drill"},
 		{[]string{"break", "etcd", "--count", "3"}, "add --force"},

@@ -15,18 +15,19 @@ var ErrQuizNoAnswer = errors.New("no answer (stdin closed): answer each question
 
 // quizWords are the quiz's own words in a lab text's language (English
 // when the language has none).
-type quizWords struct{ prompt, again, right, wrong, score string }
+type quizWords struct{ prompt, again, right, wrong, score, partial string }
 
 var quizLang = map[string]quizWords{
-	"en": {prompt: "Your answer (a-%c): ", again: "(one letter, a to %c)\n", right: "✓ right: %c.\n", wrong: "✗ not %c: the answer is %c) %s\n", score: "\n%d of %d right.\n"},
-	"ko": {prompt: "답 (a-%c): ", again: "(a부터 %c까지 글자 하나로 답하세요)\n", right: "✓ 정답: %c.\n", wrong: "✗ %c는 틀렸습니다. 정답은 %c) %s\n", score: "\n%[2]d문제 중 %[1]d문제를 맞혔습니다.\n"},
+	"en": {prompt: "Your answer (a-%c): ", again: "(one letter, a to %c)\n", right: "✓ right: %c.\n", wrong: "✗ not %c: the answer is %c) %s\n", score: "\n%d of %d right.\n", partial: "The input ended after %[2]d of %[3]d questions: %[1]d right so far.\n"},
+	"ko": {prompt: "답 (a-%c): ", again: "(a부터 %c까지 글자 하나로 답하세요)\n", right: "✓ 정답: %c.\n", wrong: "✗ %c는 틀렸습니다. 정답은 %c) %s\n", score: "\n%[2]d문제 중 %[1]d문제를 맞혔습니다.\n", partial: "%[3]d문제 중 %[2]d문제까지 답하고 입력이 끝났습니다. 지금까지 %[1]d문제를 맞혔습니다.\n"},
 }
 
 // Quiz asks the questions of lab text t in order on ui.Out: each with its
 // lettered choices, one answer read from ui.In per question (a letter,
 // case ignored, "b)" allowed; anything else asks again), then whether it
 // was right and the text's explanation, in the text's language. It ends
-// with the score (words.score takes right, then total). It needs no
+// with the score (words.score takes right, then total), or, when the input
+// ends first, the score so far (words.partial: right, answered, total). It needs no
 // cluster. Errors: ErrQuizNoAnswer (input ended), or a wrong answer
 // (the error gives the score and how to try again); nil when every answer
 // was right.
@@ -47,6 +48,7 @@ func Quiz(t labs.Lab, ui UI) error {
 		}
 		got, err := readChoice(ui, in, words, len(q.Choices))
 		if err != nil {
+			ui.say(words.partial, right, i, len(t.Quiz))
 			return err
 		}
 		if got == q.Answer {

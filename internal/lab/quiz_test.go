@@ -49,9 +49,13 @@ func TestQuizInputEnds(t *testing.T) {
 	if err := Quiz(quizText(), UI{Out: &out, In: strings.NewReader("b\nb")}); err != nil {
 		t.Fatalf("an answer without a newline at the end of input: %v", err)
 	}
+	out.Reset()
 	err := Quiz(quizText(), UI{Out: &out, In: strings.NewReader("b\n")})
 	if !errors.Is(err, ErrQuizNoAnswer) {
 		t.Errorf("err = %v, want ErrQuizNoAnswer", err)
+	}
+	if want := "The input ended after 1 of 2 questions: 1 right so far."; !strings.Contains(out.String(), want) {
+		t.Errorf("the score so far is lost; output:\n%s\nwant %q", out.String(), want)
 	}
 }
 
