@@ -10,7 +10,8 @@
 #     all done;
 #   witnesses from outside khw (kubectl, openssl, curl against etcd), khw
 #     status, khw up again (must be a no-op: every step clean — after the
-#     labs this also shows that the labs built what khw up builds);
+#     labs this also shows that the labs built what khw up builds), khw etcd
+#     snapshot save (its revision read back by etcdutl snapshot status);
 #   E2E_DRILLS=1: three failover drills, each must pass its verdict;
 #   E2E_LABS=1: mistakes made by hand the way a student would, each on one
 #     node, which `khw lab check` must name with their lab, evidence and fix
@@ -160,6 +161,29 @@ status_check() {
   local js
   js=$("$KHW" status -o json)
   grep -q '"quorum": true' <<<"$js"
+}
+
+# khw etcd snapshot save, the file read back by etcd's own etcdutl (from
+# the mirror's etcd release): the same revision, the SHA-256 khw printed,
+# mode 0600; a second save over it is refused without --force.
+etcd_snapshot() {
+  local js rev f out tmp tgz
+  "$KHW" etcd snapshot save "$STATE/snap.db" | tee "$STATE/snap.txt"
+  grep -q "^Snapshot of etcd from cp[0-9], the leader" "$STATE/snap.txt" || { echo "e2e: no snapshot line" >&2; return 1; }
+  if "$KHW" etcd snapshot save "$STATE/snap.db" 2>/dev/null; then echo "e2e: a second save replaced the file" >&2; return 1; fi
+  js=$("$KHW" etcd snapshot save -o json)
+  echo "$js"
+  rev=$(jq -r .revision <<<"$js")
+  f=$(jq -r .path <<<"$js")
+  [ "$(stat -c %a "$f")" = 600 ] || { echo "e2e: $f is not mode 0600" >&2; return 1; }
+  [ "$(sha256sum "$f" | cut -d' ' -f1)" = "$(jq -r .sha256 <<<"$js")" ] || { echo "e2e: the file's SHA-256 is not the one printed" >&2; return 1; }
+  tgz=("$MIRROR_DIR"/github.com/etcd-io/etcd/releases/download/*/etcd-*-linux-"$(go env GOARCH)".tar.gz)
+  tmp=$(mktemp -d)
+  tar -xzf "${tgz[0]}" -C "$tmp" --strip-components=1 --wildcards '*/etcdutl'
+  out=$("$tmp/etcdutl" snapshot status "$f" -w json)
+  rm -rf "$tmp"
+  echo "etcdutl snapshot status: $out"
+  jq -e --argjson r "$rev" '.revision == $r' <<<"$out" >/dev/null || { echo "e2e: etcdutl reads another revision than $rev" >&2; return 1; }
 }
 
 # ---- the labs (E2E_LABS=1)
@@ -439,6 +463,7 @@ fi
 phase "witnesses"       witness
 phase "khw status"      status_check
 phase "khw up (no-op)"  noop_check
+phase "etcd snapshot"   etcd_snapshot
 if [ "${E2E_DRILLS:-}" = 1 ]; then
   # The failover drills, each must pass its verdict (exit 0): one etcd
   # member down (the leader: one election, API stays up; with E2E_LABS

@@ -4,6 +4,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/khw-dev/khw/internal/state"
 )
 
 // TestLabAndBreakUsage checks the command-line errors of khw lab and khw
@@ -50,5 +53,26 @@ func TestLabAndBreakUsage(t *testing.T) {
 	out, errOut, code := run(t, base, "heal")
 	if code != 0 || !strings.Contains(out, "no drill is active") {
 		t.Errorf("heal without a drill: exit %d, %q %q", code, out, errOut)
+	}
+}
+
+// TestSnapshotPath: the default snapshot file is under the state
+// directory's etcd-snapshots/; a FILE elsewhere in the state directory
+// (where a key could be replaced) is a usage error; one outside is taken.
+func TestSnapshotPath(t *testing.T) {
+	d := state.New(t.TempDir(), "c")
+	now := time.Date(2026, 12, 4, 21, 5, 0, 0, time.UTC)
+	if p, err := snapshotPath(d, nil, now); err != nil || p != filepath.Join(d.Root, "etcd-snapshots", "snapshot-20261204-210500.db") {
+		t.Errorf("default: %q, %v", p, err)
+	}
+	for _, bad := range []string{filepath.Join(d.Root, "pki", "ca-key.pem"), d.Root, filepath.Join(d.Root, "etcd-snapshots")} {
+		if _, err := snapshotPath(d, []string{bad}, now); err == nil || !strings.Contains(err.Error(), "inside the state directory") {
+			t.Errorf("%s: %v, want a usage error", bad, err)
+		}
+	}
+	for _, good := range []string{filepath.Join(d.Root, "etcd-snapshots", "mine.db"), filepath.Join(t.TempDir(), "b.db"), filepath.Join(d.Root+"x", "b.db")} {
+		if p, err := snapshotPath(d, []string{good}, now); err != nil || p != good {
+			t.Errorf("%s: %q, %v", good, p, err)
+		}
 	}
 }

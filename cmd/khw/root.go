@@ -60,7 +60,7 @@ func (a *app) loadForWrite() (state.Dir, *config.Cluster, func(), error) {
 //
 //	lock:    init, pki, kubeconfig, encryption, render, up, down, power,
 //	         smoke, break (for the whole drill), heal, lab run, lab check
-//	         (it records the lab as done), lab reset
+//	         (it records the lab as done), lab reset, etcd snapshot save
 //	no lock: status, config validate/show, pki inspect, up --dry-run,
 //	         lab list, fetch, mirror, version; shell and kubectl (the user's
 //	         own hands in the cluster, like ssh: khw cannot know what they
@@ -128,6 +128,7 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 		newUpCmd(a),
 		newDownCmd(a),
 		newStatusCmd(a),
+		newEtcdCmd(a),
 		newSmokeCmd(a),
 		newShellCmd(a),
 		newKubectlCmd(a),
