@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/state"
@@ -235,5 +236,35 @@ func TestSourceJumpboxStaysInState(t *testing.T) {
 	}
 	if _, err := src.ReadFile(context.Background(), "cp9", "/etc/hostname"); err == nil || !strings.Contains(err.Error(), "not a node") {
 		t.Errorf("unknown node: %v", err)
+	}
+}
+
+// TestKeptSnapshot: a lab run before and not done keeps the snapshot of
+// its first try (a second khw lab --by-hand must not take a new one of the
+// half-done state); a done lab, or one without a snapshot, gets a new one.
+func TestKeptSnapshot(t *testing.T) {
+	if _, err := exec.LookPath("rsync"); err != nil {
+		t.Skip("rsync not installed (make deps installs it)")
+	}
+	d := state.New(t.TempDir(), "lab")
+	if err := os.MkdirAll(d.Root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c := &Course{S: &cluster.Session{Dir: d}}
+	l := byID("02-pki")
+	if c.keptSnapshot(l) {
+		t.Error("no snapshot yet, but one is kept")
+	}
+	if err := SnapshotState(context.Background(), d, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	if !c.keptSnapshot(l) {
+		t.Error("a lab tried and not done does not keep its snapshot")
+	}
+	if err := MarkDone(d, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	if c.keptSnapshot(l) {
+		t.Error("a done lab keeps its old snapshot: running it again must take a new one")
 	}
 }

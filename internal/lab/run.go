@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -103,11 +104,18 @@ func (c *Course) Run(ctx context.Context, l Lab, t labs.Lab, ui UI) error {
 			ui.say("  To do it by hand again: khw lab reset %s (back to before it), then khw lab %s --by-hand.\n", l.ID, l.ID)
 		}
 	} else {
-		snap, err := c.TakeSnapshot(ctx, l)
-		if err != nil {
-			return err
+		if c.keptSnapshot(l) {
+			// Tried before and not done (by hand, or cut short): the
+			// snapshot from before the first try is where khw lab reset
+			// must go back to, not the half-done state of now.
+			ui.say("Snapshot %q kept from your first try of this lab: khw lab reset %s goes back to before it.\n", SnapshotName(l.ID), l.ID)
+		} else {
+			snap, err := c.TakeSnapshot(ctx, l)
+			if err != nil {
+				return err
+			}
+			c.saySnapshot(ui, l, snap)
 		}
-		c.saySnapshot(ui, l, snap)
 		if ui.ByHand && l.MakesNodes {
 			// Making machines is the hypervisor's work, not a Kubernetes
 			// skill: khw makes them and the student checks them.
@@ -171,6 +179,22 @@ func (c *Course) byHand(ctx context.Context, l Lab, t labs.Lab, ui UI, diffs []s
 	}
 	c.finish(ctx, l, t, ui)
 	return nil
+}
+
+// keptSnapshot reports whether lab l, not marked done, already has the
+// snapshots taken when it was first run. They are from the same past as
+// now: khw lab reset deletes the snapshots of the labs after the one it
+// resets, and the nodes' snapshot is taken before the state directory's.
+func (c *Course) keptSnapshot(l Lab) bool {
+	prog, err := LoadProgress(c.S.Dir)
+	if err != nil {
+		return false
+	}
+	if _, done := prog[l.ID]; done {
+		return false
+	}
+	st, err := os.Stat(stateSnapshotDir(c.S.Dir, l.ID))
+	return err == nil && st.IsDir()
 }
 
 // whatNext names the first later lab that is not marked done, as the
