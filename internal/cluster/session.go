@@ -146,9 +146,14 @@ func (s *Session) AdminKubeconfig() string {
 // AdminRESTConfig is the client config of AdminKubeconfig, dialing through
 // Target, with a 10 s timeout per request (up to 30 s on slow nodes). A
 // missing or bad kubeconfig names the fix (khw kubeconfig).
-func (s *Session) AdminRESTConfig() (*rest.Config, error) {
+func (s *Session) AdminRESTConfig() (*rest.Config, error) { return s.AdminRESTConfigVia("") }
+
+// AdminRESTConfigVia is AdminRESTConfig with the server URL replaced by
+// server ("" keeps the kubeconfig's, the load balancer): one apiserver
+// directly, for what runs before the load balancer exists.
+func (s *Session) AdminRESTConfigVia(server string) (*rest.Config, error) {
 	t := s.Target()
-	cfg, err := kube.RESTConfig(s.AdminKubeconfig(), "")
+	cfg, err := kube.RESTConfig(s.AdminKubeconfig(), server)
 	if err != nil {
 		return nil, fmt.Errorf("%w (fix: khw kubeconfig)", err)
 	}
@@ -172,8 +177,11 @@ func (s *Session) DialFrom(node config.Node) remote.DialFunc {
 }
 
 // Clientset is a Kubernetes client for AdminRESTConfig.
-func (s *Session) Clientset() (kubernetes.Interface, error) {
-	cfg, err := s.AdminRESTConfig()
+func (s *Session) Clientset() (kubernetes.Interface, error) { return s.ClientsetVia("") }
+
+// ClientsetVia is Clientset through server (see AdminRESTConfigVia).
+func (s *Session) ClientsetVia(server string) (kubernetes.Interface, error) {
+	cfg, err := s.AdminRESTConfigVia(server)
 	if err != nil {
 		return nil, err
 	}

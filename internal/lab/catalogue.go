@@ -120,7 +120,7 @@ var catalogue = []Lab{
 		step:      onMachines(lb.NewStep),
 		detectors: lb.Detectors},
 	{ID: labid.Workers,
-		Look:      "`ssh -F \"$KHW_SSH_CONFIG\" {node} sudo journalctl -u kubelet -n 30 --no-pager` (and containerd, kube-proxy); `kubectl get nodes -o wide`",
+		Look:      "`ssh -F \"$KHW_SSH_CONFIG\" {node} sudo journalctl -u kubelet -n 30 --no-pager` (and containerd, kube-proxy); `kubectl get nodes -o wide`; the node's config files: `ssh -F \"$KHW_SSH_CONFIG\" {node} 'sudo head -n 50 /etc/cni/net.d/* /var/lib/kubelet/kubelet-config.yaml'`",
 		Up:        "every worker: kernel prerequisites, containerd, runc,\nCNI, images imported; w1, w2: kubelet, kube-proxy; Nodes\nReady",
 		step:      workers.NewStep,
 		detectors: workers.Detectors,

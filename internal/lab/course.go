@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"slices"
 	"sort"
 	"strconv"
@@ -16,9 +17,11 @@ import (
 
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/health"
 	"github.com/khw-dev/khw/internal/lab/grade"
 	"github.com/khw-dev/khw/internal/lab/labcheck"
 	"github.com/khw-dev/khw/internal/lab/nodeplan"
+	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/steps"
 	"github.com/khw-dev/khw/internal/vm"
@@ -248,12 +251,22 @@ func (c *Course) Grade(ctx context.Context, l Lab) (*Grade, error) {
 	detectors := l.Detectors()
 	g.Detectors = len(detectors)
 	if len(detectors) > 0 {
-		cs, cerr := c.S.Clientset()
+		// Before the load balancer's lab, the API is asked on the first
+		// control plane directly: there is no lb to go through yet.
+		server := ""
+		if cps := c.S.Config.ControlPlanes(); l.ID < labid.LB && len(cps) > 0 {
+			port := c.S.Config.Kubernetes.APIServerPort
+			if port == 0 {
+				port = health.DefaultAPIServerPort
+			}
+			server = "https://" + net.JoinHostPort(cps[0].Name, strconv.Itoa(port))
+		}
+		cs, cerr := c.S.ClientsetVia(server)
 		if cerr != nil {
 			g.Warnings = append(g.Warnings, fmt.Sprintf("no API client (%v): the checks of API objects are skipped", cerr))
 		}
 		live := &labcheck.Live{Target: c.S.Target(), AdminKubeconfig: c.S.AdminKubeconfig(), DialFrom: c.S.DialFrom}
-		if admin, aerr := c.S.AdminRESTConfig(); aerr == nil {
+		if admin, aerr := c.S.AdminRESTConfigVia(server); aerr == nil {
 			live.Admin = admin
 		}
 		ms, err := labcheck.CheckLive(ctx, detectors, c.S.Config, src, cs, live, time.Now())
@@ -388,6 +401,10 @@ func (g *Grade) addStepDiffs(l Lab, diffs []steps.Diff) {
 			down = append(down, labcheck.Mistake{Lab: l.ID, Node: d.Node, What: d.What,
 				Evidence: "systemctl show " + d.Subject + " on " + d.Node + " (khw status shows every unit)",
 				Fix:      d.Fix + " (and read why it stopped: journalctl -u " + d.Subject + " on the node)"})
+			continue
+		case steps.DiffCopy:
+			g.Mistakes = append(g.Mistakes, labcheck.Mistake{Lab: l.ID, Node: d.Node, Subject: d.Subject, What: d.What,
+				Evidence: "sha256sum " + d.Subject + " on " + d.Node + " and of the jumpbox's file", Fix: d.Fix})
 			continue
 		case steps.DiffStale:
 			down = append(down, labcheck.Mistake{Lab: l.ID, Node: d.Node, What: d.What,

@@ -72,7 +72,9 @@ func (c *Course) Run(ctx context.Context, l Lab, t labs.Lab, ui UI) error {
 		}
 		fmt.Fprintf(ui.Err, "Warning: earlier labs not done (%s); going on because of --force\n", strings.Join(missing, ", "))
 	}
-	if t.Have.Shell != "" {
+	// The lab that makes the nodes runs no command in khw shell before
+	// they exist: its "you should have" is read in the text.
+	if t.Have.Shell != "" && !l.MakesNodes {
 		observe(ctx, ui, "You should have, from the earlier labs", []labs.Block{t.Have})
 	}
 	if l.Kind == Drill && ui.ByHand {
@@ -158,10 +160,27 @@ func (c *Course) byHand(ctx context.Context, l Lab, t labs.Lab, ui UI, diffs []s
 			}
 		}
 	}
-	c.show(ui, l, diffs, nil)
-	path, err := writeByHand(c.S.Dir, l.ID, c.Commands(l, diffs))
+	cmds := c.Commands(l, diffs)
+	path, err := writeByHand(c.S.Dir, l.ID, cmds)
 	if err != nil {
 		return err
+	}
+	// The changes node by node, then the commands once, in the order the
+	// script has them (a command that needs every node, such as etcd's
+	// member list, comes after all of them).
+	ui.say("%d change(s) to make:\n", len(diffs))
+	for _, d := range diffs {
+		where := d.Node
+		if where == "" {
+			where = "jumpbox"
+		}
+		ui.say("  - %s: %s\n", where, d.What)
+	}
+	ui.say("\nThe commands, in order:\n")
+	for _, cmd := range cmds {
+		for _, ln := range strings.Split(cmd.String(), "\n") {
+			ui.say("    %s\n", ln)
+		}
 	}
 	ui.say("\nType these commands in khw shell (in another terminal), then press Enter here to grade your work.\n"+
 		"They are also in %s, to read or copy from.\n"+
@@ -442,7 +461,7 @@ func (c *Course) Check(ctx context.Context, l Lab, ui UI) error {
 		ui.say("✓ lab %s passes: its step's own check finds nothing to change\n", l.ID)
 		return nil
 	}
-	ui.say("✓ lab %s passes: no mistake found (%d checks)\n", l.ID, g.Detectors)
+	ui.say("✓ lab %s passes: no mistake found (%d %s)\n", l.ID, g.Detectors, steps.Plural(g.Detectors, "check", "checks"))
 	return nil
 }
 

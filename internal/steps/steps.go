@@ -150,6 +150,11 @@ const (
 	// re-read by itself): the file's change has no effect until a
 	// restart, so grading counts it as a mistake, never a variant.
 	DiffStale
+	// DiffCopy is a node's copy of a file the jumpbox made (a certificate,
+	// a key, the encryption config) that is missing or is not the
+	// jumpbox's: such a file has no variants, the node must hold what the
+	// jumpbox issued, so grading counts it as a mistake.
+	DiffCopy
 	// DiffRequired is a node setting outside khw's files that the
 	// components require (a kernel module, a sysctl, swap off): a mistake
 	// in grading unless the lab excuses it (a worker whose kubelet is told

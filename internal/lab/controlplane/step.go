@@ -72,7 +72,7 @@ func NewStep(m *nodeplan.Machines) steps.Step {
 			{Why: "copy the RBAC that lets the apiserver (user kubernetes) reach the kubelets to " + n,
 				Shell: `scp -F "$KHW_SSH_CONFIG" ` + filepath.Join(env.State.ManifestsDir(), nodeplan.RBACManifest) + " " + n + ":"},
 			{Node: n, Why: "apply it: logs, exec and port-forward go through the kubelets",
-				Shell: kubectl + "apply --server-side -f " + nodeplan.RBACManifest},
+				Shell: kubectl + "apply --server-side -f " + nodeplan.RBACManifest + "\nrm -f " + nodeplan.RBACManifest},
 			{Node: n, Why: "one controller-manager and one scheduler lead; the Lease names the holder (the first takes a few seconds)",
 				Shell: "for i in $(seq 60); do " + kubectl + "-n kube-system get lease kube-controller-manager kube-scheduler >/dev/null 2>&1 && break; sleep 1; done\n" +
 					kubectl + "-n kube-system get lease kube-controller-manager kube-scheduler"},

@@ -55,7 +55,7 @@ func NewStep(m *nodeplan.Machines) steps.Step {
 			{Node: cp[0].Name, Why: "wait until every member answers (a new cluster needs a few seconds to elect its first leader; at most 60 s)",
 				Shell: "for i in $(seq 60); do " + all + " endpoint health >/dev/null 2>&1 && break; sleep 1; done"},
 			{Node: cp[0].Name, Why: "every member listed, and which one leads (IS LEADER, RAFT TERM)",
-				Shell: "sudo ETCDCTL_API=3 etcdctl --endpoints=https://127.0.0.1:2379" + tls + " member list -w table\n" +
+				Shell: "sudo etcdctl --endpoints=https://127.0.0.1:2379" + tls + " member list -w table\n" +
 					all + " endpoint status -w table"}}
 	}
 	return s

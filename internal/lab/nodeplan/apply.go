@@ -253,7 +253,7 @@ func fileCommands(w *NodeWant, only, fetched map[string]bool) []steps.Command {
 	if len(w.Packages) > 0 && (only == nil || slices.ContainsFunc(w.Packages, func(p WantPackage) bool { return only[PackageSubject(p.Name)] })) {
 		cmds = append(cmds, PackageCommands(w)...)
 	}
-	var copies, installs, fetches []string
+	var copies, installs, fetches, copied []string
 	bases := map[string]int{}
 	for _, f := range w.Files {
 		if only == nil || only[f.Path] {
@@ -287,14 +287,20 @@ func fileCommands(w *NodeWant, only, fetched map[string]bool) []steps.Command {
 		}
 		copies = append(copies, fmt.Sprintf(`scp -F "$KHW_SSH_CONFIG" %s %s:%s`, src, node, base))
 		installs = append(installs, fmt.Sprintf("sudo install -D -m %04o -o %s -g %s %s %s", fileMode(f.Mode), orRoot(f.Owner), orRoot(f.Group), base, f.Path))
+		copied = append(copied, base)
+	}
+	if len(copied) > 0 {
+		// The copies in the SSH user's home would outlive the lab there,
+		// private keys among them, readable by whoever logs in as it.
+		installs = append(installs, "rm -f "+strings.Join(copied, " "))
 	}
 	if len(fetches) > 0 {
-		cmds = append(cmds, steps.Command{Why: "download the release binaries and check each against the SHA-256 its project publishes (khw takes them from its cache or $KHW_MIRROR, checked the same way)", Shell: strings.Join(fetches, "\n")})
+		cmds = append(cmds, steps.Command{Why: "download the release binaries and check each against the SHA-256 listed beside it: the project's own, or with $KHW_MIRROR the mirror's (khw trusts a mirror through its pin, $KHW_MIRROR_DIGEST)", Shell: strings.Join(fetches, "\n")})
 	}
 	if len(copies) > 0 {
 		cmds = append(cmds,
 			steps.Command{Why: fmt.Sprintf("copy %d file(s) to %s", len(copies), node), Shell: strings.Join(copies, "\n")},
-			steps.Command{Node: node, Why: "put each file in place with its mode and owner", Shell: strings.Join(installs, "\n")})
+			steps.Command{Node: node, Why: "put each file in place with its mode and owner, then remove the copies from your home directory", Shell: strings.Join(installs, "\n")})
 	}
 	for _, x := range w.Extras {
 		if x.Commands != nil && !x.AfterUnits {

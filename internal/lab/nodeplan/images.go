@@ -103,7 +103,7 @@ func imageCommands(c *config.Cluster, w *NodeWant) []steps.Command {
 		}
 		jump = append(jump, get, `echo "$(`+sum+`)  `+tar+`" | sha256sum -c`)
 		copies = append(copies, fmt.Sprintf(`scp -F "$KHW_SSH_CONFIG" %s %s:`, path.Join(w.Downloads, tar), node))
-		imports = append(imports, "sudo ctr -n k8s.io images import "+tar)
+		imports = append(imports, "sudo ctr -n k8s.io images import "+tar+" && rm -f "+tar)
 	}
 	var cmds []steps.Command
 	if len(jump) > 0 {

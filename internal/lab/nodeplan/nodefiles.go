@@ -216,7 +216,22 @@ func fileDiff(node string, f *wantFile, got fileState) (steps.Diff, bool) {
 	default:
 		return d, true
 	}
+	if f.origin == fromState && exactCopy(f.Path) && (got.Other || !got.Present || got.SHA256 != f.sumOf()) {
+		d.Kind = steps.DiffCopy
+		if f.Src != "" {
+			d.Fix = fmt.Sprintf("copy %s to %s again (scp, then sudo install -m %04o)", f.Src, f.Path, fileMode(f.Mode))
+		}
+	}
 	return d, false
+}
+
+// exactCopy reports whether a node file copied from the state directory
+// must be byte for byte the jumpbox's: certificates, keys and the
+// encryption config (one key on every control plane). A kubeconfig may be
+// a correct variant (file paths instead of embedded certificates), so its
+// meaning is graded instead.
+func exactCopy(p string) bool {
+	return strings.HasSuffix(p, ".pem") || strings.HasSuffix(p, "encryption-config.yaml")
 }
 
 // unitDiffs compares the units with the probe. A unit whose dep file is about

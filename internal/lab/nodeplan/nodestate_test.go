@@ -195,6 +195,25 @@ func TestFileDiff(t *testing.T) {
 			t.Errorf("%+v: ok=%v diff %q, want %q", tt.got, ok, d.What, tt.want)
 		}
 	}
+	// A copy of the jumpbox's certificate that is missing or another one is
+	// a mistake (DiffCopy); a kubeconfig that differs may be a variant, and
+	// a cert's mode is not its content.
+	f.origin, f.Src = fromState, "/s/pki/ca.pem"
+	for _, tt := range []struct {
+		path string
+		got  fileState
+		want steps.DiffKind
+	}{
+		{"/etc/etcd/ca.pem", fileState{}, steps.DiffCopy},
+		{"/etc/etcd/ca.pem", fileState{Present: true, SHA256: "x", Mode: 0o644, Owner: "root", Group: "root"}, steps.DiffCopy},
+		{"/etc/etcd/ca.pem", fileState{Present: true, SHA256: f.sumOf(), Mode: 0o600, Owner: "root", Group: "root"}, steps.DiffContent},
+		{"/var/lib/kubelet/kubeconfig", fileState{Present: true, SHA256: "x", Mode: 0o644, Owner: "root", Group: "root"}, steps.DiffContent},
+	} {
+		f.Path = tt.path
+		if d, _ := fileDiff("cp1", f, tt.got); d.Kind != tt.want || (tt.want == steps.DiffCopy && !strings.Contains(d.Fix, "copy /s/pki/ca.pem to "+tt.path+" again")) {
+			t.Errorf("%s %+v: kind %v fix %q, want kind %v", tt.path, tt.got, d.Kind, d.Fix, tt.want)
+		}
+	}
 }
 
 func TestDiffCommandsOnlyNamedFiles(t *testing.T) {
@@ -234,6 +253,8 @@ func TestDiffCommandsNamesAndDownloads(t *testing.T) {
 		"sudo install -D -m 0644 -o root -g root var_lib_kube-proxy_kubeconfig /var/lib/kube-proxy/kubeconfig",
 		"$ cd /d/downloads",
 		`scp -F "$KHW_SSH_CONFIG" /d/downloads/etcd w2:etcd`,
+		// no copy (a key among them) is left in the SSH user's home
+		"w1$ rm -f var_lib_kubelet_kubeconfig var_lib_kube-proxy_kubeconfig etcd",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("commands lack %q:\n%s", want, text)

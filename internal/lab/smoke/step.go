@@ -182,7 +182,7 @@ func (s *smokeStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command
 	}
 	if cps := c.ControlPlanes(); len(cps) > 0 {
 		cmds = append(cmds, steps.Command{Node: cps[0].Name, Why: "its raw value in etcd starts with k8s:enc:aescbc:v1:key1: and holds no plaintext",
-			Shell: "sudo ETCDCTL_API=3 etcdctl --endpoints=https://127.0.0.1:2379 --cacert=/etc/etcd/ca.pem --cert=/etc/etcd/kubernetes.pem --key=/etc/etcd/kubernetes-key.pem get " + smoketest.SecretEtcdKey(smoketest.Namespace, smoketest.SecretName) + " | hexdump -C | head"})
+			Shell: "sudo etcdctl --endpoints=https://127.0.0.1:2379 --cacert=/etc/etcd/ca.pem --cert=/etc/etcd/kubernetes.pem --key=/etc/etcd/kubernetes-key.pem get " + smoketest.SecretEtcdKey(smoketest.Namespace, smoketest.SecretName) + " | hexdump -C | head"})
 	}
 	cmds = append(cmds,
 		steps.Command{Why: "2. a Deployment (the image is already imported on the workers: nothing is pulled)",

@@ -517,7 +517,7 @@ func (s *Step) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {
 					"  --from-literal expiration=$(date -u -d +1hour +%Y-%m-%dT%H:%M:%SZ) --from-literal description='" + tokenDescription(n.Name) + "'"},
 			steps.Command{Why: n.Name + " gets a kubeconfig holding only the token: lab 03's, with the token in place of its placeholder",
 				Shell: "kubectl config set-credentials " + kubeconfig.BootstrapUser + " --token=$ID.$SECRET --kubeconfig " + boot + "\n" +
-					"scp -F \"$KHW_SSH_CONFIG\" " + boot + " " + n.Name + ":\nssh -F \"$KHW_SSH_CONFIG\" " + n.Name + " sudo install -D -m 0600 " + filepath.Base(boot) + " " + bootstrapKubeconfig},
+					"scp -F \"$KHW_SSH_CONFIG\" " + boot + " " + n.Name + ":\nssh -F \"$KHW_SSH_CONFIG\" " + n.Name + " 'sudo install -D -m 0600 " + filepath.Base(boot) + " " + bootstrapKubeconfig + " && rm -f " + filepath.Base(boot) + "'"},
 		)
 	}
 	cmds = append(cmds, s.inner.Commands(env, diffs)...)
