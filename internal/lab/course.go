@@ -259,7 +259,7 @@ func (c *Course) Grade(ctx context.Context, l Lab) (*Grade, error) {
 			if port == 0 {
 				port = health.DefaultAPIServerPort
 			}
-			server = "https://" + net.JoinHostPort(cps[0].Name, strconv.Itoa(port))
+			server = "https://" + net.JoinHostPort(cps[0].IP, strconv.Itoa(port))
 		}
 		cs, cerr := c.S.ClientsetVia(server)
 		if cerr != nil {
