@@ -16,6 +16,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/encryption"
 	"github.com/khw-dev/khw/internal/kubeconfig"
 	"github.com/khw-dev/khw/internal/lab/nodeplan"
@@ -89,25 +90,16 @@ func (s *Step) wants(env *steps.Env, skipMissing bool) ([]*nodeplan.NodeWant, er
 	if err != nil {
 		return nil, err
 	}
-	for _, w := range wants {
-		for _, sp := range kubeconfig.ForNode(env.Cluster, w.Node.Name) {
-			if sp.Bootstrap || w.File(sp.Targets[0].Path) != nil {
-				continue
-			}
-			wf, ok, err := nodeplan.StateFile(env.State, "kubeconfigs/"+sp.File, sp.Targets[0].Path, 0o600, "kubeconfig of "+sp.User+" (D/kubeconfigs/"+sp.File+")")
-			if err != nil {
-				return nil, err
-			}
-			if !ok {
-				if skipMissing {
-					continue
-				}
-				return nil, fmt.Errorf("%s: kubeconfigs/%s is missing on the jumpbox", w.Node.Name, sp.File)
-			}
-			w.Files = append(w.Files, wf)
+	return wants, s.addKubeconfigs(env, wants, func(n config.Node, file, p, what string) (*nodeplan.WantFile, error) {
+		wf, ok, err := nodeplan.StateFile(env.State, file, p, 0o600, what)
+		switch {
+		case err != nil:
+			return nil, err
+		case !ok && !skipMissing:
+			return nil, fmt.Errorf("%s: %s is missing on the jumpbox", n.Name, file)
 		}
-	}
-	return wants, nil
+		return wf, nil
+	})
 }
 
 // plannedWants is wants for the commands of a jumpbox that has not made
@@ -117,15 +109,30 @@ func (s *Step) plannedWants(env *steps.Env) ([]*nodeplan.NodeWant, error) {
 	if err != nil {
 		return nil, err
 	}
+	return wants, s.addKubeconfigs(env, wants, func(_ config.Node, file, p, what string) (*nodeplan.WantFile, error) {
+		return nodeplan.PlannedStateFile(env.State, file, p, 0o600, what), nil
+	})
+}
+
+// addKubeconfigs adds to each want the kubeconfigs of its node that
+// render.Inputs does not list (admin-cp.kubeconfig on the control planes),
+// as file makes them (nil: left out); the bootstrap kubeconfig is lab 10's.
+func (s *Step) addKubeconfigs(env *steps.Env, wants []*nodeplan.NodeWant, file func(n config.Node, src, p, what string) (*nodeplan.WantFile, error)) error {
 	for _, w := range wants {
 		for _, sp := range kubeconfig.ForNode(env.Cluster, w.Node.Name) {
 			if sp.Bootstrap || w.File(sp.Targets[0].Path) != nil {
 				continue
 			}
-			w.Files = append(w.Files, nodeplan.PlannedStateFile(env.State, "kubeconfigs/"+sp.File, sp.Targets[0].Path, 0o600, "kubeconfig of "+sp.User+" (D/kubeconfigs/"+sp.File+")"))
+			wf, err := file(w.Node, kubeconfig.DirName+"/"+sp.File, sp.Targets[0].Path, "kubeconfig of "+sp.User+" (D/kubeconfigs/"+sp.File+")")
+			if err != nil {
+				return err
+			}
+			if wf != nil {
+				w.Files = append(w.Files, wf)
+			}
 		}
 	}
-	return wants, nil
+	return nil
 }
 
 // Apply writes the kubeconfigs and creates the encryption config when the

@@ -19,6 +19,10 @@ import (
 	"github.com/khw-dev/khw/internal/steps"
 )
 
+// WantFile is wantFile for the steps that build their own wants from
+// StateFile and PlannedStateFile.
+type WantFile = wantFile
+
 // wantFile is one file a step puts on a node.
 type wantFile struct {
 	remote.File

@@ -44,32 +44,16 @@ func statePath(d state.Dir, src string) string {
 // wants. A source file that does not exist yet (the workstation half of the
 // step has not run) is skipped when skipMissing, else an error.
 func InputWants(c *config.Cluster, d state.Dir, keep func(render.Input) bool, skipMissing bool) ([]*NodeWant, error) {
-	var wants []*NodeWant
-	for _, n := range c.Nodes {
-		ins, err := render.Inputs(c, n.Name)
-		if err != nil {
+	return eachInput(c, keep, func(n config.Node, in render.Input) (*wantFile, error) {
+		wf, ok, err := StateFile(d, in.Source, in.Path, in.Mode, in.What)
+		switch {
+		case err != nil:
 			return nil, err
+		case !ok && !skipMissing:
+			return nil, fmt.Errorf("%s: %s is missing on the jumpbox (%s)", n.Name, in.Source, in.What)
 		}
-		w := &NodeWant{Node: n}
-		for _, in := range ins {
-			if !keep(in) {
-				continue
-			}
-			wf, ok, err := StateFile(d, in.Source, in.Path, in.Mode, in.What)
-			if err != nil {
-				return nil, err
-			}
-			if !ok {
-				if skipMissing {
-					continue
-				}
-				return nil, fmt.Errorf("%s: %s is missing on the jumpbox (%s)", n.Name, in.Source, in.What)
-			}
-			w.Files = append(w.Files, wf)
-		}
-		wants = append(wants, w)
-	}
-	return wants, nil
+		return wf, nil
+	})
 }
 
 // PlannedStateFile is StateFile for the commands of a step: the file need
@@ -84,6 +68,14 @@ func PlannedStateFile(d state.Dir, src, p string, mode fs.FileMode, what string)
 // jumpbox half has not run: every input is kept, with its path on the
 // jumpbox and on the node but no content, whether or not it exists yet.
 func PlannedInputWants(c *config.Cluster, d state.Dir, keep func(render.Input) bool) ([]*NodeWant, error) {
+	return eachInput(c, keep, func(_ config.Node, in render.Input) (*wantFile, error) {
+		return PlannedStateFile(d, in.Source, in.Path, in.Mode, in.What), nil
+	})
+}
+
+// eachInput is one want per node with file's result for each of its
+// render.Inputs that keep accepts (a nil file is left out).
+func eachInput(c *config.Cluster, keep func(render.Input) bool, file func(config.Node, render.Input) (*wantFile, error)) ([]*NodeWant, error) {
 	var wants []*NodeWant
 	for _, n := range c.Nodes {
 		ins, err := render.Inputs(c, n.Name)
@@ -95,7 +87,13 @@ func PlannedInputWants(c *config.Cluster, d state.Dir, keep func(render.Input) b
 			if !keep(in) {
 				continue
 			}
-			w.Files = append(w.Files, PlannedStateFile(d, in.Source, in.Path, in.Mode, in.What))
+			wf, err := file(n, in)
+			if err != nil {
+				return nil, err
+			}
+			if wf != nil {
+				w.Files = append(w.Files, wf)
+			}
 		}
 		wants = append(wants, w)
 	}
