@@ -72,6 +72,9 @@ func (e *Env) Break(ctx context.Context, store Store, spec Spec, out, errOut io.
 		return Report{}, fmt.Errorf("probe workload: %w", err)
 	}
 	e.Prober.NodePort = port
+	if err := waitWorkload(ctx, e.Prober, e.Prober.Target.Scaled(time.Minute, 4*time.Minute)); err != nil {
+		return Report{}, err
+	}
 
 	rec := NewRecord(c, spec, actions, port, e.Prober.Every(), time.Now())
 	if err := store.Save(rec); err != nil {
@@ -161,4 +164,30 @@ func WriteSummary(w io.Writer, store Store, rep Report) error {
 		return fmt.Errorf("drill %s: %d expectation(s) did not hold (see the report)", rep.ID, failed)
 	}
 	return nil
+}
+
+// waitWorkload waits until the workload signal is healthy: the web pod
+// answers through its NodePort on every worker. A Service just made is not
+// in every kube-proxy's rules at once, and a baseline sample failing then
+// would be blamed on the drill. Errors: still failing after wait, or ctx
+// ended.
+func waitWorkload(ctx context.Context, p *Prober, wait time.Duration) error {
+	if len(p.Workers) == 0 {
+		return nil
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		s := p.workload(ctx)
+		if s.OK {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("probe workload: still failing after %s (%s): a drill needs the data plane healthy before it breaks anything", wait, s.Err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
