@@ -220,6 +220,15 @@ func (c Command) String() string {
 	return b.String()
 }
 
+// WaitLoop is the shell loop a learner types to wait for something slow
+// to start: probe is tried up to tries times, pause seconds apart, its
+// output discarded, and the loop ends at the first success. It never
+// fails by itself, so a script (set -e) goes on to the command after it,
+// which shows what the wait ended on.
+func WaitLoop(tries, pause int, probe string) string {
+	return fmt.Sprintf("for i in $(seq %d); do %s >/dev/null 2>&1 && break; sleep %d; done", tries, strings.TrimSpace(probe), pause)
+}
+
 // NodeError attaches a node name to an error from Check or Apply, so the
 // Runner's StepError can name the node and its log. Build it with OnNode.
 type NodeError struct {

@@ -67,14 +67,14 @@ func NewStep(m *nodeplan.Machines) steps.Step {
 		const kubectl = "sudo kubectl --kubeconfig /etc/kubernetes/admin.kubeconfig "
 		return []steps.Command{
 			{Node: n, Why: "the apiserver on " + n + " is ready when /readyz says ok (wait for it: at most 60 s)",
-				Shell: "for i in $(seq 60); do curl -fsS --cacert /var/lib/kubernetes/ca.pem https://127.0.0.1:6443/readyz >/dev/null 2>&1 && break; sleep 1; done\n" +
+				Shell: steps.WaitLoop(60, 1, "curl -fsS --cacert /var/lib/kubernetes/ca.pem https://127.0.0.1:6443/readyz") + "\n" +
 					"curl --cacert /var/lib/kubernetes/ca.pem https://127.0.0.1:6443/readyz?verbose"},
 			{Why: "copy the RBAC that lets the apiserver (user kubernetes) reach the kubelets to " + n,
 				Shell: `scp -F "$KHW_SSH_CONFIG" ` + filepath.Join(env.State.ManifestsDir(), nodeplan.RBACManifest) + " " + n + ":"},
 			{Node: n, Why: "apply it: logs, exec and port-forward go through the kubelets",
 				Shell: kubectl + "apply --server-side -f " + nodeplan.RBACManifest + "\nrm -f " + nodeplan.RBACManifest},
 			{Node: n, Why: "one controller-manager and one scheduler lead; the Lease names the holder (the first takes a few seconds)",
-				Shell: "for i in $(seq 60); do " + kubectl + "-n kube-system get lease kube-controller-manager kube-scheduler >/dev/null 2>&1 && break; sleep 1; done\n" +
+				Shell: steps.WaitLoop(60, 1, kubectl+"-n kube-system get lease kube-controller-manager kube-scheduler") + "\n" +
 					kubectl + "-n kube-system get lease kube-controller-manager kube-scheduler"},
 		}
 	}

@@ -44,21 +44,30 @@ func NewStep(m *nodeplan.Machines) steps.Step {
 		}
 		return etcdDiffs(env.Cluster, rep), nil
 	}
-	s.ExtraCommands = func(env *steps.Env) []steps.Command {
-		cp := env.Cluster.ControlPlanes()
-		if len(cp) == 0 {
-			return nil
-		}
-		const tls = " --cacert=/etc/etcd/ca.pem --cert=/etc/etcd/kubernetes.pem --key=/etc/etcd/kubernetes-key.pem"
-		all := "sudo etcdctl --endpoints=" + etcdEndpoints(env.Cluster) + tls
-		return []steps.Command{
-			{Node: cp[0].Name, Why: "wait until every member answers (a new cluster needs a few seconds to elect its first leader; at most 60 s)",
-				Shell: "for i in $(seq 60); do " + all + " endpoint health >/dev/null 2>&1 && break; sleep 1; done"},
-			{Node: cp[0].Name, Why: "every member listed, and which one leads (IS LEADER, RAFT TERM)",
-				Shell: "sudo etcdctl --endpoints=https://127.0.0.1:2379" + tls + " member list -w table\n" +
-					all + " endpoint status -w table"}}
-	}
+	s.ExtraCommands = func(env *steps.Env) []steps.Command { return CheckCommands(env.Cluster) }
 	return s
+}
+
+// EtcdctlTLS are the flags etcdctl needs on a control plane: the cluster
+// CA, and the one client certificate etcd accepts
+// (--client-cert-allowed-hostname=kubernetes in etcd.service).
+const EtcdctlTLS = " --cacert=/etc/etcd/ca.pem --cert=/etc/etcd/kubernetes.pem --key=/etc/etcd/kubernetes-key.pem"
+
+// CheckCommands are the commands, on c's first control plane, that wait
+// until every etcd member answers (at most 60 s) and then show the members
+// and which one leads. Nil without a control plane.
+func CheckCommands(c *config.Cluster) []steps.Command {
+	cp := c.ControlPlanes()
+	if len(cp) == 0 {
+		return nil
+	}
+	all := "sudo etcdctl --endpoints=" + etcdEndpoints(c) + EtcdctlTLS
+	return []steps.Command{
+		{Node: cp[0].Name, Why: "wait until every member answers (a new cluster needs a few seconds to elect its first leader; at most 60 s)",
+			Shell: steps.WaitLoop(60, 1, all+" endpoint health")},
+		{Node: cp[0].Name, Why: "every member listed, and which one leads (IS LEADER, RAFT TERM)",
+			Shell: "sudo etcdctl --endpoints=https://127.0.0.1:2379" + EtcdctlTLS + " member list -w table\n" +
+				all + " endpoint status -w table"}}
 }
 
 func etcdEndpoints(c *config.Cluster) string {

@@ -532,7 +532,7 @@ func (s *Step) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {
 					kubectl + " get csr $CSR -o jsonpath='{.spec.request}' | base64 -d | openssl req -noout -text\n" +
 					kubectl + " certificate approve $CSR"},
 			steps.Command{Why: n.Name + " registers itself and turns Ready (at most 3 minutes)",
-				Shell: "for i in $(seq 90); do " + kubectl + " wait --for=condition=Ready node/" + n.Name + " --timeout=2s >/dev/null 2>&1 && break; sleep 2; done\n" +
+				Shell: steps.WaitLoop(90, 2, kubectl+" wait --for=condition=Ready node/"+n.Name+" --timeout=2s") + "\n" +
 					kubectl + " get node " + n.Name},
 			steps.Command{Node: n.Name, Why: "the kubelet now holds its own certs", Shell: "sudo openssl x509 -noout -subject -in " + kubeletClientCert},
 			steps.Command{Why: "the token has done its work: delete it (whoever holds it can get a client certificate for any node name)",

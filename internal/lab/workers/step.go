@@ -254,7 +254,7 @@ func NewStep(m *nodeplan.Machines, c *config.Cluster) steps.Step {
 			}
 		}
 		return []steps.Command{{Why: "every worker registers itself and turns Ready (wait for it: at most 3 minutes; kubectl wait fails at once for a Node not registered yet, hence the loop)",
-			Shell: "for i in $(seq 90); do " + kubectl + " wait --for=condition=Ready " + strings.Join(nodes, " ") + " --timeout=2s >/dev/null 2>&1 && break; sleep 2; done\n" +
+			Shell: steps.WaitLoop(90, 2, kubectl+" wait --for=condition=Ready "+strings.Join(nodes, " ")+" --timeout=2s") + "\n" +
 				kubectl + " get nodes -o wide"}}
 	}
 	return s
