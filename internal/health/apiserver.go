@@ -354,18 +354,33 @@ type serverClock struct {
 }
 
 func (s *serverClock) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
-		resp, err := rt.RoundTrip(r)
-		if err == nil {
-			if d, perr := http.ParseTime(resp.Header.Get("Date")); perr == nil {
-				s.mu.Lock()
-				s.dates[r.URL.Path] = d
-				s.mu.Unlock()
-			}
-		}
-		return resp, err
-	})
+	return clockTransport{s: s, rt: rt}
 }
+
+// clockTransport records the Date of each response in s. It names the
+// transport it wraps (WrappedRoundTripper), so that client-go can cancel
+// a request that timed out through it instead of logging "unable to
+// cancel request" for every one.
+type clockTransport struct {
+	s  *serverClock
+	rt http.RoundTripper
+}
+
+func (c clockTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.rt.RoundTrip(r)
+	if err == nil {
+		if d, perr := http.ParseTime(resp.Header.Get("Date")); perr == nil {
+			c.s.mu.Lock()
+			c.s.dates[r.URL.Path] = d
+			c.s.mu.Unlock()
+		}
+	}
+	return resp, err
+}
+
+// WrappedRoundTripper is the wrapped transport (k8s.io/apimachinery's
+// net.RoundTripperWrapper).
+func (c clockTransport) WrappedRoundTripper() http.RoundTripper { return c.rt }
 
 // now is the server's time of the answer for the Lease name (kube-system),
 // or the jumpbox's clock when the answer carried no Date.
@@ -377,10 +392,6 @@ func (s *serverClock) now(name string) time.Time {
 	}
 	return time.Now()
 }
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // leaseFrom summarizes l as seen at now.
 func (t Target) leaseFrom(l *coordinationv1.Lease, now time.Time) Lease {

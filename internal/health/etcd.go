@@ -74,6 +74,14 @@ type EtcdEndpoint struct {
 	Err string `json:"error,omitempty"`
 	// MemberID is the ID of the answering member (hex).
 	MemberID string `json:"memberID,omitempty"`
+	// ClusterID is the ID of the cluster the member belongs to (hex): the
+	// same on every member of one cluster; a member restored from a
+	// snapshot with another --initial-cluster-token, or left on its old
+	// data, has another.
+	ClusterID string `json:"clusterID,omitempty"`
+	// Revision is the member's current etcd revision (the store's, the
+	// same on members that are in step).
+	Revision int64 `json:"revision,omitempty"`
 	// LeaderID is the member this one follows as leader (hex), "" when it
 	// knows no leader (no quorum, or an election is running).
 	LeaderID string `json:"leaderID,omitempty"`
@@ -249,6 +257,8 @@ func etcdStatus(ctx context.Context, cli *clientv3.Client, dial func(context.Con
 	e.OK = true
 	if st.Header != nil {
 		e.MemberID = hexID(st.Header.MemberId)
+		e.ClusterID = hexID(st.Header.ClusterId)
+		e.Revision = st.Header.Revision
 		e.IsLeader = st.Leader != 0 && st.Leader == st.Header.MemberId
 	}
 	if st.Leader != 0 {
