@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -76,6 +77,11 @@ type Prober struct {
 	NodePort int
 	// Workers are the workers whose web pod the workload signal asks.
 	Workers []config.Node
+	// ReadOnly skips the api-write signal: for an operation that must not
+	// write to the cluster while it runs (an etcd restore would drop the
+	// probe's ConfigMap, or its namespace, with everything else written
+	// after the snapshot).
+	ReadOnly bool
 
 	client *http.Client
 	seq    int64
@@ -178,11 +184,13 @@ func (p *Prober) schedules() []schedule {
 	every := p.Every()
 	s := []schedule{
 		{SigAPIRead, every, 40, p.apiRead},
-		{SigAPIWrite, every, 40, p.apiWrite},
 		{SigEtcd, every, 3, p.etcd},
 		{SigAPIServers, every, 3, p.apiServers},
 		{SigLeases, every, 3, p.leases},
 		{SigNodes, every, 3, p.nodes},
+	}
+	if !p.ReadOnly {
+		s = slices.Insert(s, 1, schedule{SigAPIWrite, every, 40, p.apiWrite})
 	}
 	if p.LBDial != nil {
 		s = append(s, schedule{SigHAProxy, every, 3, p.haproxy})

@@ -39,6 +39,9 @@ type Runner struct {
 	// wait (DefaultMaxRecovery, 2× on emulated nodes: Prober.Emulated).
 	Settle      time.Duration
 	MaxRecovery time.Duration
+	// Quiet keeps the live timeline off Out (the events still go to the
+	// report): for an operation that prints its own progress.
+	Quiet bool
 
 	mu      sync.Mutex
 	tracker *Tracker
@@ -133,9 +136,12 @@ func (r *Runner) observe(s Sample) {
 const eventHoldback = time.Second
 
 // emit queues one event of the drill itself (break, heal).
-func (r *Runner) emit(at time.Time, text string) {
+func (r *Runner) emit(at time.Time, text string) { r.emitAs("drill", at, text) }
+
+// emitAs queues an event of signal sig (the drill's or an operation's own).
+func (r *Runner) emitAs(sig Signal, at time.Time, text string) {
 	r.mu.Lock()
-	r.events = append(r.events, Event{At: at, Signal: "drill", Text: text})
+	r.events = append(r.events, Event{At: at, Signal: sig, Text: text})
 	r.mu.Unlock()
 }
 
@@ -162,6 +168,9 @@ func (r *Runner) printEvents(all bool) {
 	r.events = append([]Event(nil), r.events[cut:]...)
 	ref := r.brokeAt
 	r.mu.Unlock()
+	if r.Quiet {
+		return
+	}
 	for _, e := range out {
 		if ref.IsZero() {
 			fmt.Fprintf(r.Out, "  %s  %-10s  %s\n", "  before", e.Signal, e.Text)

@@ -1,0 +1,258 @@
+package drill
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/khw-dev/khw/internal/fsutil"
+	"github.com/khw-dev/khw/internal/state"
+)
+
+// OperationsOf is the store of day-2 operations of state directory d:
+// <state>/operations, one directory per operation with the Store layout
+// (samples.jsonl, report.md, report.json).
+func OperationsOf(d state.Dir) Store { return Store{Dir: filepath.Join(d.Root, "operations")} }
+
+// SigOperation is the signal of the operation's own events in a timeline
+// (each step starting, ending or failing).
+const SigOperation Signal = "operation"
+
+// OpStep is one step of an operation, in seconds after the operation
+// started (the first step).
+type OpStep struct {
+	Name string  `json:"name"`
+	From Seconds `json:"from"`
+	To   Seconds `json:"to"`
+	// Err is why the step failed ("" when it did not).
+	Err string `json:"error,omitempty"`
+}
+
+// OpFact is one result of an operation worth a line in its report (the
+// snapshot's revision, the revision after the restore …), in the order
+// the operation found them.
+type OpFact struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// OpReport is what the cluster's clients saw while a day-2 operation ran:
+// its steps, each signal's failed samples and failing stretches (times in
+// seconds after the first step started), and the timeline.
+type OpReport struct {
+	ID        string `json:"id"`
+	Cluster   string `json:"cluster"`
+	Operation string `json:"operation"`
+	// Command is the khw command line that ran it.
+	Command   string    `json:"command"`
+	StartedAt time.Time `json:"startedAt"`
+	// EndedAt is when the last step ended; Took is from StartedAt to it.
+	EndedAt time.Time `json:"endedAt"`
+	Took    Seconds   `json:"took"`
+	Steps   []OpStep  `json:"steps"`
+	Facts   []OpFact  `json:"facts,omitempty"`
+	// Signals: RecoveredAfterHeal counts from the end of the last step.
+	Signals []SignalSummary `json:"signals"`
+	// Recovery: seconds from the end of the last step until every signal
+	// was healthy and stayed so (nil: not within the wait, or failed).
+	Recovery *Seconds `json:"recovery,omitempty"`
+	Timeline []Event  `json:"timeline"`
+	// Err is why the operation failed ("" when it succeeded).
+	Err string `json:"error,omitempty"`
+}
+
+// Watch samples a cluster with a Prober while a day-2 operation runs its
+// steps, prints the live timeline, and writes the operation's report. Use
+// StartWatch, then Step for each step, then Finish.
+type Watch struct {
+	r    *Runner
+	rec  *Record
+	stop func()
+	rep  OpReport
+}
+
+// StartWatch starts sampling the cluster with p for operation op (e.g.
+// "etcd restore", run by the khw command line command) and stores it in
+// store under a new ID (<UTC time>-<op with dashes>). It samples a
+// baseline (3 s) before it returns, so the report shows the cluster
+// before the first step. Nothing is printed while it samples (the
+// operation prints its own progress; the events are in the report); out
+// gets the line about a recovery that did not come. Errors: the store's
+// directory cannot be made.
+func StartWatch(store Store, p *Prober, out io.Writer, cluster, op, command string) (*Watch, error) {
+	now := time.Now()
+	id := now.UTC().Format("20060102-150405") + "-" + strings.Join(strings.Fields(op), "-")
+	if err := fsutil.EnsureDir(store.dir(id)); err != nil {
+		return nil, err
+	}
+	rec := &Record{ID: id, Cluster: cluster, StartedAt: now}
+	r := &Runner{Store: store, Prober: p, Out: out, Quiet: true}
+	r.defaults()
+	w := &Watch{r: r, rec: rec, rep: OpReport{ID: id, Cluster: cluster, Operation: op, Command: command}}
+	w.stop = r.sampling(rec)
+	time.Sleep(r.Baseline)
+	w.rep.StartedAt = time.Now()
+	r.mu.Lock()
+	r.brokeAt = w.rep.StartedAt
+	r.mu.Unlock()
+	rec.BrokeAt = w.rep.StartedAt
+	return w, nil
+}
+
+// ID is the operation's ID (its directory in the store).
+func (w *Watch) ID() string { return w.rep.ID }
+
+// Step runs fn as the operation's step name and records its times; the
+// timeline gets its start and its end (or failure). It returns fn's error.
+func (w *Watch) Step(name string, fn func() error) error {
+	start := time.Now()
+	w.r.emitAs(SigOperation, start, name)
+	err := fn()
+	end := time.Now()
+	st := OpStep{Name: name, From: secs(start.Sub(w.rep.StartedAt)), To: secs(end.Sub(w.rep.StartedAt))}
+	if err != nil {
+		st.Err = err.Error()
+		w.r.emitAs(SigOperation, end, "failed: "+shorten(oneLine(err.Error()), 160))
+	} else {
+		w.r.emitAs(SigOperation, end, "done ("+fmtDur(end.Sub(start))+")")
+	}
+	w.rep.Steps = append(w.rep.Steps, st)
+	return err
+}
+
+// Fact records one result for the report.
+func (w *Watch) Fact(name, value string) {
+	w.rep.Facts = append(w.rep.Facts, OpFact{Name: name, Value: value})
+}
+
+// Finish ends the operation: when opErr is nil it first samples until
+// every signal has been healthy for a few seconds (at most the Runner's
+// MaxRecovery, or until ctx ends), then stops sampling and writes the
+// report (report.json and report.md, 0600). It returns the report and
+// the paths of its files; err is the store's.
+func (w *Watch) Finish(ctx context.Context, opErr error) (rep OpReport, md, js string, err error) {
+	w.rep.EndedAt = time.Now()
+	if opErr == nil {
+		w.r.waitRecovered(ctx, w.rep.EndedAt)
+	}
+	w.stop()
+	end := time.Now()
+	if opErr != nil {
+		w.rep.Err = opErr.Error()
+	}
+	w.rep.Took = secs(w.rep.EndedAt.Sub(w.rep.StartedAt))
+	samples, err := ReadSamples(w.r.Store.SamplesPath(w.rep.ID))
+	if err != nil {
+		return w.rep, "", "", err
+	}
+	SortSamples(samples)
+	rec := Record{BrokeAt: w.rep.StartedAt, HealedAt: &w.rep.EndedAt}
+	by := map[Signal][]Sample{}
+	for _, s := range samples {
+		by[s.Signal] = append(by[s.Signal], s)
+	}
+	for _, sig := range Signals {
+		if list := by[sig]; len(list) > 0 {
+			w.rep.Signals = append(w.rep.Signals, signalSummary(sig, list, rec, end))
+		}
+	}
+	if opErr == nil {
+		w.rep.Recovery = recovery(w.rep.Signals, rec)
+	}
+	tr := NewTracker()
+	for _, s := range samples {
+		w.rep.Timeline = append(w.rep.Timeline, tr.Add(s)...)
+	}
+	for _, st := range w.rep.Steps {
+		at := w.rep.StartedAt.Add(time.Duration(float64(st.From) * float64(time.Second)))
+		w.rep.Timeline = append(w.rep.Timeline, Event{At: at, Signal: SigOperation, Text: st.Name})
+	}
+	slices.SortStableFunc(w.rep.Timeline, func(a, b Event) int { return a.At.Compare(b.At) })
+	md, js, err = w.r.Store.WriteOpReport(w.rep)
+	return w.rep, md, js, err
+}
+
+// WriteOpReport writes the Markdown and JSON reports of rep (0600).
+func (s Store) WriteOpReport(rep OpReport) (md, js string, err error) {
+	md, js = s.ReportPaths(rep.ID)
+	data, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return "", "", err
+	}
+	if err := fsutil.WriteFileAtomic(js, append(data, '\n'), fsutil.SecretMode); err != nil {
+		return "", "", err
+	}
+	if err := fsutil.WriteFileAtomic(md, []byte(rep.Markdown()), fsutil.SecretMode); err != nil {
+		return "", "", err
+	}
+	return md, js, nil
+}
+
+// Markdown renders the operation's report for people: its steps, its
+// facts, what each signal saw, and the timeline.
+func (r OpReport) Markdown() string {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	verdict := "done"
+	if r.Err != "" {
+		verdict = "FAILED"
+	}
+	p("# %s %s — %s\n\n", strings.ToUpper(r.Operation[:1])+r.Operation[1:], r.ID, verdict)
+	p("Cluster `%s`: `%s`, started %s UTC, took %s", r.Cluster, r.Command, r.StartedAt.UTC().Format("2006-01-02 15:04:05.0"), r.Took)
+	if r.Recovery != nil {
+		p(", every signal healthy again %s after it", *r.Recovery)
+	}
+	p(".\n\n")
+	if r.Err != "" {
+		p("Error: %s\n\n", mdCell(r.Err))
+	}
+	p("## Steps (seconds after the start)\n\n| step | from | to | took | error |\n|---|---|---|---|---|\n")
+	for _, s := range r.Steps {
+		p("| %s | %.1f | %.1f | %s | %s |\n", mdCell(s.Name), float64(s.From), float64(s.To), s.To-s.From, mdCell(s.Err))
+	}
+	if len(r.Facts) > 0 {
+		p("\n## Results\n\n")
+		for _, f := range r.Facts {
+			p("- %s: %s\n", f.Name, f.Value)
+		}
+	}
+	p("\n## What the clients saw (from the start to the end of the watch)\n\n")
+	p("| signal | samples/s | failed | first failure | longest outage | total outage | recovered after the end | errors |\n|---|---|---|---|---|---|---|---|\n")
+	for _, s := range r.Signals {
+		p("| %s | %.1f | %d of %d | %s | %s | %s | %s | %s |\n", s.Signal, s.Rate, s.Failed, s.Samples, optPlus(s.DetectedAfter), s.Longest, s.Total, optSecs(s.RecoveredAfterHeal), mdCell(strings.Join(distinctErrors(s), " · ")))
+	}
+	p("\n## Timeline\n\n```\n")
+	for _, e := range r.Timeline {
+		p("%s\n", e.Line(r.StartedAt))
+	}
+	p("```\n")
+	return b.String()
+}
+
+// WriteOpSummary writes the end of an operation for the terminal: how
+// long it took, the signals that failed (count, longest and total
+// outage), and where the report is.
+func WriteOpSummary(w io.Writer, rep OpReport, md, js string) {
+	fmt.Fprintf(w, "\n%s %s: took %s", rep.Operation, rep.ID, rep.Took)
+	if rep.Recovery != nil {
+		fmt.Fprintf(w, ", every signal healthy again %s after it", *rep.Recovery)
+	}
+	fmt.Fprintln(w)
+	clean := true
+	for _, s := range rep.Signals {
+		if s.Failed == 0 {
+			continue
+		}
+		clean = false
+		fmt.Fprintf(w, "  %-10s failed %d of %d samples, longest outage %s, total %s\n", s.Signal, s.Failed, s.Samples, s.Longest, s.Total)
+	}
+	if clean {
+		fmt.Fprintln(w, "  no signal failed")
+	}
+	fmt.Fprintf(w, "Report: %s (JSON: %s)\n", md, js)
+}
