@@ -1,16 +1,26 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/khw-dev/khw/internal/cluster"
+	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/etcdsnap"
+	"github.com/khw-dev/khw/internal/health"
+	"github.com/khw-dev/khw/internal/lab/etcdbackup"
 	"github.com/khw-dev/khw/internal/state"
 )
 
@@ -19,7 +29,7 @@ import (
 const snapshotDir = "etcd-snapshots"
 
 func newEtcdCmd(a *app) *cobra.Command {
-	cmd := &cobra.Command{Use: "etcd", Short: "Operate the cluster's etcd: snapshots", Args: exactArgs(0)}
+	cmd := &cobra.Command{Use: "etcd", Short: "Operate the cluster's etcd: snapshots and restores", Args: exactArgs(0)}
 	snap := &cobra.Command{Use: "snapshot", Short: "Save etcd snapshots", Args: exactArgs(0)}
 	var force bool
 	var output string
@@ -71,8 +81,150 @@ func newEtcdCmd(a *app) *cobra.Command {
 	save.Flags().BoolVar(&force, "force", false, "replace FILE if it exists")
 	save.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	snap.AddCommand(save)
-	cmd.AddCommand(snap)
+	cmd.AddCommand(snap, newEtcdRestoreCmd(a))
 	return cmd
+}
+
+func newEtcdRestoreCmd(a *app) *cobra.Command {
+	var yes, dryRun bool
+	cmd := &cobra.Command{
+		Use:   "restore FILE",
+		Short: "Restore every etcd member from a snapshot, with the apiservers stopped",
+		Long:  help("etcd-restore"),
+		Example: "  khw etcd restore /root/.local/state/khw/default/etcd-snapshots/snapshot-20261204-101500.db\n" +
+			"  khw etcd restore before-upgrade.db --dry-run   # the commands, nothing done\n" +
+			"  khw etcd restore before-upgrade.db --yes       # no question",
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runEtcdRestore(cmd.Context(), a, args[0], yes, dryRun, cmd.InOrStdin())
+		},
+	}
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the phases and their commands, change nothing")
+	return cmd
+}
+
+// runEtcdRestore restores the cluster's etcd from file: it checks the
+// file and the nodes, asks (unless yes), then runs each phase of
+// etcdbackup.Restore while a read-only prober watches what the cluster's
+// clients see, and writes the operation's report.
+func runEtcdRestore(parent context.Context, a *app, file string, yes, dryRun bool, in io.Reader) error {
+	d, c, unlock, err := a.loadForWrite()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if fi, err := os.Stat(file); err != nil {
+		return usagef("FILE %s: %v (give a snapshot made by khw etcd snapshot save or etcdctl snapshot save)", file, err)
+	} else if !fi.Mode().IsRegular() {
+		return usagef("FILE %s is not a regular file", file)
+	}
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		return err
+	}
+	r, err := etcdbackup.New(c, abs, time.Now())
+	if err != nil {
+		return usageError{err}
+	}
+	phases := r.Phases()
+	fmt.Fprintf(a.out, "Restore etcd of cluster %s from %s\n  revision %d, %.1f MiB, sha256 %s\n", c.Name, abs, r.Revision, float64(r.Size)/(1<<20), r.SHA256)
+	if dryRun {
+		for i, p := range phases {
+			fmt.Fprintf(a.out, "\n[%d/%d] %s\n", i+1, len(phases), p.Name)
+			for _, cmd := range p.Commands {
+				fmt.Fprintln(a.out, indent(cmd.String(), "  "))
+			}
+		}
+		fmt.Fprintln(a.out, "\n(--dry-run: nothing was done)")
+		return nil
+	}
+	if active, err := drill.StoreOf(d).Active(); err == nil {
+		return fmt.Errorf("drill %s (khw break %s) is active: run khw heal first", active.ID, active.Spec.CommandLine())
+	}
+	if !yes {
+		fmt.Fprintf(a.out, "Everything written to the cluster after revision %d is lost, and its API is down until the restore ends. Go on? [y/N]: ", r.Revision)
+		line, rerr := bufio.NewReader(in).ReadString('\n')
+		switch ans := strings.ToLower(strings.TrimSpace(line)); {
+		case ans == "y" || ans == "yes":
+		case rerr != nil && ans == "":
+			return usagef("no answer (stdin closed): rerun with --yes to restore without asking")
+		default:
+			fmt.Fprintln(a.out, "Nothing done.")
+			return nil
+		}
+	}
+	env, err := drill.OpenCluster(c, d)
+	if err != nil {
+		return err
+	}
+	defer env.S.Close()
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	t := env.S.Target()
+	rn := &etcdbackup.Runner{Pool: env.S.Pool, Target: t, AdminKubeconfig: env.S.AdminKubeconfig(), Timeout: t.Scaled(5*time.Minute, 30*time.Minute)}
+	fmt.Fprintln(a.out, "Checking every control plane…")
+	if err := rn.Preflight(ctx, r); err != nil {
+		return err
+	}
+	// Read-only: the probe's ConfigMap could be one of the objects the
+	// restore takes back.
+	env.Prober.ReadOnly = true
+	w, err := drill.StartWatch(drill.OperationsOf(d), env.Prober, a.out, c.Name, "etcd restore", "khw etcd restore "+abs)
+	if err != nil {
+		return err
+	}
+	w.Fact("snapshot", fmt.Sprintf("%s (sha256 %s, %d bytes)", abs, r.SHA256, r.Size))
+	w.Fact("snapshot revision", fmt.Sprint(r.Revision))
+	w.Fact("new --initial-cluster-token", r.Token)
+	var opErr error
+	for i, p := range phases {
+		if ctx.Err() != nil {
+			opErr = fmt.Errorf("interrupted before phase %d (%s): run khw etcd restore again to restore from the start, or khw up to start what is stopped", i+1, p.Name)
+			break
+		}
+		fmt.Fprintf(a.out, "\n[%d/%d] %s\n", i+1, len(phases), p.Name)
+		for _, cmd := range p.Commands {
+			fmt.Fprintln(a.out, indent(cmd.String(), "  "))
+		}
+		start := time.Now()
+		if err := w.Step(p.Name, func() error { return rn.RunPhase(ctx, r, p) }); err != nil {
+			opErr = fmt.Errorf("phase %d (%s): %w", i+1, p.Name, err)
+			fmt.Fprintf(a.out, "  ✗ failed after %s\n", time.Since(start).Round(100*time.Millisecond))
+			break
+		}
+		fmt.Fprintf(a.out, "  ✓ done in %s\n", time.Since(start).Round(100*time.Millisecond))
+	}
+	before := 3 // the facts above; those after it are the restore's results
+	if opErr == nil {
+		if rep, err := health.Etcd(ctx, t); err == nil && len(rep.Endpoints) > 0 {
+			e := rep.Endpoints[0]
+			w.Fact("revision after the restore", fmt.Sprintf("%d (the snapshot's %d + --bump-revision %d)", e.Revision, r.Revision, r.Bump))
+			w.Fact("etcd cluster ID", e.ClusterID)
+			w.Fact("etcd leader", rep.Leader)
+		}
+	}
+	if opErr == nil {
+		fmt.Fprintln(a.out, "\nWatching until every signal is healthy again…")
+	}
+	rep, md, js, err := w.Finish(ctx, opErr)
+	if err != nil {
+		return errors.Join(opErr, err)
+	}
+	drill.WriteOpSummary(a.out, rep, md, js)
+	if opErr != nil {
+		return opErr
+	}
+	for _, f := range rep.Facts[before:] {
+		fmt.Fprintf(a.out, "  %s: %s\n", f.Name, f.Value)
+	}
+	fmt.Fprintf(a.out, "Each member's data from before the restore is in %s on its control plane: remove it once the cluster works (it holds every object as it was).\n", etcdbackup.OldDataDir)
+	return nil
+}
+
+// indent prefixes every line of s with p.
+func indent(s, p string) string {
+	return p + strings.ReplaceAll(s, "\n", "\n"+p)
 }
 
 // snapshotPath is the snapshot file: args[0] made absolute, or
