@@ -145,36 +145,53 @@ func (w *Watch) Finish(ctx context.Context, opErr error) (rep OpReport, md, js s
 	if opErr != nil {
 		w.rep.Err = opErr.Error()
 	}
-	w.rep.Took = secs(w.rep.EndedAt.Sub(w.rep.StartedAt))
 	samples, err := ReadSamples(w.r.Store.SamplesPath(w.rep.ID))
 	if err != nil {
 		return w.rep, "", "", err
 	}
-	SortSamples(samples)
-	rec := Record{BrokeAt: w.rep.StartedAt, HealedAt: &w.rep.EndedAt}
-	by := map[Signal][]Sample{}
-	for _, s := range samples {
-		by[s.Signal] = append(by[s.Signal], s)
-	}
-	for _, sig := range Signals {
-		if list := by[sig]; len(list) > 0 {
-			w.rep.Signals = append(w.rep.Signals, signalSummary(sig, list, rec, end))
-		}
-	}
-	if opErr == nil {
-		w.rep.Recovery = recovery(w.rep.Signals, rec)
-	}
-	tr := NewTracker()
-	for _, s := range samples {
-		w.rep.Timeline = append(w.rep.Timeline, tr.Add(s)...)
-	}
-	for _, st := range w.rep.Steps {
-		at := w.rep.StartedAt.Add(time.Duration(float64(st.From) * float64(time.Second)))
-		w.rep.Timeline = append(w.rep.Timeline, Event{At: at, Signal: SigOperation, Text: st.Name})
-	}
-	slices.SortStableFunc(w.rep.Timeline, func(a, b Event) int { return a.At.Compare(b.At) })
+	w.rep = w.rep.analyze(samples, end)
 	md, js, err = w.r.Store.WriteOpReport(w.rep)
 	return w.rep, md, js, err
+}
+
+// analyze fills r's Took, Signals, Recovery and Timeline from samples
+// (any order), the watch having ended at end: each signal summed up from
+// the first step on, the recovery counted from the last step's end (none
+// for a failed operation), and the timeline of the samples' events and
+// the steps' starts.
+func (r OpReport) analyze(samples []Sample, end time.Time) OpReport {
+	r.Took = secs(r.EndedAt.Sub(r.StartedAt))
+	s := slices.Clone(samples)
+	SortSamples(s)
+	rec := Record{BrokeAt: r.StartedAt, HealedAt: &r.EndedAt}
+	by := map[Signal][]Sample{}
+	for _, x := range s {
+		by[x.Signal] = append(by[x.Signal], x)
+	}
+	r.Signals = nil
+	for _, sig := range Signals {
+		if list := by[sig]; len(list) > 0 {
+			r.Signals = append(r.Signals, signalSummary(sig, list, rec, end))
+		}
+	}
+	if r.Err == "" {
+		r.Recovery = recovery(r.Signals, rec)
+	}
+	tr := NewTracker()
+	r.Timeline = nil
+	for _, x := range s {
+		r.Timeline = append(r.Timeline, tr.Add(x)...)
+	}
+	for _, st := range r.Steps {
+		at := r.StartedAt.Add(time.Duration(float64(st.From) * float64(time.Second)))
+		r.Timeline = append(r.Timeline, Event{At: at, Signal: SigOperation, Text: st.Name})
+		if st.Err != "" {
+			at := r.StartedAt.Add(time.Duration(float64(st.To) * float64(time.Second)))
+			r.Timeline = append(r.Timeline, Event{At: at, Signal: SigOperation, Text: "failed: " + shorten(oneLine(st.Err), 160)})
+		}
+	}
+	slices.SortStableFunc(r.Timeline, func(a, b Event) int { return a.At.Compare(b.At) })
+	return r
 }
 
 // WriteOpReport writes the Markdown and JSON reports of rep (0600).
