@@ -109,11 +109,10 @@ func newEtcdRestoreCmd(a *app) *cobra.Command {
 // etcdbackup.Restore while a read-only prober watches what the cluster's
 // clients see, and writes the operation's report.
 func runEtcdRestore(parent context.Context, a *app, file string, yes, dryRun bool, in io.Reader) error {
-	d, c, unlock, err := a.loadForWrite()
+	d, c, err := a.load()
 	if err != nil {
 		return err
 	}
-	defer unlock()
 	if fi, err := os.Stat(file); err != nil {
 		return usagef("FILE %s: %v (give a snapshot made by khw etcd snapshot save or etcdctl snapshot save)", file, err)
 	} else if !fi.Mode().IsRegular() {
@@ -128,7 +127,7 @@ func runEtcdRestore(parent context.Context, a *app, file string, yes, dryRun boo
 		return usageError{err}
 	}
 	phases := r.Phases()
-	fmt.Fprintf(a.out, "Restore etcd of cluster %s from %s\n  revision %d, %.1f MiB, sha256 %s\n", c.Name, abs, r.Revision, float64(r.Size)/(1<<20), r.SHA256)
+	fmt.Fprintf(a.out, "Restore etcd of cluster %s from %s\n  revision %d, %s, sha256 %s\n", c.Name, abs, r.Revision, sizeText(r.Size), r.SHA256)
 	if dryRun {
 		for i, p := range phases {
 			fmt.Fprintf(a.out, "\n[%d/%d] %s\n", i+1, len(phases), p.Name)
@@ -139,6 +138,11 @@ func runEtcdRestore(parent context.Context, a *app, file string, yes, dryRun boo
 		fmt.Fprintln(a.out, "\n(--dry-run: nothing was done)")
 		return nil
 	}
+	unlock, err := a.lock(d)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if active, err := drill.StoreOf(d).Active(); err == nil {
 		return fmt.Errorf("drill %s (khw break %s) is active: run khw heal first", active.ID, active.Spec.CommandLine())
 	}
@@ -220,6 +224,14 @@ func runEtcdRestore(parent context.Context, a *app, file string, yes, dryRun boo
 	}
 	fmt.Fprintf(a.out, "Each member's data from before the restore is in %s on its control plane: remove it once the cluster works (it holds every object as it was).\n", etcdbackup.OldDataDir)
 	return nil
+}
+
+// sizeText is n bytes in MiB, or KiB below one MiB.
+func sizeText(n int64) string {
+	if n < 1<<20 {
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
 
 // indent prefixes every line of s with p.

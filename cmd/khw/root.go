@@ -60,8 +60,10 @@ func (a *app) loadForWrite() (state.Dir, *config.Cluster, func(), error) {
 //
 //	lock:    init, pki, kubeconfig, encryption, render, up, down, power,
 //	         smoke, break (for the whole drill), heal, lab run, lab check
-//	         (it records the lab as done), lab reset, etcd snapshot save
+//	         (it records the lab as done), lab reset, etcd snapshot save,
+//	         etcd restore
 //	no lock: status, config validate/show, pki inspect, up --dry-run,
+//	         etcd restore --dry-run,
 //	         lab list, fetch, mirror, version; shell and kubectl (the user's
 //	         own hands in the cluster, like ssh: khw cannot know what they
 //	         change, and a lab's observe commands run in khw shell while

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// fakeSnapshot writes a bbolt file shaped like an etcd snapshot whose
+// newest key revision is rev.
+func fakeSnapshot(t *testing.T, path string, rev uint64) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("key"))
+		if err != nil {
+			return err
+		}
+		k := make([]byte, 17)
+		binary.BigEndian.PutUint64(k[:8], rev)
+		k[8] = '_'
+		return b.Put(k, []byte("v"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEtcdRestoreRefusesBadInputAndDryRunChangesNothing(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "state")
+	if _, errOut, code := run(t, base, "init", "--name", "lab", "--arch", "amd64", "--provider", "nspawn"); code != 0 {
+		t.Fatalf("init: %d %s", code, errOut)
+	}
+	dir := t.TempDir()
+
+	_, errOut, code := run(t, base, "etcd", "restore", filepath.Join(dir, "missing.db"), "--yes")
+	if code != 2 || !strings.Contains(errOut, "missing.db") || !strings.Contains(errOut, "khw etcd snapshot save") {
+		t.Fatalf("missing file: exit %d, %s", code, errOut)
+	}
+	text := filepath.Join(dir, "notes.txt")
+	os.WriteFile(text, []byte("hello"), 0o600)
+	_, errOut, code = run(t, base, "etcd", "restore", text, "--yes")
+	if code != 2 || !strings.Contains(errOut, "not an etcd database") {
+		t.Fatalf("a text file: exit %d, %s", code, errOut)
+	}
+
+	snap := filepath.Join(dir, "snap.db")
+	fakeSnapshot(t, snap, 4242)
+	out, errOut, code := run(t, base, "etcd", "restore", snap, "--dry-run")
+	if code != 0 {
+		t.Fatalf("dry run: exit %d, %s", code, errOut)
+	}
+	for _, want := range []string{"revision 4242", "[1/10] copy the snapshot to every control plane", "sudo etcdutl snapshot restore /var/lib/khw/restore/snapshot.db",
+		"--name cp2", "[10/10] remove the snapshot's copies", "(--dry-run: nothing was done)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dry run output lacks %q:\n%s", want, out)
+		}
+	}
+	// Nothing was recorded: no operation, no lock left.
+	if _, err := os.Stat(filepath.Join(base, "lab", "operations")); !os.IsNotExist(err) {
+		t.Errorf("dry run made %s: %v", filepath.Join(base, "lab", "operations"), err)
+	}
+
+	// Without --yes and without input, no answer is a usage error.
+	_, errOut, code = run(t, base, "etcd", "restore", snap)
+	if code != 2 || !strings.Contains(errOut, "rerun with --yes") {
+		t.Fatalf("no answer: exit %d, %s", code, errOut)
+	}
+}
