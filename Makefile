@@ -89,10 +89,11 @@ e2e: deps mirror-deps
 e2e-drills: deps mirror-deps
 	E2E_DRILLS=1 hack/e2e.sh
 
-## e2e-labs: the cluster built by the 12 labs in order (khw lab NN --yes)
-## instead of khw up, then the witnesses, the no-op khw up, hand-made
-## mistakes (one node each) that khw lab check must name, a variant it must
-## pass, and khw lab reset 04-etcd (root)
+## e2e-labs: the cluster built by the 12 labs in order, by hand (the
+## commands khw lab NN --by-hand shows, run in khw shell) instead of khw up,
+## then the witnesses, the no-op khw up, hand-made mistakes (one node each)
+## that khw lab check must name, a variant it must pass, khw lab reset
+## 10-tls-bootstrap and labs 10-12 again with --yes (root)
 e2e-labs: deps mirror-deps
 	E2E_LABS=1 hack/e2e.sh
 

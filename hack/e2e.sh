@@ -5,13 +5,19 @@
 #
 #   build khw, build or reuse the offline mirror, khw init --provider nspawn;
 #   the cluster: `khw up` + `khw smoke`, or with E2E_LABS=1 the labs in
-#     order (`khw lab 01 --by-hand --yes`: khw makes the machines; then
-#     `khw lab NN --yes`, each snapshots the nodes first) and `khw lab list`
+#     order, by hand: `khw lab 01 --by-hand --yes` (khw makes the machines),
+#     then for 02-10 each lab's commands as `khw lab NN --by-hand` shows
+#     them, run in khw shell, and `khw lab check NN --hints` (06 first with
+#     the HAProxy restart left out, which the hints must lead to; 11 has
+#     nothing left to change; 12 is a drill run by hand); `khw lab list`
 #     all done;
 #   witnesses from outside khw (kubectl, openssl, curl against etcd), khw
 #     status, khw up again (must be a no-op: every step clean — after the
-#     labs this also shows that the labs built what khw up builds), khw etcd
-#     snapshot save (its revision read back by etcdutl snapshot status);
+#     labs this also shows that the typed commands built what khw up
+#     builds; it runs after the restore below), khw etcd snapshot save (its
+#     revision read back by etcdutl snapshot status), khw etcd restore (a
+#     ConfigMap deleted after the snapshot back, one made after it gone,
+#     every member in one new cluster at the bumped revision);
 #   E2E_DRILLS=1: three failover drills, each must pass its verdict;
 #   E2E_LABS=1: mistakes made by hand the way a student would, each on one
 #     node, which `khw lab check` must name with their lab, evidence and fix
@@ -23,12 +29,10 @@
 #     cp3 listening for clients on 127.0.0.1 only; another
 #     --initial-cluster-token on cp2; the kubelet on w2 allowing anonymous
 #     requests), a correct variant that must pass (HAProxy's timeout connect
-#     on lb); then `khw lab reset 02-pki` must leave 01 done and 02-12 not
-#     done, and labs 02-12 are done again by hand: each lab's commands as
-#     `khw lab NN --by-hand` shows them, run in khw shell, then `khw lab
-#     check NN --hints` (06 first with the HAProxy restart left out, which
-#     the hints must lead to; 11 has nothing left to change; 12 is a drill
-#     run by hand); `khw lab list` all done and `khw up` a no-op again;
+#     on lb); then `khw lab reset 10-tls-bootstrap` must leave 01-09 done
+#     and 10-12 not done (the mistakes undone with the nodes' snapshots),
+#     and `khw lab NN --yes` does 10-12 again; `khw lab list` all done and
+#     `khw up` a no-op again;
 #   khw down, and a check that nothing is left (network namespace, nspawn
 #     processes, node roots). It cleans up on failure and Ctrl-C too.
 #
@@ -58,6 +62,35 @@ noop_check() {
 
 # Independent witnesses of the TLS bootstrap and the workers: kubectl (not
 # khw's client-go code) and openssl on w3 itself.
+# etcd_restore: khw etcd restore takes the cluster back to a snapshot: a
+# ConfigMap deleted after it is back, one made after it is gone; every
+# member (asked by etcdctl on cp1) in one new cluster, at the snapshot's
+# revision plus the bump; the report written; khw up clean afterwards.
+etcd_restore() {
+  local snap=$STATE/before-restore.db rev ids revs out
+  "$KHW" kubectl -n default create configmap e2e-before --from-literal=made=before
+  rev=$("$KHW" etcd snapshot save "$snap" -o json | jq -r .revision)
+  "$KHW" kubectl -n default delete configmap e2e-before
+  "$KHW" kubectl -n default create configmap e2e-after --from-literal=made=after
+  "$KHW" etcd restore "$snap" --yes >"$STATE/restore.log" 2>&1 || { tail -40 "$STATE/restore.log"; return 1; }
+  grep -E '^\[[0-9]+/[0-9]+\]|^  [✓✗]|^etcd restore|^  [a-z-]+ +failed|^Report:|^  revision after' "$STATE/restore.log"
+  [ "$("$KHW" kubectl -n default get configmap e2e-before -o jsonpath='{.data.made}')" = before ] || {
+    echo "e2e: the ConfigMap deleted after the snapshot is not back" >&2; return 1; }
+  if "$KHW" kubectl -n default get configmap e2e-after >/dev/null 2>&1; then
+    echo "e2e: the ConfigMap made after the snapshot survived the restore" >&2; return 1
+  fi
+  # shellcheck disable=SC2016 # expanded on cp1
+  out=$("$KHW" shell -- sh -c 'ssh -F "$KHW_SSH_CONFIG" cp1 sudo etcdctl --endpoints=https://192.168.122.11:2379,https://192.168.122.12:2379,https://192.168.122.13:2379 --cacert=/etc/etcd/ca.pem --cert=/etc/etcd/kubernetes.pem --key=/etc/etcd/kubernetes-key.pem endpoint status -w json')
+  ids=$(grep -o '"cluster_id":[0-9]*' <<<"$out" | sort -u | wc -l)
+  revs=$(jq -r '[.[].Status.header.revision] | min' <<<"$out")
+  echo "etcdctl endpoint status: $out"
+  if [ "$(jq length <<<"$out")" != 3 ] || [ "$ids" != 1 ]; then
+    echo "e2e: want 3 members in one cluster, got $out" >&2; return 1
+  fi
+  [ "$revs" -ge $((rev + 1000000000)) ] || { echo "e2e: revision $revs is below the snapshot's $rev + 1000000000" >&2; return 1; }
+  "$KHW" kubectl -n default delete configmap e2e-before
+}
+
 witness() {
   "$KHW" kubectl get nodes -o wide
   local ready
@@ -416,19 +449,28 @@ lab_machines_by_hand() { # lab 01 by hand: khw makes the machines (the hyperviso
   grep -E '^(✓|Snapshot|Lab )' "$STATE/lab-01-machines.log" || true
 }
 
-reset_02() {
-  "$KHW" lab reset 02-pki --yes
-  local out
-  out=$("$KHW" lab list)
+# reset_10: khw lab reset 10-tls-bootstrap must leave 01-09 done and
+# 10-12 not done (the nodes back to their snapshot from before lab 10,
+# which also undoes the mistakes made since).
+reset_10() {
+  "$KHW" lab reset 10-tls-bootstrap --yes
+  local out want got t0=$SECONDS
+  want=$(printf '%s\n' "01-machines done" "02-pki done" "03-kubeconfig done" \
+    "04-etcd done" "05-control-plane done" "06-lb done" "07-workers done" "08-pod-network done" \
+    "09-coredns done" "10-tls-bootstrap not" "11-smoke not" "12-failover not")
+  # The reverted nodes boot again: until their units are up, khw lab
+  # list shows the earlier labs as drifted (at most 3 min).
+  while :; do
+    out=$("$KHW" lab list)
+    got=$(awk 'NR > 1 { print $1, $2 }' <<<"$out")
+    if [ "$got" = "$want" ] || [ $((SECONDS - t0)) -ge 180 ]; then break; fi
+    sleep 5
+  done
   echo "$out"
-  local want got
-  want=$(printf '%s\n' "01-machines done" "02-pki not" "03-kubeconfig not" \
-    "04-etcd not" "05-control-plane not" "06-lb not" "07-workers not" "08-pod-network not" \
-    "09-coredns not" "10-tls-bootstrap not" "11-smoke not" "12-failover not")
-  got=$(awk 'NR > 1 { print $1, $2 }' <<<"$out")
   if [ "$got" != "$want" ]; then
-    echo "e2e: after khw lab reset 02-pki, want 01 done and 02-12 not done" >&2; return 1
+    echo "e2e: 3 min after khw lab reset 10-tls-bootstrap, want 01-09 done and 10-12 not done" >&2; return 1
   fi
+  echo "the earlier labs were clean again $((SECONDS - t0)) s after the reset"
 }
 
 phase "build khw"       make -s build
@@ -445,15 +487,22 @@ if [ -n "${E2E_CNI:-}" ]; then
 fi
 UP_T0=$(date +%s%N)
 if [ "${E2E_LABS:-}" = 1 ]; then
-  GREEN="lab 01 start → lab 11 green"
+  # The cluster built by hand: each lab's commands as khw lab --by-hand
+  # shows them, typed into khw shell; lab 06 first with its restart left
+  # out, which the hints must lead to.
+  GREEN="lab 01 start → lab 11 green (by hand)"
   phase "lab 01 by hand" lab_machines_by_hand
-  for l in 02-pki 03-kubeconfig 04-etcd 05-control-plane 06-lb 07-workers \
-           08-pod-network 09-coredns 10-tls-bootstrap 11-smoke; do
-    phase "lab $l"      lab "$l"
+  for l in 02-pki 03-kubeconfig 04-etcd 05-control-plane; do
+    phase "$l by hand"  by_hand "$l"
   done
+  phase "06-lb by hand"   by_hand_lb
+  for l in 07-workers 08-pod-network 09-coredns 10-tls-bootstrap; do
+    phase "$l by hand"  by_hand "$l"
+  done
+  phase "11-smoke by hand" by_hand_smoke
   UP_T1=$(date +%s%N)
-  phase "lab 12-failover" lab 12-failover
-  phase "lab list"      all_done
+  phase "12 by hand"      by_hand_drill
+  phase "lab list"        all_done
 else
   GREEN="up start → smoke green"
   phase "khw up"        "$KHW" up
@@ -462,8 +511,9 @@ else
 fi
 phase "witnesses"       witness
 phase "khw status"      status_check
-phase "khw up (no-op)"  noop_check
 phase "etcd snapshot"   etcd_snapshot
+phase "etcd restore"    etcd_restore
+phase "khw up (no-op)"  noop_check
 if [ "${E2E_DRILLS:-}" = 1 ]; then
   # The failover drills, each must pass its verdict (exit 0): one etcd
   # member down (the leader: one election, API stays up; with E2E_LABS
@@ -478,7 +528,7 @@ if [ "${E2E_DRILLS:-}" = 1 ]; then
 fi
 if [ "${E2E_LABS:-}" = 1 ]; then
   # First the mistakes that are undone at once (each ends with a clean
-  # check), then those that stay until khw lab reset 02.
+  # check), then those that stay until khw lab reset 10.
   phase "lb variant"      variant_passes
   phase "lb cp3 :6444"    break_lb_server
   phase "w2 FORWARD DROP" break_forward_policy
@@ -489,19 +539,12 @@ if [ "${E2E_LABS:-}" = 1 ]; then
   phase "cp2 encryption"  break_encryption_key
   phase "cp3 etcd lo"     break_etcd_listener
   phase "w2 anonymous"    break_kubelet_anonymous
-  # Back to before lab 02, then labs 02-12 by hand: each lab's commands as
-  # khw lab --by-hand shows them, typed into khw shell; lab 06 first with
-  # its restart left out, which the hints must lead to.
-  phase "lab reset 02"    reset_02
-  for l in 02-pki 03-kubeconfig 04-etcd 05-control-plane; do
-    phase "$l by hand"  by_hand "$l"
+  # Back to before lab 10 (the mistakes that stayed go with it), then
+  # labs 10-12 done by khw: khw lab NN --yes, each its step or drill.
+  phase "lab reset 10"    reset_10
+  for l in 10-tls-bootstrap 11-smoke 12-failover; do
+    phase "lab $l"      lab "$l"
   done
-  phase "06-lb by hand"   by_hand_lb
-  for l in 07-workers 08-pod-network 09-coredns 10-tls-bootstrap; do
-    phase "$l by hand"  by_hand "$l"
-  done
-  phase "11-smoke by hand" by_hand_smoke
-  phase "12 by hand"      by_hand_drill
   phase "lab list"        all_done
   phase "khw up (no-op)"  noop_check
   du -sh "$STATE/$NAME/nspawn/snapshots" | sed 's/^/snapshots on disk: /'
