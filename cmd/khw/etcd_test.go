@@ -1,37 +1,13 @@
 package main
 
 import (
-	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/khw-dev/khw/internal/etcdsnap/etcdsnaptest"
 )
-
-// fakeSnapshot writes a bbolt file shaped like an etcd snapshot whose
-// newest key revision is rev.
-func fakeSnapshot(t *testing.T, path string, rev uint64) {
-	t.Helper()
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucket([]byte("key"))
-		if err != nil {
-			return err
-		}
-		k := make([]byte, 17)
-		binary.BigEndian.PutUint64(k[:8], rev)
-		k[8] = '_'
-		return b.Put(k, []byte("v"))
-	}); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func TestEtcdRestoreRefusesBadInputAndDryRunChangesNothing(t *testing.T) {
 	base := filepath.Join(t.TempDir(), "state")
@@ -52,7 +28,7 @@ func TestEtcdRestoreRefusesBadInputAndDryRunChangesNothing(t *testing.T) {
 	}
 
 	snap := filepath.Join(dir, "snap.db")
-	fakeSnapshot(t, snap, 4242)
+	etcdsnaptest.Write(t, snap, 4242)
 	out, errOut, code := run(t, base, "etcd", "restore", snap, "--dry-run")
 	if code != 0 {
 		t.Fatalf("dry run: exit %d, %s", code, errOut)

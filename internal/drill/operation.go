@@ -2,7 +2,6 @@ package drill
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -196,18 +195,7 @@ func (r OpReport) analyze(samples []Sample, end time.Time) OpReport {
 
 // WriteOpReport writes the Markdown and JSON reports of rep (0600).
 func (s Store) WriteOpReport(rep OpReport) (md, js string, err error) {
-	md, js = s.ReportPaths(rep.ID)
-	data, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return "", "", err
-	}
-	if err := fsutil.WriteFileAtomic(js, append(data, '\n'), fsutil.SecretMode); err != nil {
-		return "", "", err
-	}
-	if err := fsutil.WriteFileAtomic(md, []byte(rep.Markdown()), fsutil.SecretMode); err != nil {
-		return "", "", err
-	}
-	return md, js, nil
+	return s.writeReports(rep.ID, rep, rep.Markdown())
 }
 
 // Markdown renders the operation's report for people: its steps, its

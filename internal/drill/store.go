@@ -132,15 +132,21 @@ func (s Store) Active() (*Record, error) {
 
 // WriteReport writes the Markdown and JSON reports of rep.
 func (s Store) WriteReport(rep Report) (md, js string, err error) {
-	md, js = s.ReportPaths(rep.ID)
-	data, err := json.MarshalIndent(rep, "", "  ")
+	return s.writeReports(rep.ID, rep, rep.Markdown())
+}
+
+// writeReports writes v as id's report.json and markdown as its
+// report.md (both 0600, atomic) and returns their paths.
+func (s Store) writeReports(id string, v any, markdown string) (md, js string, err error) {
+	md, js = s.ReportPaths(id)
+	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return "", "", err
 	}
 	if err := fsutil.WriteFileAtomic(js, append(data, '\n'), fsutil.SecretMode); err != nil {
 		return "", "", err
 	}
-	if err := fsutil.WriteFileAtomic(md, []byte(rep.Markdown()), fsutil.SecretMode); err != nil {
+	if err := fsutil.WriteFileAtomic(md, []byte(markdown), fsutil.SecretMode); err != nil {
 		return "", "", err
 	}
 	return md, js, nil

@@ -2,7 +2,6 @@ package etcdbackup
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"os"
 	"path/filepath"
@@ -10,9 +9,8 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/etcdsnap/etcdsnaptest"
 	"github.com/khw-dev/khw/internal/health"
 )
 
@@ -21,39 +19,10 @@ func testCluster(t *testing.T) *config.Cluster {
 	return config.Default("t1", "amd64", "nspawn")
 }
 
-// writeSnapshot writes a bbolt database shaped like an etcd snapshot: a
-// "key" bucket whose newest key is revision rev.
-func writeSnapshot(t *testing.T, path string, rev int64) {
-	t.Helper()
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	err = db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucket([]byte("key"))
-		if err != nil {
-			return err
-		}
-		for r := int64(1); r <= rev; r++ {
-			k := make([]byte, 17)
-			binary.BigEndian.PutUint64(k[:8], uint64(r))
-			k[8] = '_'
-			if err := b.Put(k, []byte("v")); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestNewReadsRevisionAndDigest(t *testing.T) {
 	c := testCluster(t)
 	p := filepath.Join(t.TempDir(), "snap.db")
-	writeSnapshot(t, p, 42)
+	etcdsnaptest.Write(t, p, 42)
 	data, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
