@@ -11,11 +11,12 @@ import (
 
 func newStatusCmd(a *app) *cobra.Command {
 	var output string
+	var certs bool
 	cmd := &cobra.Command{
 		Use:     "status",
 		Short:   "Show nodes, units, etcd quorum, apiserver readiness, Leases",
 		Long:    help("status"),
-		Example: "  khw status\n  khw status -o json\n  khw status -o json | jq .etcd.leader",
+		Example: "  khw status\n  khw status --certs   # every certificate on every node, with its days left\n  khw status -o json\n  khw status -o json | jq .etcd.leader",
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "" && output != "text" && output != "json" {
@@ -36,7 +37,7 @@ func newStatusCmd(a *app) *cobra.Command {
 				if err := enc.Encode(rep); err != nil {
 					return err
 				}
-			} else if err := cluster.WriteStatusText(a.out, c, rep, time.Now()); err != nil {
+			} else if err := cluster.WriteStatusTextWith(a.out, c, rep, time.Now(), cluster.StatusOptions{AllCerts: certs}); err != nil {
 				return err
 			}
 			if !read {
@@ -46,5 +47,6 @@ func newStatusCmd(a *app) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().BoolVar(&certs, "certs", false, "list every certificate on every node (default: each node's soonest to expire, and those within 30 days)")
 	return cmd
 }

@@ -50,7 +50,8 @@ type NodeRow struct {
 
 // StatusReport is the whole `khw status -o json` object. A section that
 // was skipped or could not be read is nil and has its message in Errors
-// (keys: nodes, cluster, units, etcd, apiservers, leases, kubeNodes).
+// (keys: nodes, cluster, units, etcd, apiservers, leases, kubeNodes,
+// certs).
 type StatusReport struct {
 	Nodes      []NodeRow                `json:"nodes"`
 	Units      map[string][]health.Unit `json:"units"`
@@ -58,7 +59,10 @@ type StatusReport struct {
 	APIServers []health.Readyz          `json:"apiservers"`
 	Leases     []health.Lease           `json:"leases"`
 	KubeNodes  []health.KubeNode        `json:"kubeNodes"`
-	Errors     map[string]string        `json:"errors"`
+	// Certs are the certificates on each running node, as the files
+	// there are (health.Certs).
+	Certs  map[string][]health.Cert `json:"certs"`
+	Errors map[string]string        `json:"errors"`
 }
 
 // NotUp is the message of the "cluster" error when no node runs.
@@ -141,12 +145,24 @@ func (rep *StatusReport) sections(ctx context.Context, c *config.Cluster, p vm.P
 		defer closePool()
 		uctx, cancel := context.WithTimeout(ctx, vm.Scaled(p, StatusUnitsTimeout, 3*StatusUnitsTimeout))
 		defer cancel()
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			certs, err := health.Certs(uctx, pool, c, running)
+			set("certs", err, func() {
+				if len(certs) > 0 {
+					rep.Certs = certs
+				}
+			})
+		}()
 		u, err := health.Units(uctx, pool, c, running)
 		set("units", err, func() {
 			if len(u) > 0 {
 				rep.Units = u
 			}
 		})
+		wg.Wait()
 	}
 	etcd := func() {
 		e, err := health.Etcd(ctx, target)
@@ -197,7 +213,7 @@ func (rep *StatusReport) anythingRead() bool {
 // JoinErrors lists the section errors on one line, sections sorted.
 func JoinErrors(errs map[string]string) string {
 	var parts []string
-	for _, s := range []string{"nodes", "cluster", "units", "etcd", "apiservers", "leases", "kubeNodes"} {
+	for _, s := range []string{"nodes", "cluster", "units", "etcd", "apiservers", "leases", "kubeNodes", "certs"} {
 		if e, ok := errs[s]; ok {
 			parts = append(parts, s+": "+strings.Join(strings.Fields(e), " "))
 		}

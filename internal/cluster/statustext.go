@@ -19,8 +19,21 @@ type statusPrinter struct {
 	c    *config.Cluster
 	rep  StatusReport
 	now  time.Time
+	opts StatusOptions
 	errs []error
 }
+
+// StatusOptions tune khw status's text.
+type StatusOptions struct {
+	// AllCerts lists every certificate of every node; without it each
+	// node has one line (its soonest expiry), plus a line for each
+	// certificate that expires within CertWarnDays or has expired.
+	AllCerts bool
+}
+
+// CertWarnDays: a certificate with fewer days left than this is listed
+// in khw status even without --certs.
+const CertWarnDays = 30
 
 func (p *statusPrinter) tw() *tabwriter.Writer { return tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0) }
 
@@ -42,15 +55,82 @@ func (p *statusPrinter) sectionErr(section string) {
 // WriteStatusText writes rep as khw status's text, section by section (ages
 // relative to now); the error is the writer's.
 func WriteStatusText(w io.Writer, c *config.Cluster, rep StatusReport, now time.Time) error {
-	p := &statusPrinter{w: w, c: c, rep: rep, now: now}
+	return WriteStatusTextWith(w, c, rep, now, StatusOptions{})
+}
+
+// WriteStatusTextWith is WriteStatusText with options.
+func WriteStatusTextWith(w io.Writer, c *config.Cluster, rep StatusReport, now time.Time, opts StatusOptions) error {
+	p := &statusPrinter{w: w, c: c, rep: rep, now: now, opts: opts}
 	if p.nodes() {
 		p.units()
 		p.etcd()
 		p.apiservers()
 		p.leases()
 		p.kubeNodes()
+		p.certs()
 	}
 	return errors.Join(p.errs...)
+}
+
+// certs prints CERTIFICATES: days left of each certificate as the file on
+// the node is (the jumpbox's copy may differ), one line per node with its
+// soonest expiry, then every certificate near its end (or every one with
+// AllCerts).
+func (p *statusPrinter) certs() {
+	fmt.Fprintln(p.w, "\nCERTIFICATES (the files on the nodes)")
+	if len(p.rep.Certs) > 0 {
+		t := p.tw()
+		if p.opts.AllCerts {
+			fmt.Fprintln(t, "NODE\tFILE\tSUBJECT\tEXPIRES\tDAYS LEFT")
+		} else {
+			fmt.Fprintln(t, "NODE\tCERTS\tSOONEST TO EXPIRE\tEXPIRES\tDAYS LEFT")
+		}
+		var near []string
+		for _, node := range health.SortedNodes(p.c, p.rep.Certs) {
+			var soonest *health.Cert
+			n := 0
+			for _, c := range p.rep.Certs[node] {
+				if c.Err != "" {
+					near = append(near, fmt.Sprintf("%s: %s unreadable: %s", node, c.File, c.Err))
+					continue
+				}
+				n++
+				if p.opts.AllCerts {
+					fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", node, c.File, c.Subject, c.NotAfter.Format("2006-01-02 15:04"), daysLeft(c, p.now))
+				} else if c.DaysLeft(p.now) < CertWarnDays {
+					near = append(near, fmt.Sprintf("%s: %s (%s) %s", node, c.File, c.Subject, daysLeft(c, p.now)))
+				}
+				if soonest == nil || c.NotAfter.Before(soonest.NotAfter) {
+					soonest = &c
+				}
+			}
+			if !p.opts.AllCerts && soonest != nil {
+				fmt.Fprintf(t, "%s\t%d\t%s\t%s\t%s\n", node, n, soonest.File, soonest.NotAfter.Format("2006-01-02 15:04"), daysLeft(*soonest, p.now))
+			}
+		}
+		p.flush(t)
+		if len(near) > 0 {
+			fmt.Fprintf(p.w, "expiring within %d days, or unreadable:\n", CertWarnDays)
+			for _, l := range near {
+				fmt.Fprintf(p.w, "  %s\n", l)
+			}
+		}
+		if !p.opts.AllCerts {
+			fmt.Fprintln(p.w, "(khw status --certs lists every certificate)")
+		}
+	}
+	p.sectionErr("certs")
+}
+
+// daysLeft is c's whole days left at now, or "expired N days ago".
+func daysLeft(c health.Cert, now time.Time) string {
+	switch left := c.NotAfter.Sub(now); {
+	case left <= 0:
+		return fmt.Sprintf("expired %s ago", age(-left))
+	case left < 24*time.Hour:
+		return "0 (expires in " + age(left) + ")"
+	}
+	return strconv.Itoa(c.DaysLeft(now))
 }
 
 // nodes prints NODES; false when no node runs (the other sections are

@@ -147,3 +147,48 @@ func TestStatusHelpers(t *testing.T) {
 		}
 	}
 }
+
+// CERTIFICATES: one line per node with its soonest expiry, the ones near
+// their end listed; --certs lists them all.
+func TestPrintStatusCerts(t *testing.T) {
+	c := config.Default("st", config.ArchAMD64, config.ProviderNspawn)
+	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	rep := StatusReport{
+		Nodes: []NodeRow{{Name: "cp1", Role: config.RoleControlPlane, State: "running", IP: "192.168.122.11"}},
+		Certs: map[string][]health.Cert{
+			"w3": {{File: "/var/lib/kubelet/pki/kubelet-client-current.pem", Subject: "CN=system:node:w3,O=system:nodes", NotAfter: now.Add(-49 * time.Hour)}},
+			"cp1": {
+				{File: "/etc/etcd/ca.pem", Subject: "CN=Kubernetes", NotAfter: now.Add(3650 * 24 * time.Hour), CA: true},
+				{File: "/etc/etcd/kubernetes.pem", Subject: "CN=kubernetes", NotAfter: now.Add(364*24*time.Hour + time.Hour)},
+				{File: "/var/lib/kubernetes/kube-scheduler.kubeconfig", Subject: "CN=system:kube-scheduler", NotAfter: now.Add(2 * time.Hour)},
+				{File: "/var/lib/kubernetes/bad.pem", Err: "no PEM certificate"},
+			},
+		},
+	}
+	var out bytes.Buffer
+	if err := WriteStatusText(&out, c, rep, now); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	for _, want := range []string{
+		"CERTIFICATES (the files on the nodes)",
+		"cp1   3      /var/lib/kubernetes/kube-scheduler.kubeconfig    2026-12-04 12:00  0 (expires in 2h0m)",
+		"w3    1      /var/lib/kubelet/pki/kubelet-client-current.pem  2026-12-02 09:00  expired 2d1h ago",
+		"expiring within 30 days, or unreadable:\n  cp1: /var/lib/kubernetes/kube-scheduler.kubeconfig (CN=system:kube-scheduler) 0 (expires in 2h0m)\n  cp1: /var/lib/kubernetes/bad.pem unreadable: no PEM certificate\n  w3: /var/lib/kubelet/pki/kubelet-client-current.pem",
+		"(khw status --certs lists every certificate)",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "/etc/etcd/kubernetes.pem") {
+		t.Errorf("a certificate with 364 days left is listed without --certs:\n%s", text)
+	}
+	out.Reset()
+	if err := WriteStatusTextWith(&out, c, rep, now, StatusOptions{AllCerts: true}); err != nil {
+		t.Fatal(err)
+	}
+	if all := out.String(); !strings.Contains(all, "cp1   /etc/etcd/kubernetes.pem") || !strings.Contains(all, "CN=kubernetes") || !strings.Contains(all, "364") {
+		t.Errorf("--certs text:\n%s", all)
+	}
+}

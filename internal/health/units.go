@@ -203,9 +203,9 @@ func parseUnitTime(s string) (time.Time, error) {
 	return time.Time{}, err
 }
 
-// SortedNodes returns the node names of a Units result in cluster.yaml
-// order (names not in c last, sorted).
-func SortedNodes(c *config.Cluster, m map[string][]Unit) []string {
+// SortedNodes returns the node names of a result by node (Units, Certs)
+// in cluster.yaml order (names not in c last, sorted).
+func SortedNodes[V any](c *config.Cluster, m map[string]V) []string {
 	pos := map[string]int{}
 	for i, n := range c.Nodes {
 		pos[n.Name] = i
