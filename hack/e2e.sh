@@ -191,9 +191,20 @@ drill_figures() {
 
 status_check() {
   "$KHW" status
-  local js
+  local js all want got
   js=$("$KHW" status -o json)
   grep -q '"quorum": true' <<<"$js"
+  # The certificates as the files on the nodes are: cp1's apiserver cert
+  # must be the jumpbox's (same expiry, read by openssl), and w3's client
+  # certificate the one its kubelet got by TLS bootstrap.
+  all=$("$KHW" status --certs)
+  sed -n '/^CERTIFICATES/,$p' <<<"$all"
+  want=$(date -u -d "$(openssl x509 -noout -enddate -in "$STATE/$NAME/pki/kubernetes.pem" | cut -d= -f2)" +%Y-%m-%dT%H:%M:%SZ)
+  got=$(jq -r '.certs.cp1[] | select(.file == "/var/lib/kubernetes/kubernetes.pem") | .notAfter' <<<"$js")
+  [ "$got" = "$want" ] || { echo "e2e: cp1's kubernetes.pem expires $got in khw status, $want by openssl" >&2; return 1; }
+  jq -e '.certs.w3[] | select(.file == "/var/lib/kubelet/pki/kubelet-client-current.pem" and .subject == "CN=system:node:w3,O=system:nodes")' <<<"$js" >/dev/null || {
+    echo "e2e: khw status does not show w3's rotated client certificate" >&2; return 1; }
+  if grep -q "PRIVATE KEY" <<<"$js"; then echo "e2e: khw status -o json holds a private key" >&2; return 1; fi
 }
 
 # khw etcd snapshot save, the file read back by etcd's own etcdutl (from
