@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
@@ -248,5 +249,44 @@ func TestStatusRecordsAPass(t *testing.T) {
 	}
 	if smoke.checks != 1 || rep.Steps[1].Skipped == "" {
 		t.Errorf("khw up after the lab's check: smoke checked %d times, result %+v; want it skipped", smoke.checks, rep.Steps[1])
+	}
+}
+
+// bootingStep is a lab whose check finds a diff for its first n checks:
+// a node that boots again after a reset.
+type bootingStep struct {
+	fakeStep
+	n int
+}
+
+func (b *bootingStep) Check(ctx context.Context, env *steps.Env) ([]steps.Diff, error) {
+	b.checks++
+	if b.checks <= b.n {
+		return []steps.Diff{{Node: "w1", What: "SSH does not answer"}}, nil
+	}
+	return nil, nil
+}
+
+func TestSettleWaitsForTheEarlierLabs(t *testing.T) {
+	s1 := &bootingStep{fakeStep: fakeStep{id: labid.Machines}, n: 2}
+	s2 := &fakeStep{id: labid.PKI}
+	s3 := &fakeStep{id: labid.Kubeconfig, diffs: []steps.Diff{{What: "not made yet"}}}
+	co, _ := testCourse(t, s1, s2, s3)
+	for _, id := range []string{labid.Machines, labid.PKI} {
+		if err := MarkDone(co.S.Dir, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	// Lab 03 is the one reset: 01 boots after two checks, 02 is done, 03
+	// itself is not waited for.
+	if pending := co.settle(ctx, mustLab(t, labid.Kubeconfig), 5*time.Second, time.Millisecond); len(pending) != 0 || s1.checks != 3 {
+		t.Fatalf("pending %v after %d checks of 01, want none after 3", pending, s1.checks)
+	}
+	// A lab that stays drifted is named when the limit is reached.
+	s1.checks, s1.n = 0, 1000
+	pending := co.settle(ctx, mustLab(t, labid.Kubeconfig), 30*time.Millisecond, time.Millisecond)
+	if len(pending) != 1 || !strings.HasPrefix(pending[0], labid.Machines+" (") || !strings.Contains(pending[0], "SSH does not answer") {
+		t.Fatalf("pending %v, want 01 with its detail", pending)
 	}
 }

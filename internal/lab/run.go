@@ -14,6 +14,7 @@ import (
 
 	"github.com/khw-dev/khw/internal/labs"
 	"github.com/khw-dev/khw/internal/steps"
+	"github.com/khw-dev/khw/internal/vm"
 )
 
 // UI is how the lab workflows (Run, Check, Reset) talk to the person at
@@ -531,8 +532,52 @@ func (c *Course) ResetAsked(ctx context.Context, l Lab, ui UI) error {
 		return err
 	}
 	all := From(l.ID)
-	ui.say("Back to before lab %s (%s). Labs %s to %s are not done; continue with khw lab %s.\n", l.ID, time.Since(t0).Round(100*time.Millisecond), l.ID, all[len(all)-1].ID, l.ID)
+	ui.say("Back to before lab %s (%s). Labs %s to %s are not done.\n", l.ID, time.Since(t0).Round(100*time.Millisecond), l.ID, all[len(all)-1].ID)
+	if l.Kind != Drill && !l.MakesNodes {
+		limit := vm.Scaled(c.S.Provider, SettleLimit, 6*SettleLimit)
+		ui.say("Waiting for the nodes to boot again and the labs before %s to check done (at most %s)…\n", l.ID, limit)
+		t1 := time.Now()
+		if pending := c.settle(ctx, l, limit, 2*time.Second); len(pending) > 0 {
+			fmt.Fprintf(ui.Err, "Warning: after %s, not done yet: %s; khw lab list shows them again\n", limit, strings.Join(pending, "; "))
+		} else {
+			ui.say("The labs before %s check done again (%s).\n", l.ID, time.Since(t1).Round(100*time.Millisecond))
+		}
+	}
+	ui.say("Continue with khw lab %s.\n", l.ID)
 	return nil
+}
+
+// SettleLimit bounds the wait after a reset for the reverted nodes to boot
+// and the earlier labs to check done again (on nspawn nodes; longer on
+// slow ones, Target.Scaled).
+const SettleLimit = 2 * time.Minute
+
+// settle checks the labs before l every interval until each is done, at
+// most limit (or until ctx ends): a reverted node boots again, and until
+// its units run and its apiserver is ready the labs it belongs to look
+// drifted. It returns the labs still not done then ("ID (detail)").
+func (c *Course) settle(ctx context.Context, l Lab, limit, interval time.Duration) []string {
+	deadline := time.Now().Add(limit)
+	for {
+		rows, err := c.List(ctx)
+		var pending []string
+		if err != nil {
+			pending = append(pending, err.Error())
+		}
+		for _, r := range rows {
+			if r.ID < l.ID && r.Status != Done {
+				pending = append(pending, r.ID+" ("+r.Detail+")")
+			}
+		}
+		if len(pending) == 0 || !time.Now().Add(interval).Before(deadline) {
+			return pending
+		}
+		select {
+		case <-ctx.Done():
+			return pending
+		case <-time.After(interval):
+		}
+	}
 }
 
 // ErrNoAnswer is ResetAsked's error when no answer could be read: a usage
