@@ -3,6 +3,7 @@ package health
 import (
 	"context"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
 	"fmt"
@@ -21,8 +22,9 @@ import (
 type Cert struct {
 	// File is the path on the node.
 	File string `json:"file"`
-	// Subject is the certificate's subject (CN=…,O=…); NotAfter the end
-	// of its validity.
+	// Subject is the part of the certificate's subject Kubernetes reads:
+	// the CN (the user name) and the Os (its groups), "CN=…,O=…";
+	// NotAfter the end of its validity.
 	Subject  string    `json:"subject,omitempty"`
 	NotAfter time.Time `json:"notAfter,omitzero"`
 	// CA is true for a CA certificate (basic constraints CA:TRUE).
@@ -133,9 +135,21 @@ func parseCerts(out string) []Cert {
 		if err != nil {
 			c.Err = err.Error()
 		} else {
-			c.Subject, c.NotAfter, c.CA = x.Subject.String(), x.NotAfter.UTC(), x.IsCA
+			c.Subject, c.NotAfter, c.CA = shortSubject(x.Subject), x.NotAfter.UTC(), x.IsCA
 		}
 		certs = append(certs, c)
 	}
 	return certs
+}
+
+// shortSubject is "CN=<common name>" followed by ",O=<organization>" for
+// each organization: the user and groups the apiserver's x509
+// authenticator takes from a client certificate
+// (https://kubernetes.io/docs/reference/access-authn-authz/authentication/#x509-client-certificates).
+func shortSubject(n pkix.Name) string {
+	s := "CN=" + n.CommonName
+	for _, o := range n.Organization {
+		s += ",O=" + o
+	}
+	return s
 }
