@@ -107,8 +107,12 @@ func New(c *config.Cluster, file string, now time.Time) (*Restore, error) {
 type Phase struct {
 	Name     string
 	Commands []steps.Command
-	// copy: the phase copies the snapshot (khw uploads it itself).
-	copy bool
+	// upload: the phase's copy (scp, install) khw does itself over SFTP;
+	// of its node commands it runs only those after the install, the
+	// check (skip: how many of each node's commands the upload stands
+	// for).
+	upload bool
+	skip   int
 	// wait: khw's own check that the phase reached its goal, after the
 	// commands (the shown wait loops give up silently; this does not).
 	wait func(ctx context.Context, r *Restore, rn *Runner) error
@@ -150,9 +154,10 @@ func (r *Restore) Phases() []Phase {
 		copyCmds = append(copyCmds, steps.Command{Why: "copy the snapshot to " + n.Name,
 			Shell: `scp -F "$KHW_SSH_CONFIG" ` + shellQuote(r.File) + " " + n.Name + ":snapshot.db"})
 	}
-	copyCmds = append(copyCmds, onEach(cps, "put it where only root reads it, and check that it arrived whole",
-		"sudo install -D -m 0600 snapshot.db "+RemoteSnapshot+" && rm -f snapshot.db\n"+
-			"echo '"+r.SHA256+"  "+RemoteSnapshot+"' | sudo sha256sum -c --quiet -")...)
+	copyCmds = append(copyCmds, onEach(cps, "put it where only root reads it",
+		"sudo install -D -m 0600 snapshot.db "+RemoteSnapshot+" && rm -f snapshot.db")...)
+	copyCmds = append(copyCmds, onEach(cps, "check that it arrived whole",
+		"echo '"+r.SHA256+"  "+RemoteSnapshot+"' | sudo sha256sum -c --quiet -")...)
 
 	restore := "sudo rm -rf " + RestoredDir + "\n" +
 		"sudo etcdutl snapshot restore " + RemoteSnapshot + " \\\n" +
@@ -165,7 +170,7 @@ func (r *Restore) Phases() []Phase {
 
 	workers := r.Cluster.Workers()
 	phases := []Phase{
-		{Name: "copy the snapshot to every control plane", Commands: copyCmds, copy: true},
+		{Name: "copy the snapshot to every control plane", Commands: copyCmds, upload: true, skip: 1},
 		{Name: "stop the apiservers, controller-managers and schedulers",
 			Commands: onEach(cps, "nothing may read or write etcd while it is replaced",
 				"sudo systemctl stop kube-apiserver kube-controller-manager kube-scheduler")},
@@ -250,19 +255,9 @@ func (rn *Runner) Preflight(ctx context.Context, r *Restore) error {
 // half done on some nodes. Errors name the node and the command.
 func (rn *Runner) RunPhase(ctx context.Context, r *Restore, p Phase) error {
 	ctx = context.WithoutCancel(ctx)
-	byNode := map[string][]string{}
-	var order []string
-	for _, c := range p.Commands {
-		if c.Node == "" {
-			continue
-		}
-		if _, ok := byNode[c.Node]; !ok {
-			order = append(order, c.Node)
-		}
-		byNode[c.Node] = append(byNode[c.Node], c.Shell)
-	}
+	order, scripts := p.nodeScripts()
 	var data []byte
-	if p.copy {
+	if p.upload {
 		var err error
 		if data, err = os.ReadFile(r.File); err != nil {
 			return err
@@ -277,8 +272,7 @@ func (rn *Runner) RunPhase(ctx context.Context, r *Restore, p Phase) error {
 		g.Go(func() error {
 			nctx, cancel := context.WithTimeout(gctx, rn.Timeout)
 			defer cancel()
-			cmds := byNode[name]
-			if p.copy {
+			if p.upload {
 				cl, err := rn.Pool.Get(nctx, nodeplan.RemoteNode(n))
 				if err != nil {
 					return err
@@ -286,13 +280,11 @@ func (rn *Runner) RunPhase(ctx context.Context, r *Restore, p Phase) error {
 				if _, err := cl.Install(nctx, remote.File{Path: RemoteSnapshot, Data: data, Mode: 0o600}); err != nil {
 					return fmt.Errorf("%s: copy the snapshot: %w", name, err)
 				}
-				// The shown install moved scp's copy into place; khw's
-				// SFTP upload put it there: only the check is left.
-				cmds = cmds[len(cmds)-1:]
-				cmds[0] = cmds[0][strings.LastIndex(cmds[0], "\n")+1:]
 			}
-			script := "set -e\n" + strings.Join(cmds, "\n")
-			if _, _, err := rn.Pool.Run(nctx, nodeplan.RemoteNode(n), script, remote.RunOptions{}); err != nil {
+			if scripts[name] == "" {
+				return nil
+			}
+			if _, _, err := rn.Pool.Run(nctx, nodeplan.RemoteNode(n), scripts[name], remote.RunOptions{}); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
 			return nil
@@ -307,6 +299,30 @@ func (rn *Runner) RunPhase(ctx context.Context, r *Restore, p Phase) error {
 		return p.wait(wctx, r, rn)
 	}
 	return nil
+}
+
+// nodeScripts is what khw runs of p on each node, nodes in the order of
+// their first command: the node's commands in order in one shell that
+// stops at the first failure (set -e), without the first p.skip of them
+// (those the SFTP upload stands for; "" when none is left).
+func (p Phase) nodeScripts() (order []string, scripts map[string]string) {
+	cmds := map[string][]string{}
+	for _, c := range p.Commands {
+		if c.Node == "" {
+			continue
+		}
+		if _, ok := cmds[c.Node]; !ok {
+			order = append(order, c.Node)
+		}
+		cmds[c.Node] = append(cmds[c.Node], c.Shell)
+	}
+	scripts = map[string]string{}
+	for node, list := range cmds {
+		if len(list) > p.skip {
+			scripts[node] = "set -e\n" + strings.Join(list[p.skip:], "\n")
+		}
+	}
+	return order, scripts
 }
 
 // waitEtcd waits until every member answers with one leader, one cluster

@@ -145,3 +145,28 @@ func TestRestoredProblem(t *testing.T) {
 		}
 	}
 }
+
+// khw runs each phase's node commands as shown; of the copy it runs only
+// the check (its SFTP upload stands for scp and install).
+func TestNodeScriptsRunTheShownCommands(t *testing.T) {
+	r := &Restore{Cluster: testCluster(t), File: "/b/s.db", SHA256: "ab12", Revision: 7, Token: "tok", Bump: DefaultBump}
+	phases := r.Phases()
+	order, scripts := phases[0].nodeScripts()
+	if strings.Join(order, ",") != "cp1,cp2,cp3" {
+		t.Fatalf("copy phase runs on %v", order)
+	}
+	for _, n := range order {
+		if want := "set -e\necho 'ab12  " + RemoteSnapshot + "' | sudo sha256sum -c --quiet -"; scripts[n] != want {
+			t.Errorf("%s runs %q, want only the check %q", n, scripts[n], want)
+		}
+	}
+	_, scripts = phases[3].nodeScripts()
+	if !strings.HasPrefix(scripts["cp2"], "set -e\nsudo rm -rf "+RestoredDir+"\nsudo etcdutl snapshot restore "+RemoteSnapshot+" \\\n  --name cp2 \\\n") {
+		t.Errorf("cp2's restore script:\n%s", scripts["cp2"])
+	}
+	order, scripts = phases[5].nodeScripts()
+	// Every member starts etcd; cp1 also runs lab 04's wait and status.
+	if strings.Join(order, ",") != "cp1,cp2,cp3" || !strings.Contains(scripts["cp1"], "endpoint health") || strings.Contains(scripts["cp2"], "endpoint health") {
+		t.Errorf("start phase: %v\n%v", order, scripts)
+	}
+}
