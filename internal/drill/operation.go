@@ -96,29 +96,21 @@ func StartWatch(store Store, p *Prober, out io.Writer, cluster, op, command stri
 	w.stop = r.sampling(rec)
 	time.Sleep(r.Baseline)
 	w.rep.StartedAt = time.Now()
-	r.mu.Lock()
-	r.brokeAt = w.rep.StartedAt
-	r.mu.Unlock()
-	rec.BrokeAt = w.rep.StartedAt
 	return w, nil
 }
 
 // ID is the operation's ID (its directory in the store).
 func (w *Watch) ID() string { return w.rep.ID }
 
-// Step runs fn as the operation's step name and records its times; the
-// timeline gets its start and its end (or failure). It returns fn's error.
+// Step runs fn as the operation's step name and records its times (the
+// report's timeline gets its start, and its failure). It returns fn's
+// error.
 func (w *Watch) Step(name string, fn func() error) error {
 	start := time.Now()
-	w.r.emitAs(SigOperation, start, name)
 	err := fn()
-	end := time.Now()
-	st := OpStep{Name: name, From: secs(start.Sub(w.rep.StartedAt)), To: secs(end.Sub(w.rep.StartedAt))}
+	st := OpStep{Name: name, From: secs(start.Sub(w.rep.StartedAt)), To: secs(time.Since(w.rep.StartedAt))}
 	if err != nil {
 		st.Err = err.Error()
-		w.r.emitAs(SigOperation, end, "failed: "+shorten(oneLine(err.Error()), 160))
-	} else {
-		w.r.emitAs(SigOperation, end, "done ("+fmtDur(end.Sub(start))+")")
 	}
 	w.rep.Steps = append(w.rep.Steps, st)
 	return err

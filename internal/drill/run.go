@@ -136,12 +136,9 @@ func (r *Runner) observe(s Sample) {
 const eventHoldback = time.Second
 
 // emit queues one event of the drill itself (break, heal).
-func (r *Runner) emit(at time.Time, text string) { r.emitAs("drill", at, text) }
-
-// emitAs queues an event of signal sig (the drill's or an operation's own).
-func (r *Runner) emitAs(sig Signal, at time.Time, text string) {
+func (r *Runner) emit(at time.Time, text string) {
 	r.mu.Lock()
-	r.events = append(r.events, Event{At: at, Signal: sig, Text: text})
+	r.events = append(r.events, Event{At: at, Signal: "drill", Text: text})
 	r.mu.Unlock()
 }
 

@@ -140,12 +140,23 @@ func newNodeData(c *config.Cluster, n config.Node, f NodeFacts) *nodeData {
 		}
 		d.Hosts = append(d.Hosts, hostLine{IP: h.IP, Names: names})
 	}
-	var initial, servers []string
+	var servers []string
 	for _, cp := range d.ControlPlanes {
-		initial = append(initial, cp.Name+"=https://"+cp.IP+":2380")
 		servers = append(servers, "https://"+cp.IP+":2379")
 	}
-	d.EtcdInitialCluster = strings.Join(initial, ",")
+	d.EtcdInitialCluster = EtcdInitialCluster(d.ControlPlanes)
 	d.EtcdServers = strings.Join(servers, ",")
 	return d
+}
+
+// EtcdInitialCluster is etcd's --initial-cluster for the members on
+// control planes cps: name=https://IP:2380, comma-separated, in order.
+// etcd.service, the etcd lab's grading and khw etcd restore use it, so
+// they cannot disagree.
+func EtcdInitialCluster(cps []config.Node) string {
+	parts := make([]string, 0, len(cps))
+	for _, n := range cps {
+		parts = append(parts, n.Name+"=https://"+n.IP+":2380")
+	}
+	return strings.Join(parts, ",")
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/khw-dev/khw/internal/lab/labcheck"
 	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/pki"
+	"github.com/khw-dev/khw/internal/render"
 	"sigs.k8s.io/yaml"
 )
 
@@ -290,11 +291,7 @@ func canonIC(ic map[string][]string) string {
 }
 
 func wantInitialCluster(e *labcheck.Env) string {
-	var parts []string
-	for _, n := range e.Cluster.ControlPlanes() {
-		parts = append(parts, n.Name+"=https://"+n.IP+":2380")
-	}
-	return strings.Join(parts, ",")
+	return render.EtcdInitialCluster(e.Cluster.ControlPlanes())
 }
 
 // etcdCerts checks the certs etcd is started with: the peer cert must have

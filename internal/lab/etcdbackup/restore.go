@@ -29,6 +29,7 @@ import (
 	"github.com/khw-dev/khw/internal/lab/etcd"
 	"github.com/khw-dev/khw/internal/lab/nodeplan"
 	"github.com/khw-dev/khw/internal/remote"
+	"github.com/khw-dev/khw/internal/render"
 	"github.com/khw-dev/khw/internal/steps"
 )
 
@@ -122,16 +123,6 @@ type Phase struct {
 // the snapshot's plus the bump.
 func (r *Restore) MinRevision() int64 { return r.Revision + r.Bump }
 
-func (r *Restore) initialCluster() string {
-	var parts []string
-	for _, n := range r.Cluster.ControlPlanes() {
-		parts = append(parts, n.Name+"="+peerURL(n))
-	}
-	return strings.Join(parts, ",")
-}
-
-func peerURL(n config.Node) string { return "https://" + n.IP + ":2380" }
-
 // onEach is one command per node, the same text with {node} and {ip}
 // filled in; why is shown above the first.
 func onEach(nodes []config.Node, why, shell string) []steps.Command {
@@ -162,7 +153,7 @@ func (r *Restore) Phases() []Phase {
 	restore := "sudo rm -rf " + RestoredDir + "\n" +
 		"sudo etcdutl snapshot restore " + RemoteSnapshot + " \\\n" +
 		"  --name {node} \\\n" +
-		"  --initial-cluster " + r.initialCluster() + " \\\n" +
+		"  --initial-cluster " + render.EtcdInitialCluster(cps) + " \\\n" +
 		"  --initial-cluster-token " + r.Token + " \\\n" +
 		"  --initial-advertise-peer-urls https://{ip}:2380 \\\n" +
 		fmt.Sprintf("  --bump-revision %d --mark-compacted \\\n", r.Bump) +
