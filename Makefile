@@ -93,7 +93,8 @@ e2e-drills: deps mirror-deps
 ## commands khw lab NN --by-hand shows, run in khw shell) instead of khw up,
 ## then the witnesses, the no-op khw up, hand-made mistakes (one node each)
 ## that khw lab check must name, a variant it must pass, khw lab reset
-## 10-tls-bootstrap and labs 10-12 again with --yes (root)
+## 10-tls-bootstrap and labs 10-12 again with --yes (root); e2e-nspawn ends
+## with 10 and 11 --yes and a drill that passes for 12
 e2e-labs: deps mirror-deps
 	E2E_LABS=1 hack/e2e.sh
 
@@ -133,7 +134,7 @@ test-libvirt: libvirt-deps
 ## e2e-libvirt: khw up --provider libvirt through 11-smoke on lb, cp1, w1 and w3
 ## (TLS bootstrap) as TCG VMs from the Ubuntu-like stand-in image, offline from
 ## the mirror, with libvirtd in a throwaway network namespace; then witnesses,
-## a no-op khw up, khw lab check 07 and 10, the lb drill, khw down; prints the
+## a no-op khw up, khw lab check 10, the lb drill, khw down; prints the
 ## time of each phase and each step (22-35 min on 2 cores with warm caches;
 ## CI runs it). E2E_UNTIL=06-lb stops there with lb, cp1 and w1 (~12 min).
 e2e-libvirt: deps mirror-deps libvirt-deps build

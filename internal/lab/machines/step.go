@@ -115,13 +115,24 @@ func (s *Step) Check(ctx context.Context, env *steps.Env) ([]steps.Diff, error) 
 func (s *Step) sshTrue(ctx context.Context, n vm.NodeStatus, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	cloudInit := s.M.Provider.Name() != config.ProviderNspawn
 	// One Pool.Get gives up after the pool's own connect budget (3 min);
 	// a VM under TCG takes longer to boot: keep asking until timeout.
 	for {
 		cl, err := s.M.Pool.Get(ctx, remote.Node{Name: n.Name, Addr: n.IP.String()})
 		if err == nil {
 			if _, err = s.M.MeasureFacts(ctx, cl, n.Name); err == nil {
-				return nil
+				if !cloudInit {
+					return nil
+				}
+				// sshd answers before cloud-init's later modules ran, and one
+				// of them (set_passwords) may restart sshd: a node is up once
+				// cloud-init wrote boot-finished, its last act.
+				_, _, err = cl.Run(ctx, cloudInitDone, remote.RunOptions{})
+				if err == nil {
+					return nil
+				}
+				err = fmt.Errorf("cloud-init has not finished (no %s yet): %w", cloudInitFinished, err)
 			}
 		}
 		select {
@@ -131,6 +142,13 @@ func (s *Step) sshTrue(ctx context.Context, n vm.NodeStatus, timeout time.Durati
 		}
 	}
 }
+
+// cloudInitFinished is the file cloud-init's final stage writes when every
+// module ran (cloudinit/config/cc_final_message.py, "boot-finished").
+const cloudInitFinished = "/var/lib/cloud/instance/boot-finished"
+
+// cloudInitDone fails until cloudInitFinished exists.
+const cloudInitDone = "test -e " + cloudInitFinished
 
 // preflight runs the libvirt provider's host checks before machines are
 // made: each finding that is not OK is printed under the step (a warning
@@ -262,7 +280,7 @@ func (s *Step) Apply(ctx context.Context, env *steps.Env, diffs []steps.Diff) er
 		}
 		fmt.Fprintf(env.NodeLog(n.Name), "%s "+labid.Machines+": SSH answers\n", time.Now().Format(time.RFC3339))
 		if s.M.Provider.Name() != config.ProviderNspawn {
-			env.Notef("%s: SSH answers after %v", n.Name, time.Since(started).Round(time.Second))
+			env.Notef("%s: SSH answers, cloud-init done after %v", n.Name, time.Since(started).Round(time.Second))
 		}
 		return nil
 	})
@@ -423,8 +441,8 @@ func libvirtCommands(env *steps.Env, nodes, create, boot map[string]bool) []step
 			})
 		}
 		cmds = append(cmds, steps.Command{
-			Why:   n.Name + ": it is up when SSH answers",
-			Shell: fmt.Sprintf("ssh -i %s %s %s@%s true", key, pinnedSSHOptions(env), remote.DefaultUser, n.IP),
+			Why:   n.Name + ": it is up when SSH answers and cloud-init has finished (it writes " + cloudInitFinished + " last)",
+			Shell: fmt.Sprintf("ssh -i %s %s %s@%s %s", key, pinnedSSHOptions(env), remote.DefaultUser, n.IP, cloudInitDone),
 		})
 	}
 	return cmds

@@ -279,7 +279,7 @@ func TestMachinesCommands(t *testing.T) {
 		"cloud-localds --network-config=" + files + "/network-config /var/lib/libvirt/images/khw/khw-fk-w3-seed.iso " + files + "/user-data " + files + "/meta-data",
 		"virsh -c qemu:///system define " + files + "/domain.xml",
 		"virsh -c qemu:///system start khw-fk-w3",
-		"ubuntu@192.168.122.23 true",
+		"ubuntu@192.168.122.23 test -e /var/lib/cloud/instance/boot-finished",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("libvirt commands lack %q:\n%s", want, got)
