@@ -93,8 +93,9 @@ e2e-drills: deps mirror-deps
 ## commands khw lab NN --by-hand shows, run in khw shell) instead of khw up,
 ## then the witnesses, the no-op khw up, hand-made mistakes (one node each)
 ## that khw lab check must name, a variant it must pass, khw lab reset
-## 10-tls-bootstrap and labs 10-12 again with --yes (root); e2e-nspawn ends
-## with 10 and 11 --yes and a drill that passes for 12
+## 10-tls-bootstrap and labs 10-12 again with --yes, then lab 13 (the etcd
+## restore) with --yes (root); e2e-nspawn ends with 10 and 11 --yes, a drill
+## that passes for 12, and lab 13
 e2e-labs: deps mirror-deps
 	E2E_LABS=1 hack/e2e.sh
 

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/khw-dev/khw/internal/cluster"
+	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/etcdsnap"
 	"github.com/khw-dev/khw/internal/health"
@@ -24,9 +25,8 @@ import (
 	"github.com/khw-dev/khw/internal/state"
 )
 
-// snapshotDir is where khw etcd snapshot save writes by default, and the
-// only place inside the state directory it writes to.
-const snapshotDir = "etcd-snapshots"
+// snapshotDir is the state directory's folder for snapshots.
+const snapshotDir = etcdbackup.SnapshotsDirName
 
 func newEtcdCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "etcd", Short: "Operate the cluster's etcd: snapshots and restores", Args: exactArgs(0)}
@@ -158,6 +158,15 @@ func runEtcdRestore(parent context.Context, a *app, file string, yes, dryRun boo
 			return nil
 		}
 	}
+	return restoreEtcd(parent, a, d, c, r)
+}
+
+// restoreEtcd runs each phase of r under the caller's lock while a
+// read-only prober watches what the cluster's clients see, writes the
+// operation's report and prints its summary and the restored cluster's
+// facts. Ctrl-C and SIGTERM stop it between phases.
+func restoreEtcd(parent context.Context, a *app, d state.Dir, c *config.Cluster, r *etcdbackup.Restore) error {
+	abs, phases := r.File, r.Phases()
 	env, err := drill.OpenCluster(c, d)
 	if err != nil {
 		return err

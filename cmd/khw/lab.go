@@ -240,6 +240,7 @@ func withLab(parent context.Context, a *app, id string, o labOpts, fn func(ctx c
 		Drill: func(ctx context.Context) error {
 			return runBreak(ctx, a, drill.Spec{Kind: drill.KindEtcd, Count: 1, For: 20 * time.Second})
 		},
+		Operate: func(ctx context.Context, l lab.Lab) error { return operate(ctx, a, e, l) },
 	}
 	return fn(ctx, l, t, e, ui)
 }

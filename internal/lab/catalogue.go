@@ -19,10 +19,12 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/lab/controlplane"
 	"github.com/khw-dev/khw/internal/lab/coredns"
 	"github.com/khw-dev/khw/internal/lab/etcd"
+	"github.com/khw-dev/khw/internal/lab/etcdbackup"
 	"github.com/khw-dev/khw/internal/lab/grade"
 	"github.com/khw-dev/khw/internal/lab/kubeconfig"
 	"github.com/khw-dev/khw/internal/lab/labcheck"
@@ -36,6 +38,7 @@ import (
 	"github.com/khw-dev/khw/internal/lab/workers"
 	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/labs"
+	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
 )
 
@@ -53,6 +56,11 @@ const (
 	// Drill is not a step of khw up (12-failover): khw lab runs a failover
 	// drill, which changes nothing it does not heal.
 	Drill
+	// Operation is not a step of khw up (13-etcd-backup): a day-2
+	// operation on the built cluster, which khw lab runs (UI.Operate) or
+	// shows for the student to do by hand; its check grades the result
+	// either way.
+	Operation
 )
 
 // Lab is one row of the catalogue.
@@ -73,14 +81,27 @@ type Lab struct {
 	// destroys them.
 	MakesNodes bool
 
-	title     string // of a Drill, which has no step
+	title     string // of a Drill or an Operation, which have no step
 	step      func(m *nodeplan.Machines, c *config.Cluster) steps.Step
 	detectors []labcheck.Detector
 	// excuse says whether a required node setting that the step's Check
 	// found wrong (steps.DiffRequired) is a correct variant on this node,
 	// reading the node through src: the Variant finding, or ok false.
 	excuse func(ctx context.Context, d steps.Diff, src labcheck.Source) (grade.Finding, bool, error)
+
+	// An Operation's parts: begin records what the check compares with
+	// (before khw or the student changes anything; again: a try after an
+	// unfinished one, which keeps the first record), byHand is what the
+	// student types, grade reads the cluster and returns the mistakes
+	// (none: the lab passes), passed says what a pass means.
+	begin  func(ctx context.Context, s *cluster.Session, again bool) error
+	passed string
+	byHand func(c *config.Cluster, d state.Dir) []steps.Command
+	grade  func(ctx context.Context, s *cluster.Session) ([]grade.Finding, error)
 }
+
+// HasStep reports whether the lab is a step of khw up.
+func (l Lab) HasStep() bool { return l.step != nil }
 
 // onMachines adapts a step constructor that needs only the machines to
 // the catalogue's signature.
@@ -145,6 +166,15 @@ var catalogue = []Lab{
 		Up:   "encryption at rest, a Deployment, logs, exec,\nport-forward, NodePort on every worker, DNS, a pod on w3\n(also: khw smoke)",
 		step: onMachines(smoke.NewStep)},
 	{ID: labid.Failover, Kind: Drill, title: "Break the cluster and watch it heal"},
+	{ID: labid.EtcdBackup, Kind: Operation, title: "Back up etcd and restore it",
+		Look: "`khw status` (ETCD: one cluster ID?); `ssh -F \"$KHW_SSH_CONFIG\" {node} sudo journalctl -u etcd -n 30 --no-pager`",
+		begin: func(ctx context.Context, s *cluster.Session, again bool) error {
+			_, err := etcdbackup.Begin(ctx, s.Target(), s.Dir, again)
+			return err
+		},
+		byHand: etcdbackup.ByHandCommands,
+		grade:  etcdbackup.Grade,
+		passed: "every etcd member in one new cluster, past every revision of the old one, and the snapshot's objects as they were"},
 }
 
 // All returns every lab in the order of the course.
@@ -159,7 +189,7 @@ func IDs() []string {
 	return out
 }
 
-// Number is the NN of the ID (1-12).
+// Number is the NN of the ID (1-13).
 func (l Lab) Number() int {
 	n, _ := strconv.Atoi(l.ID[:2])
 	return n
@@ -319,7 +349,7 @@ func From(id string) []Lab {
 func UpHelp() string {
 	var b strings.Builder
 	for _, l := range catalogue {
-		if l.Kind == Drill {
+		if !l.HasStep() {
 			continue
 		}
 		for i, line := range strings.Split(l.Up, "\n") {
@@ -355,7 +385,7 @@ func IDTable(perLine int) string {
 func Complete(prefix string, stepsOnly bool) []string {
 	var out []string
 	for _, l := range catalogue {
-		if strings.HasPrefix(l.ID, prefix) && !(stepsOnly && l.Kind == Drill) {
+		if strings.HasPrefix(l.ID, prefix) && !(stepsOnly && !l.HasStep()) {
 			out = append(out, l.ID)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/labs"
 )
 
@@ -34,7 +35,9 @@ func TestCatalogueIsWhole(t *testing.T) {
 		switch {
 		case l.Kind == Drill && (s != nil || l.title == "" || l.Up != ""):
 			t.Errorf("%s: a drill has no step and no khw up line, but a title", l.ID)
-		case l.Kind != Drill && (s == nil || s.ID() != l.ID || l.Up == ""):
+		case l.Kind == Operation && (s != nil || l.title == "" || l.Up != "" || l.begin == nil || l.byHand == nil || l.grade == nil || l.passed == ""):
+			t.Errorf("%s: an operation has no step and no khw up line, but a title, begin, byHand, grade and passed", l.ID)
+		case l.Kind != Drill && l.Kind != Operation && (s == nil || s.ID() != l.ID || l.Up == ""):
 			t.Errorf("%s: step %v, khw up line %q; want a step with this ID and a line", l.ID, s, l.Up)
 		}
 		for _, line := range strings.Split(l.Up, "\n") {
@@ -50,8 +53,8 @@ func TestCatalogueIsWhole(t *testing.T) {
 		}
 		ids[s.ID()] = true
 	}
-	if len(ids) != len(catalogue)-1 {
-		t.Errorf("%d steps, want every lab but the drill (%d)", len(ids), len(catalogue)-1)
+	if want := len(catalogue) - 2; len(ids) != want {
+		t.Errorf("%d steps, want every lab but the drill and the operation (%d)", len(ids), want)
 	}
 }
 
@@ -103,7 +106,7 @@ func TestLookupAcceptsAliases(t *testing.T) {
 }
 
 func TestLookupRejectsUnknown(t *testing.T) {
-	for _, in := range []string{"", "0", "13", "-4", "etc", "04-etc", "4-etcd", "control", "04 etcd"} {
+	for _, in := range []string{"", "0", "14", "-4", "etc", "04-etc", "4-etcd", "control", "04 etcd"} {
 		_, err := Lookup(in)
 		if err == nil {
 			t.Errorf("Lookup(%q) found a lab", in)
@@ -121,11 +124,11 @@ func TestNextFromAndHelp(t *testing.T) {
 	if n, ok := Next("04-etcd"); !ok || n.ID != "05-control-plane" {
 		t.Errorf("Next(04-etcd) = %s, %v", n.ID, ok)
 	}
-	if _, ok := Next("12-failover"); ok {
+	if _, ok := Next(labid.EtcdBackup); ok {
 		t.Error("Next of the last lab")
 	}
 	from := From("10-tls-bootstrap")
-	if len(from) != 3 || from[0].ID != "10-tls-bootstrap" || from[2].ID != "12-failover" {
+	if len(from) != 4 || from[0].ID != "10-tls-bootstrap" || from[3].ID != labid.EtcdBackup {
 		t.Errorf("From(10) = %v", from)
 	}
 	if From("nope") != nil {
@@ -133,7 +136,7 @@ func TestNextFromAndHelp(t *testing.T) {
 	}
 	help := UpHelp()
 	for _, id := range IDs() {
-		if strings.Contains(help, id) != (id != "12-failover") {
+		if strings.Contains(help, id) != (id != "12-failover" && id != labid.EtcdBackup) {
 			t.Errorf("khw up --help and %s: in it %v", id, strings.Contains(help, id))
 		}
 	}
@@ -143,7 +146,7 @@ func TestNextFromAndHelp(t *testing.T) {
 	if got := Complete("1", true); strings.Join(got, " ") != "10-tls-bootstrap 11-smoke" {
 		t.Errorf("Complete(1, steps only) = %v", got)
 	}
-	if got := IDTable(6); strings.Count(got, "\n") != 1 || !strings.HasPrefix(got, "  01-machines  02-pki") {
+	if got := IDTable(6); strings.Count(got, "\n") != 2 || !strings.HasPrefix(got, "  01-machines  02-pki") {
 		t.Errorf("IDTable(6) = %q", got)
 	}
 }

@@ -71,6 +71,7 @@ func TestList(t *testing.T) {
 		{"06-lb", NotDone, "not checked: needs 03-kubeconfig first"},
 		{labid.Smoke, NotDone, "not checked: needs 03-kubeconfig first"},
 		{labid.Failover, NotDone, "run khw lab 12"},
+		{labid.EtcdBackup, NotDone, "run khw lab 13 (or khw lab 13 --by-hand"},
 	}
 	if len(rows) != len(want) {
 		t.Fatalf("%d rows, want %d: %+v", len(rows), len(want), rows)
@@ -98,8 +99,16 @@ func TestList(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows, _ = List(context.Background(), []steps.Step{s1}, steps.NewEnv(config.Default("lab", "amd64", "nspawn"), d), d)
-	if last := rows[len(rows)-1]; last.ID != labid.Failover || last.Status != Done {
-		t.Errorf("12-failover after MarkDone: %+v", last)
+	if fo := rows[len(rows)-2]; fo.ID != labid.Failover || fo.Status != Done {
+		t.Errorf("12-failover after MarkDone: %+v", fo)
+	}
+	// 13-etcd-backup too (its check passed since the last reset).
+	if err := MarkDone(d, labid.EtcdBackup); err != nil {
+		t.Fatal(err)
+	}
+	rows, _ = List(context.Background(), []steps.Step{s1}, steps.NewEnv(config.Default("lab", "amd64", "nspawn"), d), d)
+	if last := rows[len(rows)-1]; last.ID != labid.EtcdBackup || last.Status != Done || !strings.Contains(last.Detail, "passed its check") {
+		t.Errorf("13-etcd-backup after MarkDone: %+v", last)
 	}
 }
 

@@ -38,6 +38,10 @@ type UI struct {
 	// Drill runs the failover lab's drill (khw break etcd --count 1 --for
 	// 20s) under the caller's lock.
 	Drill func(ctx context.Context) error
+	// Operate runs an Operation lab's operation (13-etcd-backup: the
+	// objects, a snapshot, the changes, khw etcd restore) under the
+	// caller's lock, printing as it goes.
+	Operate func(ctx context.Context, l Lab) error
 }
 
 func (u UI) say(format string, args ...any) { fmt.Fprintf(u.Out, format, args...) }
@@ -83,6 +87,9 @@ func (c *Course) Run(ctx context.Context, l Lab, t labs.Lab, ui UI) error {
 			"khw lab check %s passes once a drill has passed its verdict.\n", l.ID, l.ID)
 		return nil
 	}
+	if l.Kind == Operation {
+		return c.runOperation(ctx, l, t, ui)
+	}
 	if l.Kind == Drill {
 		if err := confirmDrill(ui, l); err != nil {
 			return err
@@ -107,17 +114,8 @@ func (c *Course) Run(ctx context.Context, l Lab, t labs.Lab, ui UI) error {
 			ui.say("  To do it by hand again: khw lab reset %s (back to before it), then khw lab %s --by-hand.\n", l.ID, l.ID)
 		}
 	} else {
-		if c.keptSnapshot(l) {
-			// Tried before and not done (by hand, or cut short): the
-			// snapshot from before the first try is where khw lab reset
-			// must go back to, not the half-done state of now.
-			ui.say("Snapshot %q kept from your first try of this lab: khw lab reset %s goes back to before it.\n", SnapshotName(l.ID), l.ID)
-		} else {
-			snap, err := c.TakeSnapshot(ctx, l)
-			if err != nil {
-				return err
-			}
-			c.saySnapshot(ui, l, snap)
+		if _, err := c.snapshotOnce(ctx, l, ui); err != nil {
+			return err
 		}
 		if ui.ByHand && l.MakesNodes {
 			// Making machines is the hypervisor's work, not a Kubernetes
@@ -136,6 +134,94 @@ func (c *Course) Run(ctx context.Context, l Lab, t labs.Lab, ui UI) error {
 		}
 	}
 	if err := MarkDone(c.S.Dir, l.ID); err != nil {
+		return err
+	}
+	c.finish(ctx, l, t, ui)
+	return nil
+}
+
+// snapshotOnce takes the snapshot from before lab l, unless one is kept
+// from an earlier try that is not done (again is then true): tried before
+// (by hand, or cut short), the snapshot from before the first try is where
+// khw lab reset must go back to, not the half-done state of now.
+func (c *Course) snapshotOnce(ctx context.Context, l Lab, ui UI) (again bool, err error) {
+	if c.keptSnapshot(l) {
+		ui.say("Snapshot %q kept from your first try of this lab: khw lab reset %s goes back to before it.\n", SnapshotName(l.ID), l.ID)
+		return true, nil
+	}
+	snap, err := c.TakeSnapshot(ctx, l)
+	if err != nil {
+		return false, err
+	}
+	c.saySnapshot(ui, l, snap)
+	return false, nil
+}
+
+// waitByHand shows cmds for the student to type, where they are written
+// (path) and later, then waits for a line on ui.In; false when the input
+// ended first (it then says how to grade later).
+func waitByHand(ui UI, l Lab, cmds []steps.Command, path, later string) bool {
+	ui.say("\nThe commands, in order:\n")
+	for _, cmd := range cmds {
+		for _, ln := range strings.Split(cmd.String(), "\n") {
+			ui.say("    %s\n", ln)
+		}
+	}
+	ui.say("\nType these commands in khw shell (in another terminal), then press Enter here to grade your work.\n"+
+		"They are also in %s, to read or copy from.\n%s\n", path, later)
+	if ui.In == nil {
+		ui.In = strings.NewReader("")
+	}
+	if _, err := bufio.NewReader(ui.In).ReadString('\n'); err != nil {
+		grade := "khw lab check " + l.ID
+		if l.Kind != Operation {
+			grade += " --hints"
+		}
+		ui.say("\nNo input: grade your work when it is done with %s.\n", grade)
+		return false
+	}
+	return true
+}
+
+// runOperation runs an Operation lab: after the question (unless ui.Yes
+// or ui.ByHand), a snapshot of every node and the state directory (so that
+// khw lab reset can go back), the lab's begin record, then either the
+// commands for the student to type and, once a line is read from ui.In,
+// the check with hints, or ui.Operate and the check. A lab that passes is
+// done and its observe blocks run.
+func (c *Course) runOperation(ctx context.Context, l Lab, t labs.Lab, ui UI) error {
+	if !ui.ByHand && !ui.Yes {
+		ui.say("\nThis lab changes the cluster: %s, with its API down for a while. Go on? [y/N]: ", l.title)
+		a, err := readAnswer(ui)
+		switch {
+		case a == "y" || a == "yes":
+		case err != nil && a == "":
+			return fmt.Errorf("no answer (stdin closed): rerun with --yes to run it without asking, or with --by-hand to do it yourself")
+		default:
+			return fmt.Errorf("%w: run it when you are ready (khw lab %s, or khw lab %s --by-hand)", ErrStopped, l.ID, l.ID)
+		}
+	}
+	again, err := c.snapshotOnce(ctx, l, ui)
+	if err != nil {
+		return err
+	}
+	if err := l.begin(ctx, c.S, again); err != nil {
+		return err
+	}
+	if ui.ByHand {
+		cmds := l.byHand(c.S.Config, c.S.Dir)
+		path, err := writeByHand(c.S.Dir, l.ID, cmds)
+		if err != nil {
+			return err
+		}
+		if !waitByHand(ui, l, cmds, path, "khw lab check "+l.ID+" grades it later too; khw lab reset "+l.ID+" starts again.") {
+			return nil
+		}
+	} else if err := ui.Operate(ctx, l); err != nil {
+		return err
+	}
+	ui.say("\n")
+	if err := c.Check(ctx, l, ui); err != nil {
 		return err
 	}
 	c.finish(ctx, l, t, ui)
@@ -177,20 +263,7 @@ func (c *Course) byHand(ctx context.Context, l Lab, t labs.Lab, ui UI, diffs []s
 		}
 		ui.say("  - %s: %s\n", where, d.What)
 	}
-	ui.say("\nThe commands, in order:\n")
-	for _, cmd := range cmds {
-		for _, ln := range strings.Split(cmd.String(), "\n") {
-			ui.say("    %s\n", ln)
-		}
-	}
-	ui.say("\nType these commands in khw shell (in another terminal), then press Enter here to grade your work.\n"+
-		"They are also in %s, to read or copy from.\n"+
-		"khw lab check %s --hints grades it later too; khw lab hint %s helps with a mistake; khw lab reset %s starts again.\n", path, l.ID, l.ID, l.ID)
-	if ui.In == nil {
-		ui.In = strings.NewReader("")
-	}
-	if _, err := bufio.NewReader(ui.In).ReadString('\n'); err != nil {
-		ui.say("\nNo input: grade your work when it is done with khw lab check %s --hints.\n", l.ID)
+	if !waitByHand(ui, l, cmds, path, fmt.Sprintf("khw lab check %s --hints grades it later too; khw lab hint %s helps with a mistake; khw lab reset %s starts again.", l.ID, l.ID, l.ID)) {
 		return nil
 	}
 	ui.Hints = true
@@ -429,6 +502,9 @@ func (c *Course) Check(ctx context.Context, l Lab, ui UI) error {
 		ui.say("✓ %s: a drill passed its verdict since the last reset\n", l.ID)
 		return nil
 	}
+	if l.Kind == Operation {
+		return c.checkOperation(ctx, l, ui)
+	}
 	ui.say("Checking lab %s on the live nodes…\n", l.ID)
 	g, err := c.Grade(ctx, l)
 	if err != nil {
@@ -463,6 +539,27 @@ func (c *Course) Check(ctx context.Context, l Lab, ui UI) error {
 		return nil
 	}
 	ui.say("✓ lab %s passes: no mistake found (%d %s)\n", l.ID, g.Detectors, steps.Plural(g.Detectors, "check", "checks"))
+	return nil
+}
+
+// checkOperation grades an Operation lab: each mistake with its evidence
+// and fix; none marks the lab done.
+func (c *Course) checkOperation(ctx context.Context, l Lab, ui UI) error {
+	ui.say("Checking lab %s on the live cluster…\n", l.ID)
+	fs, err := l.grade(ctx, c.S)
+	if err != nil {
+		return err
+	}
+	for _, f := range fs {
+		ui.say("✗ %s\n", f.String())
+	}
+	if len(fs) > 0 {
+		return fmt.Errorf("lab %s: %d %s; fix them and run khw lab check %s again", l.ID, len(fs), steps.Plural(len(fs), "problem", "problems"), l.ID)
+	}
+	if err := MarkDone(c.S.Dir, l.ID); err != nil {
+		return err
+	}
+	ui.say("✓ lab %s passes: %s\n", l.ID, l.passed)
 	return nil
 }
 

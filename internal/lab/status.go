@@ -55,11 +55,12 @@ func summarize(diffs []steps.Diff) string {
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // List reads the status of every lab: the steps in order (all), then
-// 12-failover. Once a step is not done, the later ones are NotDone without
+// 12-failover and the day-2 labs. Once a step is not done, the later ones are NotDone without
 // running their Check ("not checked: needs NN first": it would read a state
 // the earlier step has not made, e.g. SSH to machines that do not exist),
 // except that a step recorded as completed is still checked, to tell drift. 11-smoke is done when it was completed
-// and every earlier step is done; 12-failover when a drill report passed.
+// and every earlier step is done; 12-failover when a drill report passed;
+// an Operation (13-etcd-backup) when its check passed since the last reset.
 func List(ctx context.Context, all []steps.Step, env *steps.Env, d state.Dir) ([]LabStatus, error) {
 	prog, err := LoadProgress(d)
 	if err != nil {
@@ -95,18 +96,25 @@ func List(ctx context.Context, all []steps.Step, env *steps.Env, d state.Dir) ([
 		out = append(out, st)
 	}
 	for _, l := range catalogue {
-		if l.Kind != Drill {
-			continue
-		}
-		fo := LabStatus{ID: l.ID, Title: l.title, Status: NotDone, Detail: fmt.Sprintf("run khw lab %d (or khw break … --for 30s)", l.Number())}
-		if t, ok := prog[l.ID]; ok {
-			fo.DoneAt = &t
-			fo.Status, fo.Detail = Done, "a drill passed its verdict"
-			if id, ok := PassedDrill(d); ok {
-				fo.Detail = "drill " + id + " passed its verdict"
+		switch l.Kind {
+		case Drill:
+			fo := LabStatus{ID: l.ID, Title: l.title, Status: NotDone, Detail: fmt.Sprintf("run khw lab %d (or khw break … --for 30s)", l.Number())}
+			if t, ok := prog[l.ID]; ok {
+				fo.DoneAt = &t
+				fo.Status, fo.Detail = Done, "a drill passed its verdict"
+				if id, ok := PassedDrill(d); ok {
+					fo.Detail = "drill " + id + " passed its verdict"
+				}
 			}
+			out = append(out, fo)
+		case Operation:
+			op := LabStatus{ID: l.ID, Title: l.title, Status: NotDone, Detail: fmt.Sprintf("run khw lab %d (or khw lab %d --by-hand, then khw lab check %d)", l.Number(), l.Number(), l.Number())}
+			if t, ok := prog[l.ID]; ok {
+				op.DoneAt = &t
+				op.Status, op.Detail = Done, "passed its check "+t.Local().Format("2006-01-02 15:04")+" (khw lab check "+l.ID+" grades the cluster again)"
+			}
+			out = append(out, op)
 		}
-		out = append(out, fo)
 	}
 	return out, nil
 }

@@ -8,7 +8,7 @@
 package labid
 
 // The labs, in the order of the course (shared design: 01-machines …
-// 12-failover).
+// 12-failover; then day 2 from 13-etcd-backup).
 const (
 	Machines     = "01-machines"
 	PKI          = "02-pki"
@@ -22,4 +22,5 @@ const (
 	TLSBootstrap = "10-tls-bootstrap"
 	Smoke        = "11-smoke"
 	Failover     = "12-failover"
+	EtcdBackup   = "13-etcd-backup"
 )

@@ -38,6 +38,11 @@ var namedElsewhere = map[string]string{
 	"inter 5s fall 3":                                 "the original blog guide's HAProxy timing, named in 06 and 12 to compare",
 	"timeout connect 5s":                              "what 06 compares khw's timeout connect 1s with",
 	"--encryption-provider-config-automatic-reload":   "an apiserver flag 03 says khw does not set",
+	"--bump-revision":                                 "an etcdutl snapshot restore flag khw etcd restore runs (13, internal/lab/etcdbackup)",
+	"--mark-compacted":                                "an etcdutl snapshot restore flag khw etcd restore runs (13, internal/lab/etcdbackup)",
+	"--by-hand":                                       "a flag of khw lab (13)",
+	"/var/lib/etcd.restored":                          "where khw etcd restore has etcdutl write each member (13, etcdbackup.RestoredDir)",
+	"/var/lib/etcd.before-restore":                    "where khw etcd restore moves each member's old data (13, etcdbackup.OldDataDir)",
 }
 
 var (

@@ -15,7 +15,7 @@ import (
 func wantIDs(t *testing.T) []string {
 	t.Helper()
 	return []string{labid.Machines, labid.PKI, labid.Kubeconfig, labid.Etcd, labid.ControlPlane, labid.LB,
-		labid.Workers, labid.PodNetwork, labid.CoreDNS, labid.TLSBootstrap, labid.Smoke, labid.Failover}
+		labid.Workers, labid.PodNetwork, labid.CoreDNS, labid.TLSBootstrap, labid.Smoke, labid.Failover, labid.EtcdBackup}
 }
 
 func TestAllLabsMatchTheBringUpSteps(t *testing.T) {
@@ -24,12 +24,12 @@ func TestAllLabsMatchTheBringUpSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := wantIDs(t)
-	if len(all) != len(want) || len(all) != 12 {
-		t.Fatalf("got %d labs, want 12: %v", len(all), want)
+	if len(all) != len(want) || len(all) != 13 {
+		t.Fatalf("got %d labs, want 13: %v", len(all), want)
 	}
 	for i, l := range all {
 		if l.ID != want[i] {
-			t.Errorf("lab %d is %s, want %s (the step IDs of khw up, then 12-failover)", i+1, l.ID, want[i])
+			t.Errorf("lab %d is %s, want %s (the step IDs of khw up, then 12-failover and the day-2 labs)", i+1, l.ID, want[i])
 		}
 		if l.Number != i+1 {
 			t.Errorf("%s: Number %d, want %d", l.ID, l.Number, i+1)

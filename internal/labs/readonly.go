@@ -97,7 +97,7 @@ ssh -F "$KHW_SSH_CONFIG" w1 'sudo grep -H server: /var/lib/kubelet/kubeconfig /v
 	`ssh -F "$KHW_SSH_CONFIG" cp1 'sudo etcdctl --endpoints=https://127.0.0.1:2379 --cacert=/etc/etcd/ca.pem --cert=/etc/etcd/kubernetes.pem --key=/etc/etcd/kubernetes-key.pem member list -w table'`,
 	// 04-etcd
 	`ssh -F "$KHW_SSH_CONFIG" cp1 'sudo etcdctl --endpoints=https://cp1:2379,https://cp2:2379,https://cp3:2379 --cacert=/etc/etcd/ca.pem --cert=/etc/etcd/kubernetes.pem --key=/etc/etcd/kubernetes-key.pem endpoint status -w table'`,
-	// 04-etcd
+	// 04-etcd; 12-failover and 13-etcd-backup (You should have)
 	`ssh -F "$KHW_SSH_CONFIG" cp1 'sudo etcdctl --endpoints=https://cp1:2379,https://cp2:2379,https://cp3:2379 --cacert=/etc/etcd/ca.pem --cert=/etc/etcd/kubernetes.pem --key=/etc/etcd/kubernetes-key.pem endpoint health'`,
 	// 04-etcd
 	`ssh -F "$KHW_SSH_CONFIG" cp1 'sudo ss -ltnp | grep etcd; sudo ls -ld /var/lib/etcd'`,
@@ -228,4 +228,14 @@ done`,
 	`ssh -F "$KHW_SSH_CONFIG" -o ConnectTimeout=3 cp1 'sudo journalctl -u etcd --no-pager | grep -aiE "elected leader|became (leader|follower|candidate|pre-candidate)|lost tcp streaming|prevote" | tail -n 8'`,
 	// 12-failover
 	`ssh -F "$KHW_SSH_CONFIG" -o ConnectTimeout=3 cp1 'sudo journalctl -u kube-controller-manager --no-pager | grep -aiE "leaderelection|acquired lease|lost" | tail -n 5'`,
+	// 13-etcd-backup
+	`ssh -F "$KHW_SSH_CONFIG" cp1 'sudo etcdctl --endpoints=https://cp1:2379,https://cp2:2379,https://cp3:2379 --cacert=/etc/etcd/ca.pem --cert=/etc/etcd/kubernetes.pem --key=/etc/etcd/kubernetes-key.pem endpoint status -w fields' | grep -E '^"(Endpoint|ClusterID|Revision)"'`,
+	// 13-etcd-backup
+	`kubectl -n khw-lab13 get configmaps`,
+	// 13-etcd-backup
+	`ssh -F "$KHW_SSH_CONFIG" cp1 'sudo etcdctl --endpoints=https://127.0.0.1:2379 --cacert=/etc/etcd/ca.pem --cert=/etc/etcd/kubernetes.pem --key=/etc/etcd/kubernetes-key.pem get /registry/namespaces/khw-lab13 --rev=2 --keys-only 2>&1'`,
+	// 13-etcd-backup
+	`ssh -F "$KHW_SSH_CONFIG" cp1 'sudo ls -ld /var/lib/etcd /var/lib/etcd.before-restore'`,
+	// 13-etcd-backup
+	`ls -l "$KHW_STATE_DIR/$KHW_CLUSTER/etcd-snapshots"`,
 }

@@ -51,7 +51,7 @@ func TestObserveAllowlistLooksReadOnly(t *testing.T) {
 	cmdWord := regexp.MustCompile(`(?:^|[\s;|&'"(])(rm|tee|mv|cp|dd|chmod|chown|kill|pkill|reboot|eval|exec|source|sh|bash|python3?|perl|install|truncate|modprobe|swapoff)(?:\s|$)`)
 	bad := []string{"sed -i", "sed -E", "sed 'e", "-exec", "-delete", "system(", "getline", "ProxyCommand",
 		"LocalCommand", "kubectl apply", "kubectl delete", "kubectl exec", "kubectl cp", "kubectl edit", "kubectl patch",
-		"kubectl create", "kubectl proxy", "etcdctl put", "etcdctl del", "snapshot", "systemctl restart", "systemctl stop",
+		"kubectl create", "kubectl proxy", "etcdctl put", "etcdctl del", "snapshot save", "snapshot restore", "systemctl restart", "systemctl stop",
 		"systemctl start", " -f ", "--watch", "--follow", "curl -o", "curl -X", "curl -d", "sysctl -w", "iptables -F", "ip link set"}
 	for _, s := range observeAllowlist {
 		for _, r := range redirect.FindAllString(s, -1) {

@@ -1,0 +1,415 @@
+package etcdbackup
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/khw-dev/khw/internal/cluster"
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/etcdsnap"
+	"github.com/khw-dev/khw/internal/fsutil"
+	"github.com/khw-dev/khw/internal/health"
+	"github.com/khw-dev/khw/internal/lab/etcd"
+	"github.com/khw-dev/khw/internal/lab/grade"
+	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/state"
+	"github.com/khw-dev/khw/internal/steps"
+)
+
+// The lab's objects: Kept is made before the snapshot and deleted after it,
+// Lost is made after it. A restore from the snapshot brings Kept back and
+// takes Lost away.
+const (
+	Namespace = "khw-lab13"
+	Kept      = "kept"
+	Lost      = "lost"
+)
+
+// Start is what the cluster was when lab 13 began, recorded by Begin: the
+// check compares the restored cluster with it.
+type Start struct {
+	// ClusterID is etcd's cluster ID (hex) before the restore; a restore
+	// with a new --initial-cluster-token makes a new one.
+	ClusterID string `json:"clusterID"`
+	// Revision is etcd's revision then: every revision up to it was handed
+	// out by the old cluster, so the restored one must have moved past it
+	// and marked it compacted.
+	Revision int64     `json:"revision"`
+	At       time.Time `json:"at"`
+}
+
+// StartPath is <state>/labs/13-etcd-backup-start.json.
+func StartPath(d state.Dir) string {
+	return filepath.Join(d.Root, "labs", labid.EtcdBackup+"-start.json")
+}
+
+// LoadStart reads the recorded Start; ok is false when the lab never began.
+func LoadStart(d state.Dir) (s Start, ok bool, err error) {
+	data, err := os.ReadFile(StartPath(d))
+	if errors.Is(err, os.ErrNotExist) {
+		return Start{}, false, nil
+	}
+	if err != nil {
+		return Start{}, false, err
+	}
+	if err := json.Unmarshal(data, &s); err != nil {
+		return Start{}, false, fmt.Errorf("%s: %w (remove it and run khw lab 13 again)", StartPath(d), err)
+	}
+	return s, true, nil
+}
+
+// Begin records the cluster's etcd as it is now (Start). When the lab is
+// tried again (again), a Start already recorded is kept: the check
+// compares with the cluster from before the first try, not with one the
+// student's restore made. Errors: etcd has no healthy cluster to record.
+func Begin(ctx context.Context, t health.Target, d state.Dir, again bool) (Start, error) {
+	if s, ok, err := LoadStart(d); err != nil || (ok && again) {
+		return s, err
+	}
+	rep, err := health.Etcd(ctx, t)
+	if err != nil {
+		return Start{}, err
+	}
+	s := Start{At: time.Now().UTC()}
+	for _, e := range rep.Endpoints {
+		if !e.OK {
+			return Start{}, fmt.Errorf("etcd on %s does not answer (%s): lab 13 starts from a healthy cluster (khw status, khw up)", e.Node, e.Err)
+		}
+		if s.ClusterID == "" {
+			s.ClusterID = e.ClusterID
+		}
+		s.Revision = max(s.Revision, e.Revision)
+	}
+	if s.ClusterID == "" {
+		return Start{}, fmt.Errorf("no etcd member answered: lab 13 starts from a healthy cluster (khw status, khw up)")
+	}
+	data, _ := json.MarshalIndent(s, "", "  ")
+	return s, fsutil.WriteFileAtomic(StartPath(d), append(data, '\n'), fsutil.SecretMode)
+}
+
+// MakeObjects creates the namespace and ConfigMap Kept (what the snapshot
+// must hold); existing ones are kept.
+func MakeObjects(ctx context.Context, cs kubernetes.Interface) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", Namespace, err)
+	}
+	return createConfigMap(ctx, cs, Kept, "before the snapshot")
+}
+
+// Change deletes Kept and creates Lost: what the restore must undo.
+func Change(ctx context.Context, cs kubernetes.Interface) error {
+	if err := cs.CoreV1().ConfigMaps(Namespace).Delete(ctx, Kept, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete ConfigMap %s/%s: %w", Namespace, Kept, err)
+	}
+	return createConfigMap(ctx, cs, Lost, "after the snapshot")
+}
+
+func createConfigMap(ctx context.Context, cs kubernetes.Interface, name, made string) error {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace}, Data: map[string]string{"made": made}}
+	if _, err := cs.CoreV1().ConfigMaps(Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create ConfigMap %s/%s: %w", Namespace, name, err)
+	}
+	return nil
+}
+
+// SnapshotsDirName is the state directory's folder for etcd snapshots:
+// where khw etcd snapshot save writes by default, and the only place inside
+// the state directory it writes to.
+const SnapshotsDirName = "etcd-snapshots"
+
+// SnapshotsDir is <state>/etcd-snapshots.
+func SnapshotsDir(d state.Dir) string { return filepath.Join(d.Root, SnapshotsDirName) }
+
+// The name of a by-hand snapshot in SnapshotsDir, and its place on cp1
+// while etcdctl writes it.
+const (
+	byHandFile   = "lab13-snapshot.db"
+	byHandOnNode = "/var/lib/khw/lab13-snapshot.db"
+)
+
+// ByHandCommands are the commands of the lab's first two parts for the
+// student to type in khw shell: the objects, the snapshot (etcdctl on the
+// first control plane, through its own client URL, then copied to
+// SnapshotsDir(d)), the changes. The restore's own commands depend on the
+// file (its SHA-256), so the last command, for the student's own terminal
+// (khw is not in khw shell's PATH), prints them: khw etcd restore FILE
+// --dry-run.
+func ByHandCommands(c *config.Cluster, d state.Dir) []steps.Command {
+	cps := c.ControlPlanes()
+	if len(cps) == 0 {
+		return nil
+	}
+	cp := cps[0].Name
+	return []steps.Command{
+		{Why: "part 1: objects the snapshot must hold", Shell: "kubectl create namespace " + Namespace + "\n" +
+			"kubectl -n " + Namespace + " create configmap " + Kept + " --from-literal=made='before the snapshot'"},
+		{Node: cp, Why: "part 1: a snapshot from one member (a consistent copy of the whole keyspace at one revision)",
+			Shell: "sudo install -d -m 0700 " + filepath.Dir(byHandOnNode) + "\n" +
+				"sudo etcdctl --endpoints=https://127.0.0.1:2379" + etcd.EtcdctlTLS + " snapshot save " + byHandOnNode + "\n" +
+				"sudo etcdutl snapshot status -w table " + byHandOnNode},
+		{Why: "part 1: the snapshot to the jumpbox, readable only by you (it holds every Secret, encrypted, and every other object in clear)",
+			Shell: "install -d -m 0700 \"$KHW_STATE_DIR/$KHW_CLUSTER/etcd-snapshots\"\n" +
+				"(umask 077; ssh -F \"$KHW_SSH_CONFIG\" " + cp + " 'sudo cat " + byHandOnNode + "' > \"$KHW_STATE_DIR/$KHW_CLUSTER/etcd-snapshots/" + byHandFile + "\")\n" +
+				"sha256sum \"$KHW_STATE_DIR/$KHW_CLUSTER/etcd-snapshots/" + byHandFile + "\""},
+		{Node: cp, Why: "part 1: and off the node", Shell: "sudo rm -f " + byHandOnNode},
+		{Why: "part 2: changes made after the snapshot, which the restore must undo",
+			Shell: "kubectl -n " + Namespace + " delete configmap " + Kept + "\n" +
+				"kubectl -n " + Namespace + " create configmap " + Lost + " --from-literal=made='after the snapshot'"},
+		{Why: "part 3, in your own terminal (khw shell has no khw): the restore's commands for your file (they hold its SHA-256); type them in khw shell phase by phase",
+			Shell: "khw etcd restore " + filepath.Join(SnapshotsDir(d), byHandFile) + " --dry-run"},
+	}
+}
+
+// Observed is what Grade reads of the cluster.
+type Observed struct {
+	Etcd *health.EtcdReport
+	// Probe is the revision the restored cluster must have compacted:
+	// the snapshot's plus MinBump (Snapshot true), or, when no snapshot
+	// taken since the lab began is found, the revision at its start.
+	Probe    int64
+	Snapshot bool
+	// AtProbe is what reading etcd at Probe gave: "compacted", "future"
+	// (Probe is above the current revision), "readable", or another
+	// error's text.
+	AtProbe string
+	// Current is the highest revision a member reported.
+	Current int64
+	// Namespace, Kept and Lost say whether each exists; ObjectsErr is why
+	// they could not be read ("" when they could).
+	Namespace, Kept, Lost bool
+	ObjectsErr            string
+	// APIServers are the /readyz answers of each apiserver and of the
+	// load balancer.
+	APIServers []health.Readyz
+}
+
+// Observe reads what Grade needs: etcd's members, etcd at start.Revision,
+// the lab's objects and each apiserver's /readyz.
+func Observe(ctx context.Context, s *cluster.Session, start Start) (Observed, error) {
+	t := s.Target()
+	var o Observed
+	rep, err := health.Etcd(ctx, t)
+	if err != nil {
+		return o, err
+	}
+	o.Etcd = rep
+	for _, e := range rep.Endpoints {
+		o.Current = max(o.Current, e.Revision)
+	}
+	o.Probe = start.Revision
+	if rev, ok := snapshotRevision(s.Dir, start.At); ok {
+		o.Probe, o.Snapshot = rev+MinBump, true
+	}
+	if cli, err := t.EtcdClient(); err != nil {
+		o.AtProbe = err.Error()
+	} else {
+		gctx, cancel := context.WithTimeout(ctx, t.Scaled(5*time.Second, 30*time.Second))
+		o.AtProbe = readAt(gctx, cli, o.Probe)
+		cancel()
+		cli.Close()
+	}
+	o.APIServers = health.APIServers(ctx, t, s.AdminKubeconfig())
+	cfg, err := s.AdminRESTConfig()
+	if err != nil {
+		o.ObjectsErr = err.Error()
+		return o, nil
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		o.ObjectsErr = err.Error()
+		return o, nil
+	}
+	exists := func(get func() error) bool {
+		err := get()
+		if err != nil && !apierrors.IsNotFound(err) && o.ObjectsErr == "" {
+			o.ObjectsErr = err.Error()
+		}
+		return err == nil
+	}
+	o.Namespace = exists(func() error { _, err := cs.CoreV1().Namespaces().Get(ctx, Namespace, metav1.GetOptions{}); return err })
+	o.Kept = exists(func() error {
+		_, err := cs.CoreV1().ConfigMaps(Namespace).Get(ctx, Kept, metav1.GetOptions{})
+		return err
+	})
+	o.Lost = exists(func() error {
+		_, err := cs.CoreV1().ConfigMaps(Namespace).Get(ctx, Lost, metav1.GetOptions{})
+		return err
+	})
+	return o, nil
+}
+
+// MinBump is the smallest --bump-revision the check accepts: more than
+// the writes a lab's cluster makes between the snapshot and the restore
+// (the Lease renewals, about two a second, make 10000 in over an hour).
+// Upstream uses DefaultBump.
+const MinBump = 10_000
+
+// snapshotRevision is the revision of the newest etcd snapshot in
+// SnapshotsDir(d) written since the lab began (since), and whether there
+// is one.
+func snapshotRevision(d state.Dir, since time.Time) (int64, bool) {
+	files, _ := filepath.Glob(filepath.Join(SnapshotsDir(d), "*.db"))
+	var newest string
+	var at time.Time
+	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil && !fi.ModTime().Before(since) && fi.ModTime().After(at) {
+			newest, at = f, fi.ModTime()
+		}
+	}
+	if newest == "" {
+		return 0, false
+	}
+	rev, _, err := etcdsnap.Revision(newest)
+	return rev, err == nil
+}
+
+// readAt says what a read of etcd at revision rev gives: "compacted"
+// (rev is below the revision etcd compacted at), "future" (rev is above the current
+// revision), "readable", or the error's text.
+func readAt(ctx context.Context, cli *clientv3.Client, rev int64) string {
+	_, err := cli.Get(ctx, "/registry/namespaces/"+Namespace, clientv3.WithRev(rev), clientv3.WithCountOnly())
+	switch {
+	case err == nil:
+		return "readable"
+	case errors.Is(err, rpctypes.ErrCompacted):
+		return "compacted"
+	case errors.Is(err, rpctypes.ErrFutureRev):
+		return "future"
+	}
+	return err.Error()
+}
+
+// Judge grades a restore from what was observed against the recorded
+// start: every member answers, in one cluster that is not the one from
+// before (a new --initial-cluster-token), with a leader; the probe
+// revision compacted (--bump-revision past every revision the old cluster
+// handed out after the snapshot, with --mark-compacted, which etcdutl
+// requires with it: etcd-io/etcd#16028); Kept back and Lost gone; every
+// apiserver and the load balancer ready. Findings are in that order; none
+// means the lab passes.
+func Judge(start Start, o Observed) []grade.Finding {
+	var out []grade.Finding
+	add := func(node string, kind grade.Kind, what, why, evidence, fix string) {
+		out = append(out, grade.Finding{Lab: labid.EtcdBackup, Node: node, Kind: kind, What: what, Why: why, Evidence: evidence, Fix: fix})
+	}
+	ids := map[string][]string{}
+	answered := 0
+	for _, e := range o.Etcd.Endpoints {
+		if !e.OK {
+			add(e.Node, grade.NotRunning, "etcd does not answer", "a member restored with another --name, --initial-cluster or peer URL than its own, or started on data of another cluster, exits at start",
+				e.Err, "sudo journalctl -u etcd -n 30 --no-pager on "+e.Node+"; restore it as the others (same --initial-cluster and --initial-cluster-token, its own --name and peer URL), then start it")
+			continue
+		}
+		answered++
+		ids[e.ClusterID] = append(ids[e.ClusterID], e.Node)
+	}
+	switch {
+	case len(ids) > 1:
+		var parts []string
+		for id, nodes := range ids {
+			sort.Strings(nodes)
+			parts = append(parts, strings.Join(nodes, ", ")+" in cluster "+id)
+		}
+		sort.Strings(parts)
+		for id, nodes := range ids {
+			if id != start.ClusterID {
+				continue
+			}
+			for _, n := range nodes {
+				add(n, grade.Wrong, "this member is still on its data from before the restore (the old cluster ID "+id+")",
+					"etcd rejects a peer whose cluster ID differs: this member serves nobody, and the restored cluster has one member less for its quorum",
+					strings.Join(parts, "; "), "on "+n+": stop etcd, move /var/lib/etcd aside, etcdutl snapshot restore into it with this member's --name and peer URL and the others' --initial-cluster-token, start etcd")
+			}
+		}
+		if _, old := ids[start.ClusterID]; !old {
+			add("", grade.Wrong, "the members are in different clusters", "each member restored with another --initial-cluster-token (or alone) forms its own cluster",
+				strings.Join(parts, "; "), "restore every member from the same snapshot with the same --initial-cluster and --initial-cluster-token, then start them together")
+		}
+	case len(ids) == 1 && answered > 0:
+		for id := range ids {
+			if id == start.ClusterID {
+				add("", grade.Wrong, "etcd was not restored: its cluster ID "+id+" is the one from before the lab began",
+					"etcdutl snapshot restore makes a new cluster (a new ID from --initial-cluster-token); the members still run on their old data",
+					"cluster ID "+id+", recorded "+start.At.Format(time.RFC3339), "khw etcd restore FILE --dry-run prints the phases for your snapshot; type them in khw shell")
+			}
+		}
+	}
+	if answered > 0 && o.Etcd.Leader == "" {
+		add("", grade.NotRunning, "etcd has no leader", "without a leader nothing can be read or written: too few members of one cluster run",
+			fmt.Sprintf("%d of %d members healthy", o.Etcd.Healthy, o.Etcd.Size), "start etcd on every restored member together (systemctl start --no-block etcd on each)")
+	}
+	if answered > 0 && o.AtProbe != "compacted" {
+		what := fmt.Sprintf("revision %d, the snapshot's plus %d, is not compacted in the restored cluster: restored without --bump-revision and --mark-compacted, or with a bump under %d", o.Probe, MinBump, MinBump)
+		if !o.Snapshot {
+			what = fmt.Sprintf("revision %d, from the lab's start, is not compacted in the restored cluster: restored without --bump-revision and --mark-compacted", o.Probe)
+		}
+		evidence := fmt.Sprintf("etcd at revision %d: %s (current revision %d)", o.Probe, o.AtProbe, o.Current)
+		switch o.AtProbe {
+		case "future":
+			evidence = fmt.Sprintf("etcd's current revision %d is below %d", o.Current, o.Probe)
+		case "readable":
+			evidence = fmt.Sprintf("etcd answers a read at revision %d (current %d)", o.Probe, o.Current)
+		}
+		add("", grade.Wrong, what,
+			"the restored cluster hands out again the revisions the old one gave to the changes after the snapshot; an informer or kubelet that saw them resumes its watch there and misses changes, instead of being told \"compacted\" and listing everything again (etcd-io/etcd#16028)",
+			evidence, fmt.Sprintf("restore again with etcdutl snapshot restore … --bump-revision %d --mark-compacted", DefaultBump))
+	}
+	switch {
+	case o.ObjectsErr != "":
+		add("", grade.NotRunning, "the lab's objects could not be read through the API", "", o.ObjectsErr, "start the apiservers (systemctl start kube-apiserver on each control plane) and check khw status")
+	case !o.Namespace:
+		add("", grade.Wrong, "namespace "+Namespace+" does not exist: it was made before the snapshot, so the restored cluster must have it",
+			"", "kubectl get namespace "+Namespace+": NotFound", "make the objects of part 1 before the snapshot, then take it again (khw lab reset 13 starts over)")
+	default:
+		if !o.Kept {
+			add("", grade.Wrong, "ConfigMap "+Namespace+"/"+Kept+" is missing: it was in the snapshot, so the restore must bring it back",
+				"the cluster is not at the snapshot's state: etcd still has the data from after it, or the snapshot was taken after the deletion",
+				"kubectl -n "+Namespace+" get configmap "+Kept+": NotFound", "restore every member from the snapshot of part 1")
+		}
+		if o.Lost {
+			add("", grade.Wrong, "ConfigMap "+Namespace+"/"+Lost+" exists: it was made after the snapshot, so the restore must take it away",
+				"a restore puts the whole keyspace back to the snapshot's revision", "kubectl -n "+Namespace+" get configmap "+Lost+": found",
+				"restore every member from the snapshot of part 1, taken before part 2")
+		}
+	}
+	for _, a := range o.APIServers {
+		if !a.OK {
+			add(a.Target, grade.NotRunning, "kube-apiserver is not ready", "the restore ends when every apiserver serves the restored objects",
+				strings.TrimSpace(a.Err+" "+strings.Join(a.Failed, ", ")), "sudo systemctl start kube-apiserver on "+a.Target+" (the control plane, or every one behind lb), then curl --cacert /var/lib/kubernetes/ca.pem https://127.0.0.1:6443/readyz")
+		}
+	}
+	return out
+}
+
+// Grade grades lab 13 on the live cluster: Judge of Observe against the
+// recorded Start. Errors: no Start (the lab never began: khw lab 13
+// records it), or etcd could not be asked.
+func Grade(ctx context.Context, s *cluster.Session) ([]grade.Finding, error) {
+	start, ok, err := LoadStart(s.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("lab %s has not begun: khw lab 13 (or khw lab 13 --by-hand) records the cluster as it is before the restore, which the check compares with", labid.EtcdBackup)
+	}
+	o, err := Observe(ctx, s, start)
+	if err != nil {
+		return nil, err
+	}
+	return Judge(start, o), nil
+}
