@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -213,7 +214,11 @@ func restoreEtcd(parent context.Context, a *app, d state.Dir, c *config.Cluster,
 		if rep, err := health.Etcd(ctx, t); err == nil && len(rep.Endpoints) > 0 {
 			e := rep.Endpoints[0]
 			w.Fact("revision after the restore", fmt.Sprintf("%d (the snapshot's %d + --bump-revision %d)", e.Revision, r.Revision, r.Bump))
-			w.Fact("etcd cluster ID", e.ClusterID)
+			id := e.ClusterID
+			if n, err := strconv.ParseUint(id, 16, 64); err == nil {
+				id = fmt.Sprintf("%s (%d in decimal, as etcdctl -w fields and -w json print it)", id, n)
+			}
+			w.Fact("etcd cluster ID", id)
 			w.Fact("etcd leader", rep.Leader)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"os/signal"
 	"runtime"
 	"syscall"
@@ -22,6 +23,18 @@ import (
 	"github.com/khw-dev/khw/internal/vm"
 )
 
+// withSelf is path with the directory of this khw in front, so that khw
+// shell can run khw itself (a lab's by-hand commands use khw etcd restore
+// --dry-run); path unchanged when it is empty (jumpbox.Prepare then uses
+// the login PATH) or the executable cannot be found.
+func withSelf(path string) string {
+	self, err := os.Executable()
+	if err != nil || path == "" {
+		return path
+	}
+	return filepath.Dir(self) + string(os.PathListSeparator) + path
+}
+
 func newShellCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "shell [-- CMD ARGS...]",
@@ -34,7 +47,7 @@ func newShellCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s, err := jumpbox.Prepare(c, d, os.Getenv("PATH"))
+			s, err := jumpbox.Prepare(c, d, withSelf(os.Getenv("PATH")))
 			if err != nil {
 				return err
 			}

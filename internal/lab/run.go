@@ -554,7 +554,7 @@ func (c *Course) checkOperation(ctx context.Context, l Lab, ui UI) error {
 		ui.say("✗ %s\n", f.String())
 	}
 	if len(fs) > 0 {
-		return fmt.Errorf("lab %s: %d %s; fix them and run khw lab check %s again", l.ID, len(fs), steps.Plural(len(fs), "problem", "problems"), l.ID)
+		return fmt.Errorf("lab %s: %d %s and run khw lab check %s again", l.ID, len(fs), steps.Plural(len(fs), "problem; fix it", "problems; fix them"), l.ID)
 	}
 	if err := MarkDone(c.S.Dir, l.ID); err != nil {
 		return err
@@ -629,7 +629,11 @@ func (c *Course) ResetAsked(ctx context.Context, l Lab, ui UI) error {
 		return err
 	}
 	all := From(l.ID)
-	ui.say("Back to before lab %s (%s). Labs %s to %s are not done.\n", l.ID, time.Since(t0).Round(100*time.Millisecond), l.ID, all[len(all)-1].ID)
+	notDone := fmt.Sprintf("Labs %s to %s are not done.", l.ID, all[len(all)-1].ID)
+	if len(all) == 1 {
+		notDone = fmt.Sprintf("Lab %s is not done.", l.ID)
+	}
+	ui.say("Back to before lab %s (%s). %s\n", l.ID, time.Since(t0).Round(100*time.Millisecond), notDone)
 	if l.Kind != Drill && !l.MakesNodes {
 		limit := vm.Scaled(c.S.Provider, SettleLimit, 6*SettleLimit)
 		ui.say("Waiting for the nodes to boot again and the labs before %s to check done (at most %s)…\n", l.ID, limit)
@@ -649,8 +653,8 @@ func (c *Course) ResetAsked(ctx context.Context, l Lab, ui UI) error {
 // slow ones, Target.Scaled).
 const SettleLimit = 2 * time.Minute
 
-// settle checks the labs before l every interval until each is done, at
-// most limit (or until ctx ends): a reverted node boots again, and until
+// settle checks the labs before l every interval until each that is a
+// step of khw up is done, at most limit (or until ctx ends): a reverted node boots again, and until
 // its units run and its apiserver is ready the labs it belongs to look
 // drifted. It returns the labs still not done then ("ID (detail)").
 func (c *Course) settle(ctx context.Context, l Lab, limit, interval time.Duration) []string {
@@ -662,7 +666,9 @@ func (c *Course) settle(ctx context.Context, l Lab, limit, interval time.Duratio
 			pending = append(pending, err.Error())
 		}
 		for _, r := range rows {
-			if r.ID < l.ID && r.Status != Done {
+			// A drill's or an operation's status is a record, which no
+			// booting node changes.
+			if r.ID < l.ID && r.Status != Done && byID(r.ID).HasStep() {
 				pending = append(pending, r.ID+" ("+r.Detail+")")
 			}
 		}

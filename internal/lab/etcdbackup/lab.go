@@ -146,9 +146,8 @@ const (
 // student to type in khw shell: the objects, the snapshot (etcdctl on the
 // first control plane, through its own client URL, then copied to
 // SnapshotsDir(d)), the changes. The restore's own commands depend on the
-// file (its SHA-256), so the last command, for the student's own terminal
-// (khw is not in khw shell's PATH), prints them: khw etcd restore FILE
-// --dry-run.
+// file (its SHA-256), so the last command prints them: khw etcd restore
+// FILE --dry-run (khw shell has khw in its PATH).
 func ByHandCommands(c *config.Cluster, d state.Dir) []steps.Command {
 	cps := c.ControlPlanes()
 	if len(cps) == 0 {
@@ -170,7 +169,7 @@ func ByHandCommands(c *config.Cluster, d state.Dir) []steps.Command {
 		{Why: "part 2: changes made after the snapshot, which the restore must undo",
 			Shell: "kubectl -n " + Namespace + " delete configmap " + Kept + "\n" +
 				"kubectl -n " + Namespace + " create configmap " + Lost + " --from-literal=made='after the snapshot'"},
-		{Why: "part 3, in your own terminal (khw shell has no khw): the restore's commands for your file (they hold its SHA-256); type them in khw shell phase by phase",
+		{Why: "part 3: the restore's commands for your file (they hold its SHA-256), printed by khw; type them phase by phase",
 			Shell: "khw etcd restore " + filepath.Join(SnapshotsDir(d), byHandFile) + " --dry-run"},
 	}
 }
@@ -374,7 +373,7 @@ func Judge(start Start, o Observed) []grade.Finding {
 		add("", grade.NotRunning, "the lab's objects could not be read through the API", "", o.ObjectsErr, "start the apiservers (systemctl start kube-apiserver on each control plane) and check khw status")
 	case !o.Namespace:
 		add("", grade.Wrong, "namespace "+Namespace+" does not exist: it was made before the snapshot, so the restored cluster must have it",
-			"", "kubectl get namespace "+Namespace+": NotFound", "make the objects of part 1 before the snapshot, then take it again (khw lab reset 13 starts over)")
+			"", "kubectl get namespace "+Namespace+": NotFound", "restore from the snapshot of part 1, which holds it; a snapshot taken before part 1 does not (khw lab reset 13 starts over)")
 	default:
 		if !o.Kept {
 			add("", grade.Wrong, "ConfigMap "+Namespace+"/"+Kept+" is missing: it was in the snapshot, so the restore must bring it back",
