@@ -30,8 +30,11 @@
 #     --initial-cluster-token on cp2; the kubelet on w2 allowing anonymous
 #     requests), a correct variant that must pass (HAProxy's timeout connect
 #     on lb); then `khw lab reset 10-tls-bootstrap` must leave 01-09 done
-#     and 10-12 not done (the mistakes undone with the nodes' snapshots),
-#     and `khw lab NN --yes` does 10-12 again; `khw lab list` all done and
+#     and 10-13 not done (the mistakes undone with the nodes' snapshots),
+#     and `khw lab NN --yes` does 10 and 11 again, a drill that passes
+#     marks 12 done (E2E_DRILLS; else khw lab 12 --yes), khw lab 13 --yes
+#     restores etcd from its snapshot and passes its check, which must then
+#     name a ConfigMap made after the snapshot; `khw lab list` all done and
 #     `khw up` a no-op again;
 #   khw down, and a check that nothing is left (network namespace, nspawn
 #     processes, node roots). It cleans up on failure and Ctrl-C too.
@@ -493,7 +496,7 @@ lab_machines_by_hand() { # lab 01 by hand: khw makes the machines (the hyperviso
 }
 
 # reset_10: khw lab reset 10-tls-bootstrap must leave 01-09 done and
-# 10-12 not done (the nodes back to their snapshot from before lab 10,
+# 10-13 not done (the nodes back to their snapshot from before lab 10,
 # which also undoes the mistakes made since).
 reset_10() {
   local out want got
@@ -507,10 +510,10 @@ reset_10() {
   echo "$out"
   want=$(printf '%s\n' "01-machines done" "02-pki done" "03-kubeconfig done" \
     "04-etcd done" "05-control-plane done" "06-lb done" "07-workers done" "08-pod-network done" \
-    "09-coredns done" "10-tls-bootstrap not" "11-smoke not" "12-failover not")
+    "09-coredns done" "10-tls-bootstrap not" "11-smoke not" "12-failover not" "13-etcd-backup not")
   got=$(awk 'NR > 1 { print $1, $2 }' <<<"$out")
   if [ "$got" != "$want" ]; then
-    echo "e2e: after khw lab reset 10-tls-bootstrap, want 01-09 done and 10-12 not done" >&2; return 1
+    echo "e2e: after khw lab reset 10-tls-bootstrap, want 01-09 done and 10-13 not done" >&2; return 1
   fi
 }
 

@@ -136,7 +136,7 @@ func runEtcdRestore(parent context.Context, a *app, file string, yes, dryRun boo
 				fmt.Fprintln(a.out, indent(cmd.String(), "  "))
 			}
 		}
-		fmt.Fprintln(a.out, "\n(--dry-run: nothing was done)")
+		fmt.Fprintf(a.out, "\n(--dry-run: nothing was done. Each run makes a new --initial-cluster-token (%s here): to restore by hand, take every member's command from this one output.)\n", r.Token)
 		return nil
 	}
 	unlock, err := a.lock(d)
@@ -204,6 +204,9 @@ func restoreEtcd(parent context.Context, a *app, d state.Dir, c *config.Cluster,
 		start := time.Now()
 		if err := w.Step(p.Name, func() error { return rn.RunPhase(ctx, r, p) }); err != nil {
 			opErr = fmt.Errorf("phase %d (%s): %w", i+1, p.Name, err)
+			if i < etcdbackup.FirstReplacingPhase {
+				opErr = fmt.Errorf("%w; nothing was replaced yet (every member's data is still in %s): khw up starts etcd and the control plane again", opErr, etcdbackup.DataDir)
+			}
 			fmt.Fprintf(a.out, "  ✗ failed after %s\n", time.Since(start).Round(100*time.Millisecond))
 			break
 		}

@@ -8,6 +8,7 @@
 package etcdsnap
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -160,4 +161,27 @@ func Revision(path string) (rev int64, keys int, err error) {
 		return nil
 	})
 	return rev, keys, err
+}
+
+// CheckHash verifies the SHA-256 of the contents that a snapshot saved
+// from a member (etcdctl snapshot save, Save) ends with. etcdutl snapshot
+// restore checks it the same way (etcdutl/snapshot/v3_snapshot.go: a file
+// has the hash when its size is 32 bytes past a multiple of 512). Errors:
+// no hash (a copy of a member's data file, member/snap/db, which etcdutl
+// restores only with --skip-hash-check), a hash that does not match (a
+// damaged or cut file), or the file cannot be read.
+func CheckHash(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	n := len(data)
+	if n%512 != sha256.Size {
+		return fmt.Errorf("%s does not end with the SHA-256 an etcd snapshot has (%d bytes): a copy of a member's data directory (member/snap/db) is not a snapshot; save one with khw etcd snapshot save or etcdctl snapshot save", path, n)
+	}
+	sum := sha256.Sum256(data[:n-sha256.Size])
+	if !bytes.Equal(sum[:], data[n-sha256.Size:]) {
+		return fmt.Errorf("%s is damaged: the SHA-256 of its contents is not the one it ends with", path)
+	}
+	return nil
 }

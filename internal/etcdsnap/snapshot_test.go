@@ -66,6 +66,10 @@ func TestSaveFromARealMember(t *testing.T) {
 	if st, _ := os.Stat(path); st.Mode().Perm() != 0o600 {
 		t.Errorf("mode %v, want 0600", st.Mode().Perm())
 	}
+	// The file ends with the SHA-256 etcdutl snapshot restore checks.
+	if err := CheckHash(path); err != nil {
+		t.Errorf("CheckHash of a real snapshot: %v", err)
+	}
 	if _, err := cli.Put(ctx, "/registry/test/after", "v"); err != nil {
 		t.Fatal(err)
 	}

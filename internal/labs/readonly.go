@@ -233,7 +233,7 @@ done`,
 	// 13-etcd-backup
 	`kubectl -n khw-lab13 get configmaps`,
 	// 13-etcd-backup
-	`ssh -F "$KHW_SSH_CONFIG" cp1 'sudo etcdctl --endpoints=https://127.0.0.1:2379 --cacert=/etc/etcd/ca.pem --cert=/etc/etcd/kubernetes.pem --key=/etc/etcd/kubernetes-key.pem get /registry/namespaces/khw-lab13 --rev=2 --keys-only 2>&1'`,
+	`ssh -F "$KHW_SSH_CONFIG" cp1 'sudo etcdctl --endpoints=https://127.0.0.1:2379 --cacert=/etc/etcd/ca.pem --cert=/etc/etcd/kubernetes.pem --key=/etc/etcd/kubernetes-key.pem get /registry/namespaces/khw-lab13 --rev=1000000000 --keys-only 2>&1'`,
 	// 13-etcd-backup
 	`ssh -F "$KHW_SSH_CONFIG" cp1 'sudo ls -ld /var/lib/etcd /var/lib/etcd.before-restore'`,
 	// 13-etcd-backup

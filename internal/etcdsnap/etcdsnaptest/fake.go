@@ -3,7 +3,9 @@
 package etcdsnaptest
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
+	"os"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -12,14 +14,14 @@ import (
 // Write writes a bbolt database at path with etcd's "key" bucket holding
 // one key revision for each main revision 1..rev (etcd's 17-byte key
 // <main, 8 bytes big-endian>_<sub, 8 bytes>), so that its newest revision
-// is rev. It fails t when the file cannot be written.
+// is rev, followed by the SHA-256 of the database as a snapshot saved from
+// a member has it. It fails t when the file cannot be written.
 func Write(t testing.TB, path string, rev int64) {
 	t.Helper()
 	db, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
 	err = db.Update(func(tx *bolt.Tx) error {
 		b, err := tx.CreateBucket([]byte("key"))
 		if err != nil {
@@ -36,6 +38,17 @@ func Write(t testing.TB, path string, rev int64) {
 		return nil
 	})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	if err := os.WriteFile(path, append(data, sum[:]...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -165,7 +166,7 @@ func ByHandCommands(c *config.Cluster, d state.Dir) []steps.Command {
 			Shell: "install -d -m 0700 \"$KHW_STATE_DIR/$KHW_CLUSTER/etcd-snapshots\"\n" +
 				"(umask 077; ssh -F \"$KHW_SSH_CONFIG\" " + cp + " 'sudo cat " + byHandOnNode + "' > \"$KHW_STATE_DIR/$KHW_CLUSTER/etcd-snapshots/" + byHandFile + "\")\n" +
 				"sha256sum \"$KHW_STATE_DIR/$KHW_CLUSTER/etcd-snapshots/" + byHandFile + "\""},
-		{Node: cp, Why: "part 1: and off the node", Shell: "sudo rm -f " + byHandOnNode},
+		{Node: cp, Why: "part 1: the same SHA-256 as on the jumpbox? Then off the node", Shell: "sudo sha256sum " + byHandOnNode + "\nsudo rm -f " + byHandOnNode},
 		{Why: "part 2: changes made after the snapshot, which the restore must undo",
 			Shell: "kubectl -n " + Namespace + " delete configmap " + Kept + "\n" +
 				"kubectl -n " + Namespace + " create configmap " + Lost + " --from-literal=made='after the snapshot'"},
@@ -177,28 +178,37 @@ func ByHandCommands(c *config.Cluster, d state.Dir) []steps.Command {
 // Observed is what Grade reads of the cluster.
 type Observed struct {
 	Etcd *health.EtcdReport
-	// Probe is the revision the restored cluster must have compacted:
-	// the snapshot's plus MinBump (Snapshot true), or, when no snapshot
-	// taken since the lab began is found, the revision at its start.
-	Probe    int64
-	Snapshot bool
-	// AtProbe is what reading etcd at Probe gave: "compacted", "future"
-	// (Probe is above the current revision), "readable", or another
-	// error's text.
-	AtProbe string
+	// Probes are the snapshots saved since the lab began, oldest first,
+	// each with what reading etcd at its revision plus MinBump gave: the
+	// restore from one of them must have compacted that revision.
+	Probes []Probe
 	// Current is the highest revision a member reported.
 	Current int64
 	// Namespace, Kept and Lost say whether each exists; ObjectsErr is why
-	// they could not be read ("" when they could).
+	// they could not be read ("" when they could). KeptRevision is Kept's
+	// resourceVersion: the etcd revision of its last change.
 	Namespace, Kept, Lost bool
+	KeptRevision          int64
 	ObjectsErr            string
 	// APIServers are the /readyz answers of each apiserver and of the
 	// load balancer.
 	APIServers []health.Readyz
 }
 
-// Observe reads what Grade needs: etcd's members, etcd at start.Revision,
-// the lab's objects and each apiserver's /readyz.
+// Probe is one snapshot file and what etcd said to a read at its
+// revision plus MinBump: "compacted", "future" (above the current
+// revision), "readable", or another error's text.
+type Probe struct {
+	File     string
+	Revision int64
+	Result   string
+}
+
+// At is the revision probed: the snapshot's plus MinBump.
+func (p Probe) At() int64 { return p.Revision + MinBump }
+
+// Observe reads what Grade needs: etcd's members, etcd at each probe
+// revision, the lab's objects and each apiserver's /readyz.
 func Observe(ctx context.Context, s *cluster.Session, start Start) (Observed, error) {
 	t := s.Target()
 	var o Observed
@@ -210,16 +220,17 @@ func Observe(ctx context.Context, s *cluster.Session, start Start) (Observed, er
 	for _, e := range rep.Endpoints {
 		o.Current = max(o.Current, e.Revision)
 	}
-	o.Probe = start.Revision
-	if rev, ok := snapshotRevision(s.Dir, start.At); ok {
-		o.Probe, o.Snapshot = rev+MinBump, true
-	}
+	o.Probes = snapshotsSince(s.Dir, start.At)
 	if cli, err := t.EtcdClient(); err != nil {
-		o.AtProbe = err.Error()
+		for i := range o.Probes {
+			o.Probes[i].Result = err.Error()
+		}
 	} else {
-		gctx, cancel := context.WithTimeout(ctx, t.Scaled(5*time.Second, 30*time.Second))
-		o.AtProbe = readAt(gctx, cli, o.Probe)
-		cancel()
+		for i := range o.Probes {
+			gctx, cancel := context.WithTimeout(ctx, t.Scaled(5*time.Second, 30*time.Second))
+			o.Probes[i].Result = readAt(gctx, cli, o.Probes[i].At())
+			cancel()
+		}
 		cli.Close()
 	}
 	o.APIServers = health.APIServers(ctx, t, s.AdminKubeconfig())
@@ -242,7 +253,10 @@ func Observe(ctx context.Context, s *cluster.Session, start Start) (Observed, er
 	}
 	o.Namespace = exists(func() error { _, err := cs.CoreV1().Namespaces().Get(ctx, Namespace, metav1.GetOptions{}); return err })
 	o.Kept = exists(func() error {
-		_, err := cs.CoreV1().ConfigMaps(Namespace).Get(ctx, Kept, metav1.GetOptions{})
+		cm, err := cs.CoreV1().ConfigMaps(Namespace).Get(ctx, Kept, metav1.GetOptions{})
+		if err == nil {
+			o.KeptRevision, _ = strconv.ParseInt(cm.ResourceVersion, 10, 64)
+		}
 		return err
 	})
 	o.Lost = exists(func() error {
@@ -253,28 +267,38 @@ func Observe(ctx context.Context, s *cluster.Session, start Start) (Observed, er
 }
 
 // MinBump is the smallest --bump-revision the check accepts: more than
-// the writes a lab's cluster makes between the snapshot and the restore
-// (the Lease renewals, about two a second, make 10000 in over an hour).
-// Upstream uses DefaultBump.
-const MinBump = 10_000
+// the writes the old cluster can make between a snapshot and a restore
+// (the Lease renewals, about two a second, take days to make a million),
+// and more than the apiserver's periodic compaction can reach in that
+// time. Upstream uses DefaultBump; a million is the floor its maintainers
+// discussed (etcd-io/etcd#16029).
+const MinBump = 1_000_000
 
-// snapshotRevision is the revision of the newest etcd snapshot in
-// SnapshotsDir(d) written since the lab began (since), and whether there
-// is one.
-func snapshotRevision(d state.Dir, since time.Time) (int64, bool) {
+// snapshotsSince are the etcd snapshots in SnapshotsDir(d) written since
+// the lab began (since), oldest first, with their revisions; files that
+// are not etcd databases are left out.
+func snapshotsSince(d state.Dir, since time.Time) []Probe {
 	files, _ := filepath.Glob(filepath.Join(SnapshotsDir(d), "*.db"))
-	var newest string
-	var at time.Time
+	type dated struct {
+		p  Probe
+		at time.Time
+	}
+	var list []dated
 	for _, f := range files {
-		if fi, err := os.Stat(f); err == nil && !fi.ModTime().Before(since) && fi.ModTime().After(at) {
-			newest, at = f, fi.ModTime()
+		fi, err := os.Stat(f)
+		if err != nil || fi.ModTime().Before(since) {
+			continue
+		}
+		if rev, _, err := etcdsnap.Revision(f); err == nil {
+			list = append(list, dated{Probe{File: f, Revision: rev}, fi.ModTime()})
 		}
 	}
-	if newest == "" {
-		return 0, false
+	sort.Slice(list, func(i, j int) bool { return list[i].at.Before(list[j].at) })
+	out := make([]Probe, len(list))
+	for i, x := range list {
+		out[i] = x.p
 	}
-	rev, _, err := etcdsnap.Revision(newest)
-	return rev, err == nil
+	return out
 }
 
 // readAt says what a read of etcd at revision rev gives: "compacted"
@@ -295,12 +319,14 @@ func readAt(ctx context.Context, cli *clientv3.Client, rev int64) string {
 
 // Judge grades a restore from what was observed against the recorded
 // start: every member answers, in one cluster that is not the one from
-// before (a new --initial-cluster-token), with a leader; the probe
-// revision compacted (--bump-revision past every revision the old cluster
-// handed out after the snapshot, with --mark-compacted, which etcdutl
-// requires with it: etcd-io/etcd#16028); Kept back and Lost gone; every
-// apiserver and the load balancer ready. Findings are in that order; none
-// means the lab passes.
+// before (a new --initial-cluster-token; the same token gives the old
+// member and cluster IDs), with a leader; one snapshot saved since the
+// start whose revision plus MinBump reads as compacted (--bump-revision
+// past every revision the old cluster handed out after the snapshot,
+// with --mark-compacted, which etcdutl requires with it:
+// etcd-io/etcd#16028); Kept back, with a revision from before that
+// snapshot, and Lost gone; every apiserver and the load balancer ready.
+// Findings are in that order; none means the lab passes.
 func Judge(start Start, o Observed) []grade.Finding {
 	var out []grade.Finding
 	add := func(node string, kind grade.Kind, what, why, evidence, fix string) {
@@ -316,6 +342,15 @@ func Judge(start Start, o Observed) []grade.Finding {
 		}
 		answered++
 		ids[e.ClusterID] = append(ids[e.ClusterID], e.Node)
+	}
+	// The snapshot restored from: the first whose revision plus MinBump
+	// reads as compacted.
+	var passed *Probe
+	for i, p := range o.Probes {
+		if p.Result == "compacted" {
+			passed = &o.Probes[i]
+			break
+		}
 	}
 	switch {
 	case len(ids) > 1:
@@ -336,14 +371,20 @@ func Judge(start Start, o Observed) []grade.Finding {
 			}
 		}
 		if _, old := ids[start.ClusterID]; !old {
-			add("", grade.Wrong, "the members are in different clusters", "each member restored with another --initial-cluster-token (or alone) forms its own cluster",
+			add("", grade.Wrong, "the members are in different clusters", "members restored with different --initial-cluster-token values expect peers with other IDs: they do not form one cluster, and none reaches a quorum",
 				strings.Join(parts, "; "), "restore every member from the same snapshot with the same --initial-cluster and --initial-cluster-token, then start them together")
 		}
 	case len(ids) == 1 && answered > 0:
 		for id := range ids {
-			if id == start.ClusterID {
+			switch {
+			case id != start.ClusterID:
+			case passed != nil:
+				add("", grade.Wrong, "etcd was restored with the old --initial-cluster-token: its cluster ID "+id+" is the one from before the lab began",
+					"the token and the peer URLs make the member IDs and the cluster ID, so the restored members have the old ones: a member forgotten on its old data would be taken as a peer, and its longer raft log could win",
+					"cluster ID "+id+", recorded "+start.At.Format(time.RFC3339), "restore again with a new --initial-cluster-token, the same on every member")
+			default:
 				add("", grade.Wrong, "etcd was not restored: its cluster ID "+id+" is the one from before the lab began",
-					"etcdutl snapshot restore makes a new cluster (a new ID from --initial-cluster-token); the members still run on their old data",
+					"a restore with a new --initial-cluster-token makes a new cluster ID; with the same ID and no compaction at the bumped revision, the members run on their old data (or on empty data directories, which make the old cluster ID again)",
 					"cluster ID "+id+", recorded "+start.At.Format(time.RFC3339), "khw etcd restore FILE --dry-run prints the phases for your snapshot; type them in khw shell")
 			}
 		}
@@ -352,21 +393,24 @@ func Judge(start Start, o Observed) []grade.Finding {
 		add("", grade.NotRunning, "etcd has no leader", "without a leader nothing can be read or written: too few members of one cluster run",
 			fmt.Sprintf("%d of %d members healthy", o.Etcd.Healthy, o.Etcd.Size), "start etcd on every restored member together (systemctl start --no-block etcd on each)")
 	}
-	if answered > 0 && o.AtProbe != "compacted" {
-		what := fmt.Sprintf("revision %d, the snapshot's plus %d, is not compacted in the restored cluster: restored without --bump-revision and --mark-compacted, or with a bump under %d", o.Probe, MinBump, MinBump)
-		if !o.Snapshot {
-			what = fmt.Sprintf("revision %d, from the lab's start, is not compacted in the restored cluster: restored without --bump-revision and --mark-compacted", o.Probe)
-		}
-		evidence := fmt.Sprintf("etcd at revision %d: %s (current revision %d)", o.Probe, o.AtProbe, o.Current)
-		switch o.AtProbe {
-		case "future":
-			evidence = fmt.Sprintf("etcd's current revision %d is below %d", o.Current, o.Probe)
-		case "readable":
-			evidence = fmt.Sprintf("etcd answers a read at revision %d (current %d)", o.Probe, o.Current)
+	if answered > 0 && passed == nil {
+		what := fmt.Sprintf("no etcd snapshot saved since the lab began is in %s: the check reads the restored cluster at the snapshot's revision", SnapshotsDirName)
+		evidence, fix := "no *.db file there newer than "+start.At.Format(time.RFC3339), "copy the snapshot you restored from to <state>/"+SnapshotsDirName+"/ (part 1's commands save it there)"
+		if len(o.Probes) > 0 {
+			last := o.Probes[len(o.Probes)-1]
+			what = fmt.Sprintf("revision %d, the snapshot's plus %d, is not compacted in the restored cluster: restored without --bump-revision and --mark-compacted, or with a bump under %d", last.At(), MinBump, MinBump)
+			evidence = fmt.Sprintf("etcd at revision %d: %s (current revision %d; snapshot %s at revision %d)", last.At(), last.Result, o.Current, filepath.Base(last.File), last.Revision)
+			switch last.Result {
+			case "future":
+				evidence = fmt.Sprintf("etcd's current revision %d is below %d (snapshot %s at revision %d)", o.Current, last.At(), filepath.Base(last.File), last.Revision)
+			case "readable":
+				evidence = fmt.Sprintf("etcd answers a read at revision %d (current %d; snapshot %s at revision %d)", last.At(), o.Current, filepath.Base(last.File), last.Revision)
+			}
+			fix = fmt.Sprintf("restore again with etcdutl snapshot restore … --bump-revision %d --mark-compacted", DefaultBump)
 		}
 		add("", grade.Wrong, what,
 			"the restored cluster hands out again the revisions the old one gave to the changes after the snapshot; an informer or kubelet that saw them resumes its watch there and misses changes, instead of being told \"compacted\" and listing everything again (etcd-io/etcd#16028)",
-			evidence, fmt.Sprintf("restore again with etcdutl snapshot restore … --bump-revision %d --mark-compacted", DefaultBump))
+			evidence, fix)
 	}
 	switch {
 	case o.ObjectsErr != "":
@@ -379,6 +423,11 @@ func Judge(start Start, o Observed) []grade.Finding {
 			add("", grade.Wrong, "ConfigMap "+Namespace+"/"+Kept+" is missing: it was in the snapshot, so the restore must bring it back",
 				"the cluster is not at the snapshot's state: etcd still has the data from after it, or the snapshot was taken after the deletion",
 				"kubectl -n "+Namespace+" get configmap "+Kept+": NotFound", "restore every member from the snapshot of part 1")
+		}
+		if o.Kept && passed != nil && o.KeptRevision > passed.Revision {
+			add("", grade.Wrong, fmt.Sprintf("ConfigMap %s/%s was made after the snapshot: it was made again, not restored", Namespace, Kept),
+				"a restored object keeps the revision of its last change before the snapshot",
+				fmt.Sprintf("its resourceVersion %d is above the snapshot's revision %d", o.KeptRevision, passed.Revision), "restore every member from the snapshot of part 1")
 		}
 		if o.Lost {
 			add("", grade.Wrong, "ConfigMap "+Namespace+"/"+Lost+" exists: it was made after the snapshot, so the restore must take it away",

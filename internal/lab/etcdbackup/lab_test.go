@@ -23,10 +23,10 @@ func restored() Observed {
 		return health.EtcdEndpoint{Node: node, OK: true, ClusterID: "new", Revision: 1_000_001_300}
 	}
 	return Observed{
-		Etcd:  &health.EtcdReport{Leader: "cp2", Healthy: 3, Size: 3, Endpoints: []health.EtcdEndpoint{ep("cp1"), ep("cp2"), ep("cp3")}},
-		Probe: 11_300, Snapshot: true, AtProbe: "compacted",
+		Etcd:      &health.EtcdReport{Leader: "cp2", Healthy: 3, Size: 3, Endpoints: []health.EtcdEndpoint{ep("cp1"), ep("cp2"), ep("cp3")}},
+		Probes:    []Probe{{File: "/s/etcd-snapshots/lab13-snapshot.db", Revision: 1300, Result: "compacted"}},
 		Current:   1_000_001_300,
-		Namespace: true, Kept: true,
+		Namespace: true, Kept: true, KeptRevision: 1290,
 		APIServers: []health.Readyz{{Target: "cp1", OK: true}, {Target: "cp2", OK: true}, {Target: "cp3", OK: true}, {Target: "lb", OK: true}},
 	}
 }
@@ -45,9 +45,9 @@ func TestJudge(t *testing.T) {
 			for i := range o.Etcd.Endpoints {
 				o.Etcd.Endpoints[i].ClusterID = "old"
 			}
-			o.AtProbe, o.Current, o.Kept, o.Lost = "future", 1310, false, true
+			o.Probes[0].Result, o.Current, o.Kept, o.Lost = "future", 1310, false, true
 		}, []string{": etcd was not restored: its cluster ID old is the one from before the lab began",
-			": revision 11300, the snapshot's plus 10000, is not compacted in the restored cluster",
+			": revision 1001300, the snapshot's plus 1000000, is not compacted in the restored cluster",
 			": ConfigMap khw-lab13/kept is missing", ": ConfigMap khw-lab13/lost exists"}},
 		{"cp3 left on its old data", func(o *Observed) {
 			o.Etcd.Endpoints[2].ClusterID = "old"
@@ -57,14 +57,25 @@ func TestJudge(t *testing.T) {
 			o.Etcd.Leader = ""
 		}, []string{": the members are in different clusters", ": etcd has no leader"}},
 		{"no --bump-revision", func(o *Observed) {
-			o.AtProbe, o.Current = "future", 1250
-		}, []string{": revision 11300, the snapshot's plus 10000, is not compacted in the restored cluster: restored without --bump-revision and --mark-compacted"}},
+			o.Probes[0].Result, o.Current = "future", 1250
+		}, []string{": revision 1001300, the snapshot's plus 1000000, is not compacted in the restored cluster: restored without --bump-revision and --mark-compacted"}},
 		{"a bump too small", func(o *Observed) {
-			o.AtProbe, o.Current = "readable", 15_000
-		}, []string{": revision 11300, the snapshot's plus 10000, is not compacted in the restored cluster: restored without --bump-revision and --mark-compacted, or with a bump under 10000"}},
-		{"no snapshot since the start, no bump", func(o *Observed) {
-			o.Probe, o.Snapshot, o.AtProbe, o.Current = 1300, false, "readable", 1400
-		}, []string{": revision 1300, from the lab's start, is not compacted in the restored cluster"}},
+			o.Probes[0].Result, o.Current = "readable", 1_500_000
+		}, []string{": revision 1001300, the snapshot's plus 1000000, is not compacted in the restored cluster: restored without --bump-revision and --mark-compacted, or with a bump under 1000000"}},
+		{"restored from the first snapshot, a second one saved since", func(o *Observed) {
+			o.Probes = append(o.Probes, Probe{File: "/s/etcd-snapshots/later.db", Revision: 1_000_001_350, Result: "future"})
+		}, nil},
+		{"no snapshot saved since the start", func(o *Observed) {
+			o.Probes = nil
+		}, []string{": no etcd snapshot saved since the lab began is in etcd-snapshots"}},
+		{"the old token", func(o *Observed) {
+			for i := range o.Etcd.Endpoints {
+				o.Etcd.Endpoints[i].ClusterID = "old"
+			}
+		}, []string{": etcd was restored with the old --initial-cluster-token"}},
+		{"kept made again after the snapshot", func(o *Observed) {
+			o.KeptRevision = 1_000_001_290
+		}, []string{": ConfigMap khw-lab13/kept was made after the snapshot"}},
 		{"cp2's member down, cp2's apiserver not ready", func(o *Observed) {
 			o.Etcd.Endpoints[1] = health.EtcdEndpoint{Node: "cp2", Err: "connection refused"}
 			o.APIServers[1] = health.Readyz{Target: "cp2", Err: "connection refused"}
@@ -166,22 +177,25 @@ func TestByHandCommands(t *testing.T) {
 	}
 }
 
-// The probe revision comes from the newest snapshot written since the lab
-// began; older ones and other files do not count.
-func TestSnapshotRevision(t *testing.T) {
+// The probes are the snapshots written since the lab began, oldest
+// first; older ones and other files do not count.
+func TestSnapshotsSince(t *testing.T) {
 	d := state.New(t.TempDir(), "t1")
 	dir := SnapshotsDir(d)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now().Add(-time.Hour)
-	if _, ok := snapshotRevision(d, start); ok {
-		t.Error("a revision without any snapshot")
+	if got := snapshotsSince(d, start); len(got) != 0 {
+		t.Errorf("probes without any snapshot: %v", got)
 	}
 	old, mine, newer := filepath.Join(dir, "old.db"), filepath.Join(dir, "lab13-snapshot.db"), filepath.Join(dir, "later.db")
 	etcdsnaptest.Write(t, old, 500)
 	etcdsnaptest.Write(t, mine, 1200)
 	etcdsnaptest.Write(t, newer, 1500)
+	if err := os.WriteFile(filepath.Join(dir, "notes.db"), []byte("not a database"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	touch := func(p string, at time.Time) {
 		if err := os.Chtimes(p, at, at); err != nil {
 			t.Fatal(err)
@@ -190,11 +204,8 @@ func TestSnapshotRevision(t *testing.T) {
 	touch(old, start.Add(-time.Minute))
 	touch(mine, start.Add(time.Minute))
 	touch(newer, start.Add(2*time.Minute))
-	if rev, ok := snapshotRevision(d, start); !ok || rev != 1500 {
-		t.Errorf("newest since the start: %d, %v; want 1500", rev, ok)
-	}
-	touch(newer, start.Add(-2*time.Minute))
-	if rev, ok := snapshotRevision(d, start); !ok || rev != 1200 {
-		t.Errorf("the only one since the start: %d, %v; want 1200", rev, ok)
+	got := snapshotsSince(d, start)
+	if len(got) != 2 || got[0].File != mine || got[0].Revision != 1200 || got[1].Revision != 1500 || got[0].At() != 1200+MinBump {
+		t.Errorf("probes %+v, want lab13-snapshot.db at 1200, then later.db at 1500", got)
 	}
 }

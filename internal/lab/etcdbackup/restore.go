@@ -9,6 +9,11 @@
 // Every phase is shown as the shell commands it stands for, and the
 // commands on the nodes are run as they are shown: what a student types
 // by hand is what khw ran.
+//
+// The lab itself (13-etcd-backup, text labs/13-etcd-backup.md) is lab.go:
+// what it records before it begins, its objects, the commands a student
+// types by hand, and its check, which grades a restore however it was
+// done.
 package etcdbackup
 
 import (
@@ -54,9 +59,9 @@ const (
 // snapshot, so that no revision is handed out twice and every watcher
 // that saw a later revision (informers in the controller-manager, the
 // scheduler, kubelets) gets "compacted" and lists again instead of
-// missing changes. This is the amount etcd's maintainers use for
-// Kubernetes (etcd-io/etcd#16028, the issue that added the flags; the
-// flags' help in etcdutl).
+// missing changes. This is the amount etcd's maintainers suggested for
+// Kubernetes (etcd-io/etcd#16028, the issue; etcd-io/etcd#16029, the change
+// that added the flags).
 const DefaultBump = 1_000_000_000
 
 // Restore is one restore of a cluster's etcd from a snapshot file.
@@ -79,7 +84,9 @@ type Restore struct {
 
 // New reads the snapshot file (its SHA-256 and revision) and returns the
 // restore of c's etcd from it, with a token made from c's name and now.
-// Errors: the file cannot be read, or it is not an etcd snapshot.
+// Errors: the file cannot be read, it is not an etcd snapshot, or it lacks
+// or fails the SHA-256 a snapshot ends with (etcdsnap.CheckHash), which
+// etcdutl would refuse only once etcd is stopped.
 func New(c *config.Cluster, file string, now time.Time) (*Restore, error) {
 	f, err := os.Open(file)
 	if err != nil {
@@ -95,12 +102,20 @@ func New(c *config.Cluster, file string, now time.Time) (*Restore, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := etcdsnap.CheckHash(file); err != nil {
+		return nil, err
+	}
 	return &Restore{
 		Cluster: c, File: file, SHA256: hex.EncodeToString(h.Sum(nil)), Revision: rev, Size: n,
 		Token: "etcd-" + c.Name + "-restore-" + now.UTC().Format("20060102-150405"),
 		Bump:  DefaultBump,
 	}, nil
 }
+
+// FirstReplacingPhase is the index in Phases of the first phase that
+// replaces a member's data directory: a restore that fails before it
+// leaves every member's data as it was.
+const FirstReplacingPhase = 4
 
 // Phase is one phase of the restore: the commands it stands for, and
 // what khw does. Commands on a node are run on it as they are; the

@@ -44,6 +44,23 @@ func TestNewReadsRevisionAndDigest(t *testing.T) {
 	if _, err := New(c, notEtcd, time.Now()); err == nil || !strings.Contains(err.Error(), "not an etcd database") {
 		t.Fatalf("a text file: err %v, want 'not an etcd database'", err)
 	}
+	// A member's data file has no SHA-256 at its end; a changed byte
+	// fails it. etcdutl would refuse both only after etcd is stopped.
+	raw := filepath.Join(t.TempDir(), "db")
+	if err := os.WriteFile(raw, data[:len(data)-sha256.Size], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(c, raw, time.Now()); err == nil || !strings.Contains(err.Error(), "member/snap/db") {
+		t.Errorf("a data file without the hash: err %v, want one naming member/snap/db", err)
+	}
+	damaged := append([]byte(nil), data...)
+	damaged[len(damaged)-sha256.Size-1] ^= 1
+	if err := os.WriteFile(raw, damaged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(c, raw, time.Now()); err == nil || !strings.Contains(err.Error(), "is damaged") {
+		t.Errorf("a damaged snapshot: err %v, want 'is damaged'", err)
+	}
 }
 
 func TestPhasesFollowTheUpstreamOrder(t *testing.T) {
@@ -168,5 +185,21 @@ func TestNodeScriptsRunTheShownCommands(t *testing.T) {
 	// Every member starts etcd; cp1 also runs lab 04's wait and status.
 	if strings.Join(order, ",") != "cp1,cp2,cp3" || !strings.Contains(scripts["cp1"], "endpoint health") || strings.Contains(scripts["cp2"], "endpoint health") {
 		t.Errorf("start phase: %v\n%v", order, scripts)
+	}
+}
+
+// The phases before FirstReplacingPhase leave every member's data
+// directory as it was; that one moves it.
+func TestFirstReplacingPhase(t *testing.T) {
+	r := &Restore{Cluster: testCluster(t), File: "/s.db", Token: "tok", Bump: DefaultBump}
+	ps := r.Phases()
+	for i, p := range ps[:FirstReplacingPhase+1] {
+		moves := false
+		for _, c := range p.Commands {
+			moves = moves || strings.Contains(c.Shell, "sudo mv "+DataDir+" ")
+		}
+		if moves != (i == FirstReplacingPhase) {
+			t.Errorf("phase %d (%s) moves %s: %v", i, p.Name, DataDir, moves)
+		}
 	}
 }
