@@ -109,7 +109,7 @@ etcd_restored() {
 lab_13() {
   local log=$STATE/lab-13-etcd-backup.log rev
   lab 13-etcd-backup
-  grep -E '^── |^\[[0-9]+/[0-9]+\]|^  [✓✗]|^  revision|^Report:|^  [a-z-]+ +failed' "$log"
+  grep -E '^── |^\[[0-9]+/[0-9]+\]|^  [✓✗]|^  revision (after|[0-9])|^Report:|^  [a-z-]+ +failed' "$log"
   grep -qF "✓ lab 13-etcd-backup passes" "$log" || { echo "e2e: khw lab 13 did not pass its check" >&2; return 1; }
   rev=$(sed -n 's/^  revision \([0-9]*\) from cp[0-9].*/\1/p' "$log")
   [ -n "$rev" ] || { echo "e2e: khw lab 13 printed no snapshot revision" >&2; return 1; }
