@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -12,6 +13,7 @@ import (
 	"github.com/khw-dev/khw/internal/lab"
 	"github.com/khw-dev/khw/internal/lab/etcdbackup"
 	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/steps"
 )
 
 // operate runs the operation of Operation lab l (lab.UI.Operate) under
@@ -38,8 +40,7 @@ func etcdBackupLab(ctx context.Context, a *app, e *labEnv) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.out, "── part 1: what the snapshot must hold\n  $ kubectl create namespace %s\n  $ kubectl -n %s create configmap %s --from-literal=made='before the snapshot'\n",
-		etcdbackup.Namespace, etcdbackup.Namespace, etcdbackup.Kept)
+	fmt.Fprintf(a.out, "── part 1: what the snapshot must hold\n%s\n", indent(shellLines(etcdbackup.MakeObjectsCommand()), "  $ "))
 	if err := etcdbackup.MakeObjects(ctx, cs); err != nil {
 		return err
 	}
@@ -50,8 +51,7 @@ func etcdBackupLab(ctx context.Context, a *app, e *labEnv) error {
 		return err
 	}
 	fmt.Fprintf(a.out, "  revision %d from %s, %s, sha256 %s\n", res.Revision, res.Member, sizeText(res.Size), res.SHA256)
-	fmt.Fprintf(a.out, "── part 2: changes after the snapshot\n  $ kubectl -n %s delete configmap %s\n  $ kubectl -n %s create configmap %s --from-literal=made='after the snapshot'\n",
-		etcdbackup.Namespace, etcdbackup.Kept, etcdbackup.Namespace, etcdbackup.Lost)
+	fmt.Fprintf(a.out, "── part 2: changes after the snapshot\n%s\n", indent(shellLines(etcdbackup.ChangeCommand()), "  $ "))
 	if err := etcdbackup.Change(ctx, cs); err != nil {
 		return err
 	}
@@ -62,3 +62,6 @@ func etcdBackupLab(ctx context.Context, a *app, e *labEnv) error {
 	fmt.Fprintf(a.out, "── part 3: khw etcd restore %s\n", path)
 	return restoreEtcd(ctx, a, e.d, e.c, r)
 }
+
+// shellLines is c's shell text without a trailing newline.
+func shellLines(c steps.Command) string { return strings.TrimRight(c.Shell, "\n") }

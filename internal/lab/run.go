@@ -187,18 +187,13 @@ func waitByHand(ui UI, l Lab, cmds []steps.Command, path, later string) bool {
 // or ui.ByHand), a snapshot of every node and the state directory (so that
 // khw lab reset can go back), the lab's begin record, then either the
 // commands for the student to type and, once a line is read from ui.In,
-// the check with hints, or ui.Operate and the check. A lab that passes is
+// the check, or ui.Operate and the check. A lab that passes is
 // done and its observe blocks run.
 func (c *Course) runOperation(ctx context.Context, l Lab, t labs.Lab, ui UI) error {
-	if !ui.ByHand && !ui.Yes {
-		ui.say("\nThis lab changes the cluster: %s, with its API down for a while. Go on? [y/N]: ", l.title)
-		a, err := readAnswer(ui)
-		switch {
-		case a == "y" || a == "yes":
-		case err != nil && a == "":
-			return fmt.Errorf("no answer (stdin closed): rerun with --yes to run it without asking, or with --by-hand to do it yourself")
-		default:
-			return fmt.Errorf("%w: run it when you are ready (khw lab %s, or khw lab %s --by-hand)", ErrStopped, l.ID, l.ID)
+	if !ui.ByHand {
+		if err := goOn(ui, "This lab changes the cluster: "+l.title+", with its API down for a while.",
+			"rerun with --yes to run it without asking, or with --by-hand to do it yourself", "khw lab "+l.ID+", or khw lab "+l.ID+" --by-hand"); err != nil {
+			return err
 		}
 	}
 	again, err := c.snapshotOnce(ctx, l, ui)
@@ -387,18 +382,26 @@ func (c *Course) show(ui UI, l Lab, diffs []steps.Diff, after func() error) erro
 // ui.Yes: only y or yes goes on. Errors: no answer (input ended), or
 // ErrStopped.
 func confirmDrill(ui UI, l Lab) error {
+	return goOn(ui, "This lab runs a failover drill now: it stops etcd on one control plane for 20 s, and the cluster must keep serving.",
+		"rerun with --yes to run the drill without asking", "khw lab "+l.ID+", or khw break etcd --count 1 --for 20s")
+}
+
+// goOn asks what (a sentence) and "Go on? [y/N]", unless ui.Yes: only y or
+// yes goes on. Errors: no answer (input ended), naming noAnswer as the way
+// out, or ErrStopped, naming later as how to run it when ready.
+func goOn(ui UI, what, noAnswer, later string) error {
 	if ui.Yes {
 		return nil
 	}
-	ui.say("\nThis lab runs a failover drill now: it stops etcd on one control plane for 20 s, and the cluster must keep serving. Go on? [y/N]: ")
+	ui.say("\n%s Go on? [y/N]: ", what)
 	a, err := readAnswer(ui)
 	switch {
 	case a == "y" || a == "yes":
 		return nil
 	case err != nil && a == "":
-		return fmt.Errorf("no answer (stdin closed): rerun with --yes to run the drill without asking")
+		return fmt.Errorf("no answer (stdin closed): %s", noAnswer)
 	}
-	return fmt.Errorf("%w: run it when you are ready (khw lab %s, or khw break etcd --count 1 --for 20s)", ErrStopped, l.ID)
+	return fmt.Errorf("%w: run it when you are ready (%s)", ErrStopped, later)
 }
 
 // readAnswer reads one line from ui.In, trimmed and lower-cased, and the

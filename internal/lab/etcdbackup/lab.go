@@ -109,7 +109,7 @@ func MakeObjects(ctx context.Context, cs kubernetes.Interface) error {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create namespace %s: %w", Namespace, err)
 	}
-	return createConfigMap(ctx, cs, Kept, "before the snapshot")
+	return createConfigMap(ctx, cs, Kept, madeBefore)
 }
 
 // Change deletes Kept and creates Lost: what the restore must undo.
@@ -117,7 +117,26 @@ func Change(ctx context.Context, cs kubernetes.Interface) error {
 	if err := cs.CoreV1().ConfigMaps(Namespace).Delete(ctx, Kept, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete ConfigMap %s/%s: %w", Namespace, Kept, err)
 	}
-	return createConfigMap(ctx, cs, Lost, "after the snapshot")
+	return createConfigMap(ctx, cs, Lost, madeAfter)
+}
+
+// The "made" value of Kept and of Lost.
+const (
+	madeBefore = "before the snapshot"
+	madeAfter  = "after the snapshot"
+)
+
+// MakeObjectsCommand is what MakeObjects does, as kubectl commands.
+func MakeObjectsCommand() steps.Command {
+	return steps.Command{Why: "part 1: objects the snapshot must hold", Shell: "kubectl create namespace " + Namespace + "\n" +
+		"kubectl -n " + Namespace + " create configmap " + Kept + " --from-literal=made='" + madeBefore + "'"}
+}
+
+// ChangeCommand is what Change does, as kubectl commands.
+func ChangeCommand() steps.Command {
+	return steps.Command{Why: "part 2: changes made after the snapshot, which the restore must undo",
+		Shell: "kubectl -n " + Namespace + " delete configmap " + Kept + "\n" +
+			"kubectl -n " + Namespace + " create configmap " + Lost + " --from-literal=made='" + madeAfter + "'"}
 }
 
 func createConfigMap(ctx context.Context, cs kubernetes.Interface, name, made string) error {
@@ -156,8 +175,7 @@ func ByHandCommands(c *config.Cluster, d state.Dir) []steps.Command {
 	}
 	cp := cps[0].Name
 	return []steps.Command{
-		{Why: "part 1: objects the snapshot must hold", Shell: "kubectl create namespace " + Namespace + "\n" +
-			"kubectl -n " + Namespace + " create configmap " + Kept + " --from-literal=made='before the snapshot'"},
+		MakeObjectsCommand(),
 		{Node: cp, Why: "part 1: a snapshot from one member (a consistent copy of the whole keyspace at one revision)",
 			Shell: "sudo install -d -m 0700 " + filepath.Dir(byHandOnNode) + "\n" +
 				"sudo etcdctl --endpoints=https://127.0.0.1:2379" + etcd.EtcdctlTLS + " snapshot save " + byHandOnNode + "\n" +
@@ -167,9 +185,7 @@ func ByHandCommands(c *config.Cluster, d state.Dir) []steps.Command {
 				"(umask 077; ssh -F \"$KHW_SSH_CONFIG\" " + cp + " 'sudo cat " + byHandOnNode + "' > \"$KHW_STATE_DIR/$KHW_CLUSTER/etcd-snapshots/" + byHandFile + "\")\n" +
 				"sha256sum \"$KHW_STATE_DIR/$KHW_CLUSTER/etcd-snapshots/" + byHandFile + "\""},
 		{Node: cp, Why: "part 1: the same SHA-256 as on the jumpbox? Then off the node", Shell: "sudo sha256sum " + byHandOnNode + "\nsudo rm -f " + byHandOnNode},
-		{Why: "part 2: changes made after the snapshot, which the restore must undo",
-			Shell: "kubectl -n " + Namespace + " delete configmap " + Kept + "\n" +
-				"kubectl -n " + Namespace + " create configmap " + Lost + " --from-literal=made='after the snapshot'"},
+		ChangeCommand(),
 		{Why: "part 3: the restore's commands for your file (they hold its SHA-256), printed by khw; type them phase by phase",
 			Shell: "khw etcd restore " + filepath.Join(SnapshotsDir(d), byHandFile) + " --dry-run"},
 	}
