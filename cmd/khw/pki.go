@@ -82,7 +82,7 @@ func newPKICmd(a *app) *cobra.Command {
 	cmd.Flags().BoolVar(&newSAKey, "new-service-account-key", false, "allow a new service-account key when it is lost or damaged (invalidates every ServiceAccount token)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	cmd.RegisterFlagCompletionFunc("output", fixedCompletions("text", "json"))
-	cmd.AddCommand(newPKIInspectCmd(a))
+	cmd.AddCommand(newPKIInspectCmd(a), newPKIRenewCmd(a))
 	return cmd
 }
 

@@ -58,25 +58,11 @@ func (e *Env) Break(ctx context.Context, store Store, spec Spec, out, errOut io.
 	if err != nil {
 		return Report{}, &PlanError{err}
 	}
-	cs, err := e.S.Clientset()
-	if err != nil {
-		return Report{}, err
-	}
-	image, err := smoketest.AgnhostImage(c)
-	if err != nil {
-		return Report{}, err
-	}
-	fmt.Fprintf(out, "Preparing the probe workload (namespace %s)…\n", Namespace)
-	port, err := EnsureWorkload(ctx, cs, image, e.Prober.Target.Scaled(2*time.Minute, 6*time.Minute))
-	if err != nil {
-		return Report{}, fmt.Errorf("probe workload: %w", err)
-	}
-	e.Prober.NodePort = port
-	if err := waitWorkload(ctx, e.Prober, e.Prober.Target.Scaled(time.Minute, 4*time.Minute)); err != nil {
+	if err := e.PrepareWorkload(ctx, out); err != nil {
 		return Report{}, err
 	}
 
-	rec := NewRecord(c, spec, actions, port, e.Prober.Every(), time.Now())
+	rec := NewRecord(c, spec, actions, e.Prober.NodePort, e.Prober.Every(), time.Now())
 	if err := store.Save(rec); err != nil {
 		return Report{}, err
 	}
@@ -91,6 +77,30 @@ func (e *Env) Break(ctx context.Context, store Store, spec Spec, out, errOut io.
 	fmt.Fprintf(out, "Sampling %s (each every %s)\n", signalList(e.Prober), e.Prober.Every())
 	r := &Runner{Store: store, Prober: e.Prober, Act: e.Act, Out: out}
 	return r.Run(ctx, rec)
+}
+
+// PrepareWorkload makes the probe workload (EnsureWorkload: a web pod per
+// worker behind a NodePort Service in namespace Namespace), points the
+// Prober's workload signal at it and waits until every worker answers
+// through it, saying so on out first. Errors: the workload cannot be
+// made, or does not answer within the bound (a data plane that fails
+// before anything is done would be blamed on what comes next).
+func (e *Env) PrepareWorkload(ctx context.Context, out io.Writer) error {
+	cs, err := e.S.Clientset()
+	if err != nil {
+		return err
+	}
+	image, err := smoketest.AgnhostImage(e.S.Config)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "Preparing the probe workload (namespace %s)…\n", Namespace)
+	port, err := EnsureWorkload(ctx, cs, image, e.Prober.Target.Scaled(2*time.Minute, 6*time.Minute))
+	if err != nil {
+		return fmt.Errorf("probe workload: %w", err)
+	}
+	e.Prober.NodePort = port
+	return waitWorkload(ctx, e.Prober, e.Prober.Target.Scaled(time.Minute, 4*time.Minute))
 }
 
 // describeActions says what the drill does to which node, with the roles

@@ -272,6 +272,13 @@ func (r *reconciler) planCAKeptKey(s Spec, p pair, leaves []onDisk, f caFacts) (
 	default:
 		rs = timeReasons(p.cert, r.now, r.c.PKI.RenewBefore)
 	}
+	if r.renewing(s.Name) {
+		how := "same key"
+		if r.opts.newKeys {
+			how += " (a new CA key is a CA rotation: every cert, kubeconfig and node changes; khw pki renew keeps " + keyFile(s.Name) + ")"
+		}
+		rs = append(rs, requested(how))
+	}
 	doc := f.spec.withKey(p.key.Public())
 	if old != nil {
 		if d := subjectDiff(*old, s); d != "" {
@@ -319,10 +326,45 @@ func (r *reconciler) planCAKeptKey(s Spec, p pair, leaves []onDisk, f caFacts) (
 func (r *reconciler) planLeaf(s Spec, is *issuer, caNewKey bool) unit {
 	p := loadPair(r.dir, s.Name)
 	rs := checkLeaf(r.c, s, p, is.ca, caNewKey, r.now)
+	if r.renewing(s.Name) {
+		if !r.opts.newKeys && onlyTime(rs) && p.key != nil && sameKey(p.key, p.cert.PublicKey) {
+			rs = append(rs, requested("same key ("+keyFile(s.Name)+")"))
+			return r.resignUnit(s, is, p, rs)
+		}
+		rs = append(rs, requested("new key"))
+	}
 	if len(rs) == 0 {
 		return r.keptUnit(s, p, nil)
 	}
 	return r.issueUnit(s, is, p, rs)
+}
+
+// onlyTime reports whether rs has no reason but the cert's validity window
+// (what a renewal mends by itself, keeping the key).
+func onlyTime(rs []Reason) bool {
+	for _, x := range rs {
+		switch x.Code {
+		case ReasonRenew, ReasonExpired, ReasonNotYetValid:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// resignUnit signs a new cert for s for the key already on disk (p.key),
+// for the reasons rs: the key file stays as it is.
+func (r *reconciler) resignUnit(s Spec, is *issuer, p pair, rs []Reason) unit {
+	csrJSON := csrDocFor(r.c, s).withKey(p.key.Public()).json()
+	req, err := parseCSRJSON(s.Name, csrJSON)
+	if err != nil {
+		return unit{err: err}
+	}
+	certPEM, err := is.resign(s.Name, req, p.key, s.Profile, r.now)
+	if err != nil {
+		return unit{err: err}
+	}
+	return signedUnit(s, Resigned, rs, csrJSON, certPEM, p.keyPEM)
 }
 
 // issueUnit issues a new key and cert for s from its CSR JSON, for the
@@ -382,18 +424,16 @@ func (r *reconciler) planServiceAccount(s Spec, is *issuer, caNewKey bool) unit 
 		warn = append(warn, Reason{ReasonKeyAlgorithm, d + "; the key is kept: " + newKeyWhy +
 			" (to replace it anyway: khw pki --new-service-account-key)"})
 	}
+	if r.renewing(s.Name) {
+		how := "same key"
+		if r.opts.newKeys {
+			how += " (new keys are for the other certs: " + newKeyWhy + "; khw pki --new-service-account-key makes one)"
+		}
+		rs = append(rs, requested(how))
+	}
 	if len(rs) == 0 {
 		return r.keptUnit(s, p, warn)
 	}
 	rs[0].Detail += fmt.Sprintf("; re-signed for the same key (%s), so ServiceAccount tokens stay valid", keyFile(s.Name))
-	csrJSON := csrDocFor(r.c, s).withKey(p.key.Public()).json()
-	req, err := parseCSRJSON(s.Name, csrJSON)
-	if err != nil {
-		return unit{err: err}
-	}
-	certPEM, err := is.resign(s.Name, req, p.key, s.Profile, r.now)
-	if err != nil {
-		return unit{err: err}
-	}
-	return signedUnit(s, Resigned, append(rs, warn...), csrJSON, certPEM, p.keyPEM)
+	return r.resignUnit(s, is, p, append(rs, warn...))
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,6 +28,10 @@ type options struct {
 	dryRun   bool
 	newCA    bool
 	newSAKey bool
+	// renew names the certs renewal was asked for (Renew); newKeys gives
+	// the ordinary leaves among them new keys.
+	renew   map[string]bool
+	newKeys bool
 }
 
 // WithLog makes Reconcile write one line per cert to w as it decides
@@ -61,6 +66,76 @@ func AllowNewCA() Option { return func(o *options) { o.newCA = true } }
 // invalidates every ServiceAccount token signed with the old one. The CLI's
 // `khw pki --new-service-account-key` sets it.
 func AllowNewServiceAccountKey() Option { return func(o *options) { o.newSAKey = true } }
+
+// Renew makes Reconcile reissue the certs called names (Spec names: ca,
+// kubernetes, w1, …) even where nothing is wrong with them, with the
+// reason ReasonRequested and a validity of pki.certValidity from now.
+// Without newKeys each keeps its key (Resigned): the cert is signed for
+// the key on disk, as `cfssl sign` does with a CSR made from the old key.
+// With newKeys the ordinary leaves get new keys (Reissued). The precious
+// keys are never replaced by a renewal: the CA is re-signed from
+// ca-key.pem (same subject and key, so every cert it signed stays valid;
+// a new CA key is a CA rotation, AllowNewCA) and the service-account cert
+// for service-account-key.pem (its tokens stay valid). A cert whose
+// renewal cannot be done by khw is refused before anything is decided
+// (*RenewError): a name that is no Spec, an imported kubelet cert
+// (nodes[].kubeletCert). A cert that must change anyway (see Reconcile)
+// changes as it would without Renew, its reasons with ReasonRequested
+// added.
+func Renew(names []string, newKeys bool) Option {
+	return func(o *options) {
+		o.renew = map[string]bool{}
+		for _, n := range names {
+			o.renew[n] = true
+		}
+		o.newKeys = newKeys
+	}
+}
+
+// RenewError is a Renew name khw cannot renew.
+type RenewError struct {
+	Name string
+	// Problem says why; Fix what to do instead.
+	Problem, Fix string
+}
+
+func (e *RenewError) Error() string {
+	return fmt.Sprintf("cannot renew %q: %s (fix: %s)", e.Name, e.Problem, e.Fix)
+}
+
+// checkRenew refuses Renew names that are no Spec or name an imported cert.
+func (r *reconciler) checkRenew(specs []Spec) error {
+	var names []string
+	for _, s := range specs {
+		names = append(names, s.Name)
+	}
+	var errs []error
+	for _, n := range slices.Sorted(maps.Keys(r.opts.renew)) {
+		i := slices.IndexFunc(specs, func(s Spec) bool { return s.Name == n })
+		switch {
+		case i < 0:
+			fix := "use one of: " + strings.Join(names, ", ")
+			if nd, ok := r.c.Node(n); ok && nd.TLSBootstrap {
+				errs = append(errs, &RenewError{Name: n, Problem: n + " joined by TLS bootstrap: khw issued no cert for it; its kubelet renews its own client cert (rotateCertificates) and asks for a new serving cert with a CSR",
+					Fix: "leave it to the kubelet; khw up (step 10) approves its serving CSR after checking it"})
+				continue
+			}
+			errs = append(errs, &RenewError{Name: n, Problem: "no such certificate", Fix: fix})
+		case specs[i].Import != nil:
+			errs = append(errs, &RenewError{Name: n, Problem: "it is imported from nodes[].kubeletCert (" + specs[i].Import.Cert + "): khw does not issue it",
+				Fix: "have it reissued by whoever issued it and point kubeletCert at the new files, then run khw up"})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// renewing reports whether renewal of cert name was asked for (Renew).
+func (r *reconciler) renewing(name string) bool { return r.opts.renew[name] }
+
+// requested is the reason of a renewal asked for with Renew.
+func requested(how string) Reason {
+	return Reason{ReasonRequested, "renewal asked for (khw pki renew); " + how}
+}
 
 // Reconcile makes the pki directory dir match Specs(c) at time now (pass
 // time.Now(); tests pass other instants to simulate expiry).
@@ -141,6 +216,9 @@ func Reconcile(c *config.Cluster, dir string, now time.Time, opts ...Option) (*R
 	}
 	specs := Specs(c)
 	if err := checkNames(c, specs); err != nil {
+		return nil, err
+	}
+	if err := r.checkRenew(specs); err != nil {
 		return nil, err
 	}
 	r.snapshotKeys()

@@ -20,9 +20,10 @@ const (
 	// key and cert replaced it.
 	Reissued Action = "reissued"
 	// Resigned: a new cert was signed for the key already on disk, which is
-	// kept. Only the precious keys get this: the CA (certs it signed stay
-	// valid, since they verify against the same key and subject) and the
-	// service-account key (ServiceAccount tokens stay valid).
+	// kept: the precious keys, the CA (certs it signed stay valid, since
+	// they verify against the same key and subject) and the service-account
+	// key (ServiceAccount tokens stay valid), and any cert renewed with
+	// Renew without new keys.
 	Resigned Action = "re-signed"
 	// Imported: a pre-issued kubelet cert (nodes[].kubeletCert) was verified
 	// and copied into the pki directory.
@@ -50,6 +51,7 @@ const (
 	ReasonNotSignedBy  ReasonCode = "not-signed-by-ca" // not signed by the current CA (e.g. the CA was regenerated)
 	ReasonNotCA        ReasonCode = "not-ca"           // ca.pem is not a usable CA cert
 	ReasonNotInConfig  ReasonCode = "not-in-config"    // stale: no Spec for this cert
+	ReasonRequested    ReasonCode = "requested"        // renewal asked for (Renew, khw pki renew)
 )
 
 // Reason is one cause of an action, e.g. {sans, "missing cp4, 192.168.122.14"}.

@@ -168,6 +168,37 @@ func Specs(c *config.Cluster) []Spec {
 // pki directory itself (CertInfo.Text says so).
 func (s Spec) Recipe() string { return recipe(s.Name, s.Profile) }
 
+// RenewRecipe is the shell equivalent of renewing s in the pki directory
+// (Renew). The CA is re-signed from its key (`cfssl gencert -initca
+// -ca-key`). A leaf keeps its key unless newKey: `openssl req` makes a CSR
+// from the key with the Spec's subject (cfssl 1.2, Debian's, has no
+// gencsr), and `cfssl sign` signs it with the Spec's profile and SANs. With
+// newKey a leaf is made anew (Recipe); the service-account key is never
+// replaced by a renewal.
+func (s Spec) RenewRecipe(newKey bool) string {
+	switch {
+	case s.Profile == ProfileCA:
+		return fmt.Sprintf("cfssl gencert -initca -ca-key=%s %s | cfssljson -bare %s", keyFile(s.Name), csrFile(s.Name), s.Name)
+	case newKey && s.Profile != ProfileSigning:
+		return s.Recipe()
+	}
+	var subj strings.Builder
+	for _, f := range [][2]string{{"C", s.C}, {"ST", s.ST}, {"L", s.L}, {"O", s.O}, {"OU", s.OU}, {"CN", s.CN}} {
+		if f[1] != "" {
+			subj.WriteString("/" + f[0] + "=" + strings.ReplaceAll(f[1], "/", `\/`))
+		}
+	}
+	sign := fmt.Sprintf("cfssl sign -ca=%s -ca-key=%s -config=%s -profile=%s", certFile(CAName), keyFile(CAName), CAConfigFile, s.Profile)
+	if len(s.Hosts) > 0 {
+		sign += " -hostname=" + strings.Join(s.Hosts, ",")
+	}
+	return fmt.Sprintf("openssl req -new -key %s -subj %s -out %s.csr\n%s %s.csr | cfssljson -bare %s\nrm %s.csr",
+		keyFile(s.Name), shellQuote(subj.String()), s.Name, sign, s.Name, s.Name, s.Name)
+}
+
+// shellQuote quotes v for a POSIX shell.
+func shellQuote(v string) string { return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'" }
+
 func recipe(name string, p Profile) string {
 	if p == ProfileCA {
 		return fmt.Sprintf("cfssl gencert -initca %s | cfssljson -bare %s", csrFile(name), name)

@@ -183,6 +183,7 @@ func TestControllerManagerAndScheduler(t *testing.T) {
 		"--use-service-account-credentials":  "true",
 		"--cluster-signing-cert-file":        "/var/lib/kubernetes/ca.pem",
 		"--cluster-signing-key-file":         "/var/lib/kubernetes/ca-key.pem",
+		"--cluster-signing-duration":         "8760h",
 		"--root-ca-file":                     "/var/lib/kubernetes/ca.pem",
 		"--service-account-private-key-file": "/var/lib/kubernetes/service-account-key.pem",
 		"--service-cluster-ip-range":         "10.32.0.0/24",

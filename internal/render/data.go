@@ -42,6 +42,10 @@ type nodeData struct {
 	// LeaderElection is the leader-election timing of kube-controller-manager
 	// and kube-scheduler; nil means the upstream defaults (no flags).
 	LeaderElection *LeaderElection
+	// SigningDuration is kube-controller-manager's --cluster-signing-duration,
+	// pki.certValidity in Go duration syntax ("8760h"): the kubelet certs it
+	// signs for TLS-bootstrap workers live as long as the certs khw issues.
+	SigningDuration string
 	// EtcdCheckTimeout is kube-apiserver's --etcd-healthcheck-timeout and
 	// --etcd-readycheck-timeout; "" means the upstream default (2s, no flag).
 	EtcdCheckTimeout string
@@ -117,6 +121,15 @@ func haproxyDuration(d time.Duration) string {
 	return strconv.FormatInt(int64(d.Round(time.Millisecond)/time.Millisecond), 10) + "ms"
 }
 
+// goHours writes d as whole hours ("8760h") when it is, else as Go
+// prints it ("1h30m0s"); both parse with time.ParseDuration.
+func goHours(d time.Duration) string {
+	if d%time.Hour == 0 {
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	}
+	return d.String()
+}
+
 func newNodeData(c *config.Cluster, n config.Node, f NodeFacts) *nodeData {
 	d := &nodeData{
 		Cluster:              c,
@@ -132,6 +145,7 @@ func newNodeData(c *config.Cluster, n config.Node, f NodeFacts) *nodeData {
 		PodRoutes:            PodRoutes(c, n.Name),
 		LeaderElection:       LeaderElectionFor(c),
 		EtcdCheckTimeout:     EtcdCheckTimeoutFor(c),
+		SigningDuration:      goHours(c.PKI.CertValidity),
 	}
 	for _, h := range c.Nodes {
 		names := h.Name

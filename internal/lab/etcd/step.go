@@ -10,7 +10,9 @@ package etcd
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/health"
@@ -45,7 +47,53 @@ func NewStep(m *nodeplan.Machines) steps.Step {
 		return etcdDiffs(env.Cluster, rep), nil
 	}
 	s.ExtraCommands = func(env *steps.Env) []steps.Command { return CheckCommands(env.Cluster) }
+	s.BeforeNode = func(ctx context.Context, env *steps.Env, n config.Node) error {
+		to, err := HandOffLeader(ctx, m.Target(env), n)
+		if to != "" {
+			env.Notef("%s: led etcd; leadership handed to %s first (etcdctl move-leader)", n.Name, to)
+		}
+		return err
+	}
 	return s
+}
+
+// HandOffLeader moves etcd's leadership away from the member on node n
+// when n leads, to a healthy follower (one changed before n in a rolling
+// change, else the one changed last), as `etcdctl move-leader` does, and
+// returns that follower's node ("" when n did not lead). A leader that
+// just stops leaves the others to wait an election timeout for a new
+// one, and the writes in flight fail ("etcdserver: request timed out");
+// a transfer hands over at once (etcdctl move-leader, etcd-io/etcd
+// etcdctl/README.md; the MoveLeader RPC must reach the leader). Errors: no
+// member answered, no healthy follower to take over, or the transfer
+// failed.
+func HandOffLeader(ctx context.Context, t health.Target, n config.Node) (string, error) {
+	rep, err := health.Etcd(ctx, t)
+	if err != nil {
+		return "", err
+	}
+	me, best := transferee(t.Cluster, rep, n)
+	if me == nil || !me.OK || !me.IsLeader {
+		return "", nil
+	}
+	if best == nil {
+		return "", fmt.Errorf("%s leads etcd and no other member is healthy to take over", n.Name)
+	}
+	id, err := strconv.ParseUint(best.MemberID, 16, 64)
+	if err != nil {
+		return "", fmt.Errorf("member ID %q of %s: %w", best.MemberID, best.Node, err)
+	}
+	cli, err := t.EtcdMemberClient(n)
+	if err != nil {
+		return "", err
+	}
+	defer cli.Close()
+	cctx, cancel := context.WithTimeout(ctx, t.Scaled(10*time.Second, time.Minute))
+	defer cancel()
+	if _, err := cli.MoveLeader(cctx, id); err != nil {
+		return "", fmt.Errorf("move the etcd leadership from %s to %s: %w", n.Name, best.Node, err)
+	}
+	return best.Node, nil
 }
 
 // EtcdctlTLS are the flags etcdctl needs on a control plane: the cluster
@@ -117,4 +165,32 @@ func etcdDiffs(c *config.Cluster, rep *health.EtcdReport) []steps.Diff {
 		diffs = append(diffs, steps.Diff{What: fmt.Sprintf("etcd has no leader (%d of %d members healthy, quorum needs %d)", rep.Healthy, rep.Size, rep.QuorumSize), Fix: "start the members that are down"})
 	}
 	return diffs
+}
+
+// transferee finds node n's member in rep (nil when it did not answer)
+// and the healthy follower that should take over its leadership (nil when
+// none). In a rolling change the nodes go in cluster.yaml order: a member
+// before n is already done, and of those after it the last is changed
+// last, so the leadership moves as few times as it can.
+func transferee(c *config.Cluster, rep *health.EtcdReport, n config.Node) (me, best *health.EtcdEndpoint) {
+	order := map[string]int{}
+	for i, cp := range c.ControlPlanes() {
+		order[cp.Name] = i
+	}
+	rank := func(e *health.EtcdEndpoint) int {
+		if i := order[e.Node]; i < order[n.Name] {
+			return -i
+		}
+		return -1000 + order[e.Node]
+	}
+	for i := range rep.Endpoints {
+		e := &rep.Endpoints[i]
+		switch {
+		case e.Node == n.Name:
+			me = e
+		case e.OK && e.LeaderID != "" && (best == nil || rank(e) > rank(best)):
+			best = e
+		}
+	}
+	return me, best
 }

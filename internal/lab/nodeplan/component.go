@@ -289,6 +289,10 @@ type ComponentStep struct {
 	// first bring-up: etcd members must start together) all nodes change
 	// at once.
 	Rolling bool
+	// BeforeNode, when set, runs in a rolling apply before each node is
+	// changed (e.g. hand the etcd leadership to another member); an error
+	// stops the apply before that node.
+	BeforeNode func(ctx context.Context, env *steps.Env, n config.Node) error
 	// after runs in Apply once the units are active and before the health
 	// wait (e.g. apply the RBAC manifest); nil for none.
 	After func(ctx context.Context, env *steps.Env) error
@@ -483,6 +487,11 @@ func (s *ComponentStep) rollingApply(ctx context.Context, env *steps.Env, wants 
 			continue
 		}
 		env.Notef("%s: rolling change, one node at a time (the cluster keeps serving)", w.Node.Name)
+		if s.BeforeNode != nil {
+			if err := s.BeforeNode(ctx, env, w.Node); err != nil {
+				return steps.OnNode(w.Node.Name, err)
+			}
+		}
 		rs, err := applyNodes(ctx, env, s.M, s.ID(), []*NodeWant{w}, mine)
 		if err != nil {
 			return err

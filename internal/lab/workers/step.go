@@ -235,7 +235,7 @@ func NewStep(m *nodeplan.Machines, c *config.Cluster) steps.Step {
 		}
 		return runtime
 	}
-	s := &nodeplan.ComponentStep{M: m, Spec: spec, Wait: nodeplan.WorkerWait}
+	s := &nodeplan.ComponentStep{M: m, Spec: spec, Wait: nodeplan.WorkerWait, Rolling: true}
 	s.Health = func(ctx context.Context, env *steps.Env) ([]steps.Diff, error) {
 		var names []string
 		for _, n := range env.Cluster.Workers() {
@@ -283,9 +283,49 @@ func NodesReady(ctx context.Context, m *nodeplan.Machines, env *steps.Env, names
 		}
 		if ok, why := nodeReady(nd); !ok {
 			diffs = append(diffs, steps.Diff{Node: name, What: "Node " + name + " is not Ready: " + why, Fix: "wait; read journalctl -u kubelet -u containerd"})
+			continue
+		}
+		if d, err := readySinceStart(ctx, m, env, nd); err != nil || d != nil {
+			if err != nil {
+				return nil, steps.OnNode(name, err)
+			}
+			diffs = append(diffs, *d)
 		}
 	}
 	return diffs, nil
+}
+
+// readySinceStart: a Node's Ready counts only when the running kubelet
+// posted it. After a restart the Node keeps what the old process posted
+// until the new one posts its first status, which is often NotReady for a
+// few seconds ("PLEG is not healthy: pleg has yet to be successful"). A
+// kubelet posts its status as soon as it starts (then on a change, or
+// every nodeStatusReportFrequency), so the Ready condition's
+// lastHeartbeatTime (whole seconds, the node's clock) must not be before
+// the kubelet's start (systemd's ExecMainStartTimestamp, the same clock).
+// It returns a Diff when it is, nil when not; err when the node cannot be
+// asked.
+func readySinceStart(ctx context.Context, m *nodeplan.Machines, env *steps.Env, nd *corev1.Node) (*steps.Diff, error) {
+	n, ok := env.Cluster.Node(nd.Name)
+	if !ok {
+		return nil, nil
+	}
+	cl, err := m.Pool.Get(ctx, nodeplan.RemoteNode(n))
+	if err != nil {
+		return nil, err
+	}
+	st, err := nodeplan.Probe(ctx, cl, nil, []string{"kubelet.service"})
+	if err != nil {
+		return nil, err
+	}
+	started := st.Units["kubelet.service"].Started.Truncate(time.Second)
+	for _, c := range nd.Status.Conditions {
+		if c.Type == corev1.NodeReady && !started.IsZero() && c.LastHeartbeatTime.Time.Before(started) {
+			return &steps.Diff{Node: n.Name, What: fmt.Sprintf("Node %s says Ready as of %s, before its kubelet started at %s: the new kubelet has not posted its status yet",
+				n.Name, c.LastHeartbeatTime.UTC().Format(time.TimeOnly), started.UTC().Format(time.TimeOnly)), Fix: "wait; read journalctl -u kubelet"}, nil
+		}
+	}
+	return nil, nil
 }
 
 func nodeReady(n *corev1.Node) (bool, string) {
