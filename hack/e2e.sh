@@ -161,6 +161,36 @@ pki_renew() {
   # fatal: an apiserver stopping can still cut a request in flight (EOF).
 }
 
+# lab_14: khw lab 14 --yes renews kubernetes, w1 and w2 for their keys and
+# has w3 ask for a new serving cert, and its check passes. Witnesses
+# (openssl, not khw): each apiserver serves the renewed kubernetes.pem, w3's
+# kubelet a serving cert other than before. Then w3 is made to ask again
+# without an approval: the check must name the pending CSR; khw up approves
+# it and the check passes.
+lab_14() {
+  local log=$STATE/lab-14-cert-renewal.log pki=$STATE/$NAME/pki before after ser ip
+  before=$(serving_serial 192.168.122.23:10250)
+  lab 14-cert-renewal
+  grep -E '^── |^\[[0-9]+/[0-9]+\]|^[✓✗] |led etcd|^  [a-z-]+ +failed|no signal failed|^Report:' "$log"
+  grep -qF "✓ lab 14-cert-renewal passes" "$log" || { echo "e2e: khw lab 14 did not pass its check" >&2; return 1; }
+  ser=$(openssl x509 -noout -serial -in "$pki/kubernetes.pem" | cut -d= -f2)
+  for ip in 192.168.122.11 192.168.122.12 192.168.122.13; do
+    [ "$(serving_serial $ip:6443)" = "$ser" ] || { echo "e2e: $ip:6443 does not serve the renewed kubernetes.pem $ser" >&2; return 1; }
+  done
+  after=$(serving_serial 192.168.122.23:10250)
+  echo "w3 serving cert: serial $before → $after"
+  [ -n "$after" ] && [ "$after" != "$before" ] || { echo "e2e: w3's kubelet serves its old serving cert" >&2; return 1; }
+  # shellcheck disable=SC2016 # expanded by the inner shell, where khw shell sets it
+  "$KHW" shell -- sh -c 'ssh -F "$KHW_SSH_CONFIG" w3 "sudo rm /var/lib/kubelet/pki/kubelet-server-current.pem && sudo systemctl restart kubelet"'
+  for _ in $(seq 30); do
+    "$KHW" kubectl get csr --field-selector spec.signerName=kubernetes.io/kubelet-serving | grep -q Pending && break
+    sleep 2
+  done
+  expect_mistake 14 "a kubelet serving CSR waits for approval"
+  "$KHW" up --from 10-tls-bootstrap --until 10-tls-bootstrap
+  "$KHW" lab check 14
+}
+
 witness() {
   "$KHW" kubectl get nodes -o wide
   local ready
@@ -546,10 +576,10 @@ reset_10() {
   echo "$out"
   want=$(printf '%s\n' "01-machines done" "02-pki done" "03-kubeconfig done" \
     "04-etcd done" "05-control-plane done" "06-lb done" "07-workers done" "08-pod-network done" \
-    "09-coredns done" "10-tls-bootstrap not" "11-smoke not" "12-failover not" "13-etcd-backup not")
+    "09-coredns done" "10-tls-bootstrap not" "11-smoke not" "12-failover not" "13-etcd-backup not" "14-cert-renewal not")
   got=$(awk 'NR > 1 { print $1, $2 }' <<<"$out")
   if [ "$got" != "$want" ]; then
-    echo "e2e: after khw lab reset 10-tls-bootstrap, want 01-09 done and 10-13 not done" >&2; return 1
+    echo "e2e: after khw lab reset 10-tls-bootstrap, want 01-09 done and 10-14 not done" >&2; return 1
   fi
 }
 
@@ -640,7 +670,8 @@ if [ "${E2E_LABS:-}" = 1 ]; then
     phase "lab 12-failover" lab 12-failover
   fi
   phase "lab 13 (restore)" lab_13
-  phase "lab list"        all_done 13
+  phase "lab 14 (renewal)" lab_14
+  phase "lab list"        all_done 14
   phase "khw up (no-op)"  noop_check
   du -sh "$STATE/$NAME/nspawn/snapshots" | sed 's/^/snapshots on disk: /'
 fi

@@ -148,18 +148,45 @@ func runEtcdRestore(parent context.Context, a *app, file string, yes, dryRun boo
 		return fmt.Errorf("drill %s (khw break %s) is active: run khw heal first", active.ID, active.Spec.CommandLine())
 	}
 	if !yes {
-		fmt.Fprintf(a.out, "Everything written to the cluster after revision %d is lost, and its API is down until the restore ends. Go on? [y/N]: ", r.Revision)
-		line, rerr := bufio.NewReader(in).ReadString('\n')
-		switch ans := strings.ToLower(strings.TrimSpace(line)); {
-		case ans == "y" || ans == "yes":
-		case rerr != nil && ans == "":
-			return usagef("no answer (stdin closed): rerun with --yes to restore without asking")
-		default:
-			fmt.Fprintln(a.out, "Nothing done.")
-			return nil
+		ok, err := goOn(a, in, fmt.Sprintf("Everything written to the cluster after revision %d is lost, and its API is down until the restore ends.", r.Revision), "restore")
+		if !ok || err != nil {
+			return err
 		}
 	}
 	return restoreEtcd(parent, a, d, c, r)
+}
+
+// goOn asks what (a sentence) and "Go on? [y/N]" on in; true for y or
+// yes. Any other answer prints "Nothing done."; a closed stdin without an
+// answer is a usage error naming --yes, the flag that does verb without
+// asking.
+func goOn(a *app, in io.Reader, what, verb string) (bool, error) {
+	fmt.Fprintf(a.out, "%s Go on? [y/N]: ", what)
+	line, rerr := bufio.NewReader(in).ReadString('\n')
+	switch ans := strings.ToLower(strings.TrimSpace(line)); {
+	case ans == "y" || ans == "yes":
+		return true, nil
+	case rerr != nil && ans == "":
+		return false, usagef("no answer (stdin closed): rerun with --yes to %s without asking", verb)
+	}
+	fmt.Fprintln(a.out, "Nothing done.")
+	return false, nil
+}
+
+// finishOperation ends a watched day-2 operation: when opErr is nil it
+// says it watches until every signal is healthy again, then writes the
+// report (drill.Watch.Finish) and prints its summary. It returns the
+// report, and opErr joined with the report's own error.
+func finishOperation(ctx context.Context, a *app, w *drill.Watch, opErr error) (drill.OpReport, error) {
+	if opErr == nil {
+		fmt.Fprintln(a.out, "\nWatching until every signal is healthy again…")
+	}
+	rep, md, js, err := w.Finish(ctx, opErr)
+	if err != nil {
+		return rep, errors.Join(opErr, err)
+	}
+	drill.WriteOpSummary(a.out, rep, md, js)
+	return rep, opErr
 }
 
 // restoreEtcd runs each phase of r under the caller's lock while a
@@ -225,16 +252,9 @@ func restoreEtcd(parent context.Context, a *app, d state.Dir, c *config.Cluster,
 			w.Fact("etcd leader", rep.Leader)
 		}
 	}
-	if opErr == nil {
-		fmt.Fprintln(a.out, "\nWatching until every signal is healthy again…")
-	}
-	rep, md, js, err := w.Finish(ctx, opErr)
+	rep, err := finishOperation(ctx, a, w, opErr)
 	if err != nil {
-		return errors.Join(opErr, err)
-	}
-	drill.WriteOpSummary(a.out, rep, md, js)
-	if opErr != nil {
-		return opErr
+		return err
 	}
 	for _, f := range rep.Facts[before:] {
 		fmt.Fprintf(a.out, "  %s: %s\n", f.Name, f.Value)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/khw-dev/khw/internal/etcdsnap"
 	"github.com/khw-dev/khw/internal/lab"
+	"github.com/khw-dev/khw/internal/lab/certrenew"
 	"github.com/khw-dev/khw/internal/lab/etcdbackup"
 	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/steps"
@@ -22,6 +24,16 @@ func operate(ctx context.Context, a *app, e *labEnv, l lab.Lab) error {
 	switch l.ID {
 	case labid.EtcdBackup:
 		return etcdBackupLab(ctx, a, e)
+	case labid.CertRenewal:
+		var serving []string
+		for _, n := range e.c.Workers() {
+			if n.TLSBootstrap {
+				serving = append(serving, n.Name)
+			}
+		}
+		names := certrenew.Renewed(e.c)
+		fmt.Fprintf(a.out, "── khw pki renew %s (by hand: khw lab 14 --by-hand)\n", strings.Join(append(slices.Clone(names), serving...), " "))
+		return renewCerts(ctx, a, e.d, e.c, names, serving, false, false)
 	}
 	return fmt.Errorf("lab %s has no operation khw can run", l.ID)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/lab"
 	"github.com/khw-dev/khw/internal/lab/nodeplan"
+	"github.com/khw-dev/khw/internal/lab/tlsbootstrap"
 	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/pki"
 	"github.com/khw-dev/khw/internal/state"
@@ -30,8 +30,11 @@ import (
 // renewal runs them: the kubeconfigs that embed the certs first, then
 // etcd, the control planes and the workers (each rolling, one node at a
 // time, while the cluster serves), then the TLS-bootstrap worker, whose
-// kubelet renews its own certs and whose serving CSR khw approves.
-var renewSteps = []string{labid.Kubeconfig, labid.Etcd, labid.ControlPlane, labid.Workers, labid.TLSBootstrap}
+// kubelet renews its own certs and whose serving CSR khw approves; last
+// the smoke tests, whose logs and exec reach every kubelet through the
+// renewed certs (and which khw up would otherwise run again, a change
+// having been applied).
+var renewSteps = []string{labid.Kubeconfig, labid.Etcd, labid.ControlPlane, labid.Workers, labid.TLSBootstrap, labid.Smoke}
 
 type renewOptions struct {
 	all, newKeys, yes, dryRun bool
@@ -65,7 +68,7 @@ func newPKIRenewCmd(a *app) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&o.all, "all", false, "renew every certificate khw issued (not imported kubelet certs, not the TLS-bootstrap kubelets')")
+	f.BoolVar(&o.all, "all", false, "renew every certificate khw issued (not imported kubelet certs) and the TLS-bootstrap kubelets' serving certs")
 	f.BoolVar(&o.newKeys, "new-keys", false, "give the renewed certs new private keys (never the CA's or the service-account key: they are kept)")
 	f.BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
 	f.BoolVar(&o.dryRun, "dry-run", false, "say what would be renewed and show the commands, change nothing")
@@ -88,9 +91,29 @@ func runPKIRenew(parent context.Context, a *app, names []string, o renewOptions,
 				names = append(names, s.Name)
 			}
 		}
+		for _, n := range c.Workers() {
+			if n.TLSBootstrap {
+				names = append(names, n.Name)
+			}
+		}
+	}
+	// A TLS-bootstrap worker's serving cert is renewed by its kubelet
+	// through a CSR; every other name is a cert of the pki directory.
+	var certs, serving []string
+	seen := map[string]bool{}
+	for _, n := range names {
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		if pki.IsBootstrapNode(c, n) {
+			serving = append(serving, n)
+		} else {
+			certs = append(certs, n)
+		}
 	}
 	specs := pki.Specs(c)
-	plan, err := pki.Reconcile(c, d.PKIDir(), time.Time{}, pki.DryRun(), pki.Renew(names, o.newKeys))
+	plan, err := pki.Reconcile(c, d.PKIDir(), time.Time{}, pki.DryRun(), pki.Renew(certs, o.newKeys))
 	var re *pki.RenewError
 	if errors.As(err, &re) {
 		return usageError{err}
@@ -109,14 +132,22 @@ func runPKIRenew(parent context.Context, a *app, names []string, o renewOptions,
 		}
 		fmt.Fprintf(a.out, "  %-24s %s; read on %s\n", s.Name, how, readers(c, s.Name))
 	}
+	for _, n := range serving {
+		fmt.Fprintf(a.out, "  %-24s its kubelet asks for a new serving cert with a CSR, which khw approves after checking it (its client cert the kubelet renews on its own)\n", n)
+	}
 	if o.dryRun {
 		fmt.Fprintf(a.out, "\nBy hand, in %s:\n", d.PKIDir())
 		for _, s := range specs {
 			if st, ok := plan.Cert(s.Name); ok && st.Action != pki.Kept {
-				fmt.Fprintln(a.out, indent(s.RenewRecipe(o.newKeys), "  "))
+				// A cert that needs a new key anyway (another SAN, another
+				// key algorithm) is made anew.
+				fmt.Fprintln(a.out, indent(s.RenewRecipe(o.newKeys || st.Action == pki.Reissued), "  "))
 			}
 		}
 		fmt.Fprintf(a.out, "then khw up --from %s (or lab 03's, 04's, 05's, 07's copies and restarts, one node at a time).\n", labid.Kubeconfig)
+		for _, n := range serving {
+			fmt.Fprintf(a.out, "On %s: sudo rm %s && sudo systemctl restart kubelet; then check its CSR as in lab 10 and approve it.\n", n, tlsbootstrap.ServingCertLink)
+		}
 		fmt.Fprintln(a.out, "(--dry-run: nothing was done.)")
 		return nil
 	}
@@ -129,18 +160,12 @@ func runPKIRenew(parent context.Context, a *app, names []string, o renewOptions,
 		return fmt.Errorf("drill %s (khw break %s) is active: run khw heal first", active.ID, active.Spec.CommandLine())
 	}
 	if !o.yes {
-		fmt.Fprint(a.out, "Each node that reads one of them gets it and has those services restarted, one node at a time. Go on? [y/N]: ")
-		line, rerr := bufio.NewReader(in).ReadString('\n')
-		switch ans := strings.ToLower(strings.TrimSpace(line)); {
-		case ans == "y" || ans == "yes":
-		case rerr != nil && ans == "":
-			return usagef("no answer (stdin closed): rerun with --yes to renew without asking")
-		default:
-			fmt.Fprintln(a.out, "Nothing done.")
-			return nil
+		ok, err := goOn(a, in, "Each node that reads one of them gets it and has those services restarted, one node at a time.", "renew")
+		if !ok || err != nil {
+			return err
 		}
 	}
-	return renewCerts(parent, a, d, c, names, o.newKeys)
+	return renewCerts(parent, a, d, c, certs, serving, o.newKeys, o.all)
 }
 
 // readers says where certificate name is read (the nodes whose files hold
@@ -167,12 +192,13 @@ func readers(c *config.Cluster, name string) string {
 }
 
 // renewCerts reissues names under the caller's lock and puts them to
-// use: the drill prober samples the cluster (API reads and writes through
+// use, and has the kubelets of the TLS-bootstrap workers in serving ask
+// for new serving certs (approved by 10-tls-bootstrap): the drill prober samples the cluster (API reads and writes through
 // the load balancer, etcd, apiservers, Leases, nodes, a workload on every
 // worker) from before the first step until every signal is healthy
 // again; each of renewSteps runs as khw up runs it; the report is written
 // under <state>/operations. Ctrl-C and SIGTERM stop it between steps.
-func renewCerts(parent context.Context, a *app, d state.Dir, c *config.Cluster, names []string, newKeys bool) error {
+func renewCerts(parent context.Context, a *app, d state.Dir, c *config.Cluster, names, serving []string, newKeys, all bool) error {
 	denv, err := drill.OpenCluster(c, d)
 	if err != nil {
 		return err
@@ -188,10 +214,10 @@ func renewCerts(parent context.Context, a *app, d state.Dir, c *config.Cluster, 
 		return err
 	}
 	cmdline := "khw pki renew "
-	if len(names) == len(slices.DeleteFunc(pki.Specs(c), func(s pki.Spec) bool { return s.Import != nil })) {
+	if all {
 		cmdline += "--all"
 	} else {
-		cmdline += strings.Join(names, " ")
+		cmdline += strings.Join(append(slices.Clone(names), serving...), " ")
 	}
 	if newKeys {
 		cmdline += " --new-keys"
@@ -203,9 +229,13 @@ func renewCerts(parent context.Context, a *app, d state.Dir, c *config.Cluster, 
 	env := steps.NewEnv(c, d)
 	env.Verbosity = a.verbosity
 	defer env.Close()
-	all := lab.Steps(nodeplan.New(denv.S), c)
+	upSteps := lab.Steps(nodeplan.New(denv.S), c)
 	var opErr error
-	fmt.Fprintf(a.out, "\n[1/%d] Reissue in %s\n", 1+len(renewSteps), d.PKIDir())
+	total := 1 + len(renewSteps)
+	if len(serving) > 0 {
+		total++
+	}
+	fmt.Fprintf(a.out, "\n[1/%d] Reissue in %s\n", total, d.PKIDir())
 	var rep *pki.Report
 	opErr = w.Step("reissue on the jumpbox", func() error {
 		var err error
@@ -222,20 +252,32 @@ func renewCerts(parent context.Context, a *app, d state.Dir, c *config.Cluster, 
 		}
 	}
 	runner := steps.NewRunner(env, a.out)
-	for i, id := range renewSteps {
+	at := 1
+	for _, id := range renewSteps {
 		if opErr != nil {
 			break
 		}
+		if id == labid.TLSBootstrap && len(serving) > 0 {
+			at++
+			fmt.Fprintf(a.out, "\n[%d/%d] New serving certs for %s (the kubelet asks with a CSR)\n", at, total, strings.Join(serving, ", "))
+			opErr = w.Step("kubelet serving CSR of "+strings.Join(serving, ", "), func() error {
+				return tlsbootstrap.RenewServing(ctx, denv.S.Pool, c, serving, a.out)
+			})
+			if opErr != nil {
+				break
+			}
+		}
 		if ctx.Err() != nil {
-			opErr = fmt.Errorf("interrupted before %s: the certs are renewed in %s; khw up puts them on the nodes", id, d.PKIDir())
+			opErr = fmt.Errorf("interrupted before %s", id)
 			break
 		}
-		s, err := steps.Lookup(all, id)
+		s, err := steps.Lookup(upSteps, id)
 		if err != nil {
 			opErr = err
 			break
 		}
-		fmt.Fprintf(a.out, "\n[%d/%d] %s  %s\n", i+2, 1+len(renewSteps), s.ID(), s.Title())
+		at++
+		fmt.Fprintf(a.out, "\n[%d/%d] %s  %s\n", at, total, s.ID(), s.Title())
 		opErr = w.Step(s.ID(), func() error {
 			rr, err := runner.Run(ctx, []steps.Step{s}, steps.Options{})
 			if merr := lab.RecordRun(d, rr, false); merr != nil {
@@ -244,16 +286,11 @@ func renewCerts(parent context.Context, a *app, d state.Dir, c *config.Cluster, 
 			return err
 		})
 	}
-	if opErr == nil {
-		fmt.Fprintln(a.out, "\nWatching until every signal is healthy again…")
+	if opErr != nil && rep != nil {
+		opErr = fmt.Errorf("%w\nThe certificates are renewed in %s: khw up (it starts at 03-kubeconfig's check) puts them on the nodes one node at a time; khw pki renew again would sign them once more", opErr, d.PKIDir())
 	}
-	orep, md, js, err := w.Finish(ctx, opErr)
-	if err != nil {
-		return errors.Join(opErr, err)
-	}
-	drill.WriteOpSummary(a.out, orep, md, js)
-	if opErr != nil {
-		return opErr
+	if _, err := finishOperation(ctx, a, w, opErr); err != nil {
+		return err
 	}
 	fmt.Fprintln(a.out, "khw status shows each certificate's days left as the file on each node has it.")
 	return nil

@@ -21,6 +21,7 @@ import (
 
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/lab/certrenew"
 	"github.com/khw-dev/khw/internal/lab/controlplane"
 	"github.com/khw-dev/khw/internal/lab/coredns"
 	"github.com/khw-dev/khw/internal/lab/etcd"
@@ -175,6 +176,15 @@ var catalogue = []Lab{
 		byHand: etcdbackup.ByHandCommands,
 		grade:  etcdbackup.Grade,
 		passed: "every etcd member in one new cluster, past every revision of the old one, and the snapshot's objects as they were"},
+	{ID: labid.CertRenewal, Kind: Operation, title: "Renew the certificates while the cluster serves",
+		Look: "`khw status --certs`; `kubectl get csr`; `ssh -F \"$KHW_SSH_CONFIG\" {node} sudo journalctl -u kubelet -n 30 --no-pager` (or -u etcd, -u kube-apiserver)",
+		begin: func(ctx context.Context, s *cluster.Session, again bool) error {
+			_, err := certrenew.Begin(ctx, s, again)
+			return err
+		},
+		byHand: certrenew.ByHandCommands,
+		grade:  certrenew.Grade,
+		passed: "every renewed certificate on its nodes and in use, the TLS-bootstrap worker's new serving certificate approved, and the cluster serving"},
 }
 
 // All returns every lab in the order of the course.
@@ -189,7 +199,7 @@ func IDs() []string {
 	return out
 }
 
-// Number is the NN of the ID (1-13).
+// Number is the NN of the ID (1-14).
 func (l Lab) Number() int {
 	n, _ := strconv.Atoi(l.ID[:2])
 	return n

@@ -120,7 +120,7 @@ func TestSnapshotAndReset(t *testing.T) {
 	// A drill lab changes nothing on the nodes; resetting to before 01
 	// removes them.
 	p.calls = nil
-	if _, err := co.Reset(ctx, mustLab(t, labid.Failover), nil); err != nil || strings.Join(p.calls, ",") != "delete before-"+labid.EtcdBackup {
+	if _, err := co.Reset(ctx, mustLab(t, labid.Failover), nil); err != nil || strings.Join(p.calls, ",") != "delete before-"+labid.EtcdBackup+",delete before-"+labid.CertRenewal {
 		t.Errorf("reset to 12: %v, provider calls %v", err, p.calls)
 	}
 	p.calls = nil

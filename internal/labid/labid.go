@@ -23,4 +23,5 @@ const (
 	Smoke        = "11-smoke"
 	Failover     = "12-failover"
 	EtcdBackup   = "13-etcd-backup"
+	CertRenewal  = "14-cert-renewal"
 )

@@ -238,4 +238,21 @@ done`,
 	`ssh -F "$KHW_SSH_CONFIG" cp1 'sudo ls -ld /var/lib/etcd /var/lib/etcd.before-restore'`,
 	// 13-etcd-backup
 	`ls -l "$KHW_STATE_DIR/$KHW_CLUSTER/etcd-snapshots"`,
+	// 14-cert-renewal (You should have)
+	`khw status --certs | sed -n '/^CERTIFICATES/,$p' | grep -E '^(NODE|cp1|w1|w3) .*(FILE|kubernetes.pem|kubelet)'`,
+	// 14-cert-renewal: a TLS handshake reads the served cert (no client cert is sent)
+	`for ip in 192.168.122.11 192.168.122.12 192.168.122.13; do
+  printf "%s " "$ip"; openssl s_client -connect "$ip:6443" </dev/null 2>/dev/null | openssl x509 -noout -serial
+done
+openssl x509 -noout -serial -in "$KHW_STATE_DIR/$KHW_CLUSTER/pki/kubernetes.pem"`,
+	// 14-cert-renewal: the cert's public key, never the private key
+	`D="$KHW_STATE_DIR/$KHW_CLUSTER/pki"
+openssl x509 -noout -startdate -enddate -in "$D/kubernetes.pem"
+openssl x509 -noout -pubkey -in "$D/kubernetes.pem" | sha256sum`,
+	// 14-cert-renewal
+	`kubectl get csr --sort-by=.metadata.creationTimestamp`,
+	// 14-cert-renewal: awk prints only (no system(), no redirect)
+	`R=$(ls -d "$KHW_STATE_DIR/$KHW_CLUSTER"/operations/*-pki-renew | tail -n 1)
+sed -n '/^| signal/,/^$/p' "$R/report.md" |
+  awk -F' [|] ' '$3 ~ / of / { sub(/^[|] /, "", $1); printf "%-10s failed %-12s longest %s\n", $1, $3, $5 }'`,
 }

@@ -9,10 +9,13 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/health"
@@ -61,20 +64,22 @@ func NewStep(m *nodeplan.Machines) steps.Step {
 // when n leads, to a healthy follower (one changed before n in a rolling
 // change, else the one changed last), as `etcdctl move-leader` does, and
 // returns that follower's node ("" when n did not lead). A leader that
-// just stops leaves the others to wait an election timeout for a new
-// one, and the writes in flight fail ("etcdserver: request timed out");
-// a transfer hands over at once (etcdctl move-leader, etcd-io/etcd
+// stops gracefully hands over too (etcd's Stop calls
+// TryTransferLeadershipOnShutdown), but then while it is already shutting
+// down and to a peer it picks; handed over first, the move is a step of
+// its own, done while the member serves, and the leadership moves at most
+// twice in a rolling change (etcdctl move-leader, etcd-io/etcd
 // etcdctl/README.md; the MoveLeader RPC must reach the leader). Errors: no
-// member answered, no healthy follower to take over, or the transfer
-// failed.
+// member answered, no healthy follower to take over though n has peers,
+// or the transfer failed (not when n no longer leads by then).
 func HandOffLeader(ctx context.Context, t health.Target, n config.Node) (string, error) {
 	rep, err := health.Etcd(ctx, t)
 	if err != nil {
 		return "", err
 	}
 	me, best := transferee(t.Cluster, rep, n)
-	if me == nil || !me.OK || !me.IsLeader {
-		return "", nil
+	if me == nil || !me.OK || !me.IsLeader || len(rep.Endpoints) < 2 {
+		return "", nil // not the leader, or alone: nobody to hand over to
 	}
 	if best == nil {
 		return "", fmt.Errorf("%s leads etcd and no other member is healthy to take over", n.Name)
@@ -91,6 +96,9 @@ func HandOffLeader(ctx context.Context, t health.Target, n config.Node) (string,
 	cctx, cancel := context.WithTimeout(ctx, t.Scaled(10*time.Second, time.Minute))
 	defer cancel()
 	if _, err := cli.MoveLeader(cctx, id); err != nil {
+		if errors.Is(err, rpctypes.ErrGRPCNotLeader) || errors.Is(err, rpctypes.ErrNotLeader) {
+			return "", nil // the leadership moved meanwhile: nothing left to hand over
+		}
 		return "", fmt.Errorf("move the etcd leadership from %s to %s: %w", n.Name, best.Node, err)
 	}
 	return best.Node, nil

@@ -2,7 +2,14 @@ package tlsbootstrap
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +19,7 @@ import (
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
 	tb "github.com/khw-dev/khw/internal/tlsbootstrap"
+	certsv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -158,4 +166,57 @@ func TestTLSBootstrapJoinDeletesToken(t *testing.T) {
 			t.Errorf("after the join the bootstrap token stays valid: %v", left)
 		}
 	})
+}
+
+// servingCSR is a kubelet-serving CSR of system:node:<node> for the given
+// SANs, made created ago.
+func servingCSR(t *testing.T, name, node string, dns []string, ip string, ago time.Duration) *certsv1.CertificateSigningRequest {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject:  pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}},
+		DNSNames: dns, IPAddresses: []net.IP{net.ParseIP(ip)},
+	}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &certsv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(time.Now().Add(-ago))},
+		Spec: certsv1.CertificateSigningRequestSpec{
+			Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), SignerName: tb.ServingSigner,
+			Username: "system:node:" + node, Groups: []string{"system:nodes", "system:authenticated"},
+			Usages: []certsv1.KeyUsage{certsv1.UsageDigitalSignature, certsv1.UsageServerAuth},
+		},
+	}
+}
+
+// A serving CSR the kubelet sent before the step ran (its own rotation, or
+// khw pki renew made it ask) is approved when it passes the checks; an old
+// one that fails them is left alone instead of failing the step.
+func TestWatchApprovesAServingCSRSentBefore(t *testing.T) {
+	c := config.Default("t", config.ArchAMD64, config.ProviderNspawn)
+	n, _ := c.Node("w3")
+	good := servingCSR(t, "csr-good", "w3", []string{"w3"}, n.IP, 10*time.Minute)
+	bad := servingCSR(t, "csr-bad", "w3", []string{"w3", "w1"}, n.IP, 20*time.Minute)
+	cs := fake.NewClientset(good, bad)
+	var checks atomic.Int32
+	ops := joinOps{missing: func(context.Context, config.Node) ([]string, error) {
+		if checks.Add(1) > 1 {
+			return nil, nil
+		}
+		return []string{"no serving certificate yet"}, nil
+	}, wait: 5 * time.Second}
+	s := &Step{}
+	if err := s.watchCSRs(context.Background(), steps.NewEnv(c, state.New(t.TempDir(), c.Name)), cs, n, time.Now(), ops); err != nil {
+		t.Fatalf("watchCSRs: %v", err)
+	}
+	for name, want := range map[string]string{"csr-good": "Approved", "csr-bad": "Pending"} {
+		got, err := cs.CertificatesV1().CertificateSigningRequests().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := tb.State(got); st != want {
+			t.Errorf("%s: %s, want %s", name, st, want)
+		}
+	}
 }
