@@ -139,14 +139,11 @@ func runEtcdRestore(parent context.Context, a *app, file string, yes, dryRun boo
 		fmt.Fprintf(a.out, "\n(--dry-run: nothing was done. Each run makes a new --initial-cluster-token (%s here): to restore by hand, take every member's command from this one output.)\n", r.Token)
 		return nil
 	}
-	unlock, err := a.lock(d)
+	unlock, err := lockWithoutDrill(a, d)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if active, err := drill.StoreOf(d).Active(); err == nil {
-		return fmt.Errorf("drill %s (khw break %s) is active: run khw heal first", active.ID, active.Spec.CommandLine())
-	}
 	if !yes {
 		ok, err := goOn(a, in, fmt.Sprintf("Everything written to the cluster after revision %d is lost, and its API is down until the restore ends.", r.Revision), "restore")
 		if !ok || err != nil {
@@ -154,6 +151,21 @@ func runEtcdRestore(parent context.Context, a *app, file string, yes, dryRun boo
 		}
 	}
 	return restoreEtcd(parent, a, d, c, r)
+}
+
+// lockWithoutDrill takes the cluster's lock for a day-2 operation and
+// refuses while a drill is active (its prober and breaks would mix with
+// the operation's). Errors: the lock is held, or the drill's ID and heal.
+func lockWithoutDrill(a *app, d state.Dir) (unlock func(), err error) {
+	unlock, err = a.lock(d)
+	if err != nil {
+		return nil, err
+	}
+	if active, err := drill.StoreOf(d).Active(); err == nil {
+		unlock()
+		return nil, fmt.Errorf("drill %s (khw break %s) is active: run khw heal first", active.ID, active.Spec.CommandLine())
+	}
+	return unlock, nil
 }
 
 // goOn asks what (a sentence) and "Go on? [y/N]" on in; true for y or
