@@ -84,7 +84,9 @@ func TestLibvirtIntegration(t *testing.T) {
 	t.Run("reuse-network", func(t *testing.T) { testNetworkReuse(t, env, img) })
 }
 
-func testVMLifecycle(t *testing.T, env *lvEnv, img Image) {
+func testVMLifecycle(tt *testing.T, env *lvEnv, img Image) {
+	t := &recapT{T: tt}
+	defer t.recap()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -329,7 +331,7 @@ func testVMLifecycle(t *testing.T, env *lvEnv, img Image) {
 // current pool (pool() is called each time: the lifecycle test replaces the
 // pool after a revert) and returns its trimmed stdout; any failure ends the
 // test, naming the domain's console log.
-func sshRun(ctx context.Context, t *testing.T, pool func() *remote.Pool, node remote.Node, domain string) func(cmd string, sudo bool) string {
+func sshRun(ctx context.Context, t testing.TB, pool func() *remote.Pool, node remote.Node, domain string) func(cmd string, sudo bool) string {
 	return func(cmd string, sudo bool) string {
 		t.Helper()
 		cl, err := pool().Get(ctx, node)
@@ -354,7 +356,7 @@ func testHostKeys(state string) func(string) (*remote.HostKey, error) {
 
 // pinHostKey pins node's generated host key in pool's known_hosts before
 // the node's first boot and returns the key.
-func pinHostKey(t *testing.T, pool *remote.Pool, p *Provider, node remote.Node) *remote.HostKey {
+func pinHostKey(t testing.TB, pool *remote.Pool, p *Provider, node remote.Node) *remote.HostKey {
 	t.Helper()
 	hk, err := p.opts.HostKey(node.Name)
 	if err != nil {
@@ -366,7 +368,7 @@ func pinHostKey(t *testing.T, pool *remote.Pool, p *Provider, node remote.Node) 
 	return hk
 }
 
-func fileMode(t *testing.T, p string) os.FileMode {
+func fileMode(t testing.TB, p string) os.FileMode {
 	t.Helper()
 	st, err := os.Stat(p)
 	if err != nil {
@@ -381,7 +383,7 @@ func fileMode(t *testing.T, p string) os.FileMode {
 // ssh-keyscan (every key type sshd offers) and OpenSSH with
 // StrictHostKeyChecking yes against the pinned known_hosts, both from the
 // test libvirtd's namespace.
-func checkHostKey(ctx context.Context, t *testing.T, env *lvEnv, run func(string, bool) string, node remote.Node, sshDir string, hk *remote.HostKey) {
+func checkHostKey(ctx context.Context, t testing.TB, env *lvEnv, run func(string, bool) string, node remote.Node, sshDir string, hk *remote.HostKey) {
 	t.Helper()
 	want := strings.Join(strings.Fields(hk.PublicLine())[:2], " ")
 	if got := run("ls /etc/ssh | grep ssh_host_ | tr '\\n' ' '", true); got != "ssh_host_ed25519_key ssh_host_ed25519_key.pub" {
@@ -390,20 +392,31 @@ func checkHostKey(ctx context.Context, t *testing.T, env *lvEnv, run func(string
 	if got := strings.Join(strings.Fields(run("cat /etc/ssh/ssh_host_ed25519_key.pub", true))[:2], " "); got != want {
 		t.Errorf("/etc/ssh/ssh_host_ed25519_key.pub on %s = %q, want the generated %q", node.Name, got, want)
 	}
-	out, err := exec.CommandContext(ctx, "nsenter", "--net="+env.nsPath, "ssh-keyscan", "-T", "20", node.Addr).Output()
-	if err != nil {
-		t.Errorf("ssh-keyscan %s: %v", node.Addr, err)
-	}
+	// ssh-keyscan prints nothing when its 20 s run out, which a TCG guest
+	// still busy with its first boot can make it do: up to three tries.
 	var offered []string
-	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if f := strings.Fields(l); len(f) == 3 && !strings.HasPrefix(l, "#") {
-			offered = append(offered, f[1]+" "+f[2])
+	for try := 1; try <= 3 && len(offered) == 0; try++ {
+		var stderr strings.Builder
+		cmd := exec.CommandContext(ctx, "nsenter", "--net="+env.nsPath, "ssh-keyscan", "-T", "20", node.Addr)
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Errorf("ssh-keyscan %s: %v: %s", node.Addr, err, stderr.String())
+			break
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if f := strings.Fields(l); len(f) == 3 && !strings.HasPrefix(l, "#") {
+				offered = append(offered, f[1]+" "+f[2])
+			}
+		}
+		if len(offered) == 0 {
+			t.Logf("ssh-keyscan %s, try %d: no key offered: %s", node.Addr, try, strings.TrimSpace(stderr.String()))
 		}
 	}
 	if len(offered) != 1 || offered[0] != want {
 		t.Errorf("%s offers host keys %q, want exactly the generated %q", node.Name, offered, want)
 	}
-	out, err = exec.CommandContext(ctx, "nsenter", "--net="+env.nsPath, "ssh", "-i", filepath.Join(sshDir, "id_ed25519"),
+	out, err := exec.CommandContext(ctx, "nsenter", "--net="+env.nsPath, "ssh", "-i", filepath.Join(sshDir, "id_ed25519"),
 		"-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
 		"-o", "UserKnownHostsFile="+filepath.Join(sshDir, "known_hosts"), "-o", "GlobalKnownHostsFile=/dev/null",
 		"-o", "HostKeyAlgorithms=ssh-ed25519", "-o", "ConnectTimeout=30", remote.DefaultUser+"@"+node.Addr, "hostname").CombinedOutput()
@@ -416,7 +429,7 @@ func checkHostKey(ctx context.Context, t *testing.T, env *lvEnv, run func(string
 // no domain khw-<name>-*, no node volume (base volumes khw-base-* stay, by
 // design), no network khw-<name>, every node absent to Status; and a second
 // Destroy succeeds.
-func checkDestroyed(ctx context.Context, t *testing.T, p *Provider, name string) {
+func checkDestroyed(ctx context.Context, t testing.TB, p *Provider, name string) {
 	t.Helper()
 	prefix := "khw-" + name
 	if out := virsh(t, "list", "--all", "--name"); strings.Contains(out, prefix+"-") {

@@ -103,7 +103,7 @@ func pidsInNetns(ino uint64) []int {
 	return out
 }
 
-func virsh(t *testing.T, args ...string) string {
+func virsh(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := exec.Command("virsh", append([]string{"-c", DefaultURI}, args...)...).CombinedOutput()
 	if err != nil {
@@ -274,7 +274,7 @@ func testImage(t *testing.T) Image {
 	return img
 }
 
-type logWriter struct{ t *testing.T }
+type logWriter struct{ t testing.TB }
 
 func (w logWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(b), "\n"))
@@ -282,3 +282,24 @@ func (w logWriter) Write(b []byte) (int, error) {
 }
 
 func since(t0 time.Time) string { return fmt.Sprintf("%.1fs", time.Since(t0).Seconds()) }
+
+// recapT is a *testing.T that logs every Errorf message once more when the
+// test ends (recap): a long VM test's first error is far from the end of
+// its output, and a CI log that keeps only the end still shows it.
+type recapT struct {
+	*testing.T
+	errs []string
+}
+
+func (r *recapT) Errorf(format string, args ...any) {
+	r.T.Helper()
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+	r.T.Errorf(format, args...)
+}
+
+// recap logs the errors so far, in order (nothing when there were none).
+func (r *recapT) recap() {
+	if len(r.errs) > 0 {
+		r.T.Logf("%d error(s) in this test, in order:\n  %s", len(r.errs), strings.Join(r.errs, "\n  "))
+	}
+}
