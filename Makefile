@@ -26,9 +26,10 @@ build:
 ## openssh-server + sudo (internal/remote runs against a real sshd on 127.0.0.1),
 ## systemd-container + debootstrap (internal/vm/nspawn boots real nspawn nodes in a
 ## network namespace of their own), golang-cfssl (cfssl and cfssljson, which the
-## commands of khw lab 02 --by-hand run in make e2e-labs).
+## commands of khw lab 02 --by-hand run in make e2e-labs), chromium (headless: the
+## HTML reports are loaded and their screenshots read in internal/drill).
 DEB_TEST_DEPS := openssl haproxy jq iproute2 iptables shellcheck util-linux openssh-server sudo rsync \
-                 systemd-container debootstrap golang-cfssl
+                 systemd-container debootstrap golang-cfssl chromium
 deps:
 	@missing=; for p in $(DEB_TEST_DEPS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -48,9 +49,10 @@ deps:
 TEST_MIRROR_ONLY ?= kubernetes,etcd
 test: deps testbins
 	[ "$$(id -u)" != 0 ] || $(GO) test -count=1 -run '^TestNspawnOneNodeBootSSHPowerOff$$' ./internal/vm/nspawn
-	KHW_MIRROR="$(MIRROR_DIR)" KHW_MIRROR_DIGEST="$$(hack/mirror-pin.sh "$(MIRROR_DIR)")" $(GO) test -count=1 $(PKGS)
+	KHW_BROWSER_TEST=1 KHW_MIRROR="$(MIRROR_DIR)" KHW_MIRROR_DIGEST="$$(hack/mirror-pin.sh "$(MIRROR_DIR)")" $(GO) test -count=1 $(PKGS)
 
-## test-unit: the tests that need no built binaries (the control-plane test skips)
+## test-unit: the tests that need no built binaries (the control-plane test skips;
+## the browser test skips without chromium)
 test-unit: deps
 	$(GO) test -count=1 $(PKGS)
 

@@ -31,31 +31,14 @@ func (r Report) Markdown() string {
 	for _, a := range r.Actions {
 		p("- %s\n", a)
 	}
-	p("\n## Verdict\n\n| | expectation | evidence |\n|---|---|---|\n")
-	for _, e := range r.Expectations {
-		mark := map[string]string{Pass: "✓", Fail: "✗", Skip: "–"}[e.Result]
-		p("| %s | %s | %s |\n", mark, mdCell(e.Text), mdCell(e.Evidence))
-	}
-	p("\n## Signals (times in seconds after the break)\n\n")
-	p("| signal | samples/s | failed | detected | longest outage | total outage | slowest probe | recovered after heal | errors |\n|---|---|---|---|---|---|---|---|---|\n")
-	for _, s := range r.Signals {
-		p("| %s | %.1f | %d of %d | %s | %s | %s | %s | %s | %s |\n", s.Signal, s.Rate, s.Failed, s.Samples, optPlus(s.DetectedAfter), s.Longest, s.Total, s.Slowest, optSecs(s.RecoveredAfterHeal), mdCell(strings.Join(distinctErrors(s), " · ")))
-	}
+	p("\n%s", r.verdictTable().markdown())
+	p("\n%s", r.signalTable().markdown())
 	p("\n## etcd\n\nLeaders: %s. Raft term %d → %d (%d election(s)).", leaderSeq(r.Etcd), r.Etcd.TermBefore, r.Etcd.TermAfter, r.Etcd.Elections)
 	if r.Etcd.QuorumBackAfterHeal != nil {
 		p(" All members healthy with a leader %s after the heal.", *r.Etcd.QuorumBackAfterHeal)
 	}
-	p("\n\n## Leases\n\n| lease | holder before | holder after | moved at | leaseTransitions |\n|---|---|---|---|---|\n")
-	for _, l := range r.Leases {
-		p("| %s | %s | %s | %s | %d → %d |\n", l.Name, orNone(l.HolderBefore), orNone(l.HolderAfter), optPlus(l.MovedAfter), l.TransitionsBefore, l.TransitionsAfter)
-	}
-	p("\n## Parts (first unhealthy sample after the break, healthy again after the heal)\n\n| signal | part | down at | seen as | up after heal |\n|---|---|---|---|---|\n")
-	for _, x := range r.Parts {
-		if x.DownAfter == nil {
-			continue
-		}
-		p("| %s | %s | %s | %s | %s |\n", x.Signal, x.Part, optPlus(x.DownAfter), mdCell(x.DownAs), optSecs(x.UpAfterHeal))
-	}
+	p("\n\n%s", r.leaseTable().markdown())
+	p("\n%s", r.partTable().markdown())
 	p("\n## Timeline\n\n```\n")
 	for _, e := range r.Timeline {
 		p("%s\n", e.Line(r.BrokeAt))

@@ -141,7 +141,7 @@ func (w *Watch) Finish(ctx context.Context, opErr error) (rep OpReport, md, js s
 		return w.rep, "", "", err
 	}
 	w.rep = w.rep.analyze(samples, end)
-	md, js, err = w.r.Store.WriteOpReport(w.rep)
+	md, js, err = w.r.Store.WriteOpReport(w.rep, samples)
 	return w.rep, md, js, err
 }
 
@@ -174,20 +174,23 @@ func (r OpReport) analyze(samples []Sample, end time.Time) OpReport {
 		r.Timeline = append(r.Timeline, tr.Add(x)...)
 	}
 	for _, st := range r.Steps {
-		at := r.StartedAt.Add(time.Duration(float64(st.From) * float64(time.Second)))
-		r.Timeline = append(r.Timeline, Event{At: at, Signal: SigOperation, Text: st.Name})
+		r.Timeline = append(r.Timeline, Event{At: r.at(st.From), Signal: SigOperation, Text: st.Name})
 		if st.Err != "" {
-			at := r.StartedAt.Add(time.Duration(float64(st.To) * float64(time.Second)))
-			r.Timeline = append(r.Timeline, Event{At: at, Signal: SigOperation, Text: "failed: " + shorten(oneLine(st.Err), 160)})
+			r.Timeline = append(r.Timeline, Event{At: r.at(st.To), Signal: SigOperation, Text: "failed: " + shorten(oneLine(st.Err), 160)})
 		}
 	}
 	slices.SortStableFunc(r.Timeline, func(a, b Event) int { return a.At.Compare(b.At) })
 	return r
 }
 
-// WriteOpReport writes the Markdown and JSON reports of rep (0600).
-func (s Store) WriteOpReport(rep OpReport) (md, js string, err error) {
-	return s.writeReports(rep.ID, rep, rep.Markdown())
+// WriteOpReport writes the Markdown, JSON and HTML reports of rep (0600);
+// samples are the operation's (for the HTML report's picture).
+func (s Store) WriteOpReport(rep OpReport, samples []Sample) (md, js string, err error) {
+	page, err := rep.HTML(samples)
+	if err != nil {
+		return "", "", err
+	}
+	return s.writeReports(rep.ID, rep, rep.Markdown(), page)
 }
 
 // Markdown renders the operation's report for people: its steps, its
@@ -208,21 +211,14 @@ func (r OpReport) Markdown() string {
 	if r.Err != "" {
 		p("Error: %s\n\n", mdCell(r.Err))
 	}
-	p("## Steps (seconds after the start)\n\n| step | from | to | took | error |\n|---|---|---|---|---|\n")
-	for _, s := range r.Steps {
-		p("| %s | %.1f | %.1f | %s | %s |\n", mdCell(s.Name), float64(s.From), float64(s.To), s.To-s.From, mdCell(s.Err))
-	}
+	p("%s", r.stepTable().markdown())
 	if len(r.Facts) > 0 {
 		p("\n## Results\n\n")
 		for _, f := range r.Facts {
 			p("- %s: %s\n", f.Name, f.Value)
 		}
 	}
-	p("\n## What the clients saw (from the start to the end of the watch)\n\n")
-	p("| signal | samples/s | failed | first failure | longest outage | total outage | recovered after the end | errors |\n|---|---|---|---|---|---|---|---|\n")
-	for _, s := range r.Signals {
-		p("| %s | %.1f | %d of %d | %s | %s | %s | %s | %s |\n", s.Signal, s.Rate, s.Failed, s.Samples, optPlus(s.DetectedAfter), s.Longest, s.Total, optSecs(s.RecoveredAfterHeal), mdCell(strings.Join(distinctErrors(s), " · ")))
-	}
+	p("\n%s", r.signalTable().markdown())
 	p("\n## Timeline\n\n```\n")
 	for _, e := range r.Timeline {
 		p("%s\n", e.Line(r.StartedAt))

@@ -385,7 +385,7 @@ func (r *Runner) finish(rec *Record) (Report, error) {
 		return Report{}, err
 	}
 	rep := Analyze(*rec, samples, rec.Facts)
-	if _, _, err := r.Store.WriteReport(rep); err != nil {
+	if _, _, err := r.Store.WriteReport(rep, samples); err != nil {
 		return rep, err
 	}
 	if err := r.Store.ClearActive(); err != nil {

@@ -55,6 +55,7 @@ type Record struct {
 //	Dir/<id>/samples.jsonl  every sample (JSON lines)
 //	Dir/<id>/report.md      the report, for people
 //	Dir/<id>/report.json    the report, for scripts
+//	Dir/<id>/report.html    the report with its timeline drawn, for a browser
 type Store struct{ Dir string }
 
 // ErrNoActive is returned by Active when no drill is active.
@@ -130,14 +131,23 @@ func (s Store) Active() (*Record, error) {
 	return rec, nil
 }
 
-// WriteReport writes the Markdown and JSON reports of rep.
-func (s Store) WriteReport(rep Report) (md, js string, err error) {
-	return s.writeReports(rep.ID, rep, rep.Markdown())
+// HTMLPath is drill id's report as a page (report.html).
+func (s Store) HTMLPath(id string) string { return filepath.Join(s.dir(id), "report.html") }
+
+// WriteReport writes the Markdown, JSON and HTML reports of rep; samples
+// are the drill's (for the HTML report's picture).
+func (s Store) WriteReport(rep Report, samples []Sample) (md, js string, err error) {
+	page, err := rep.HTML(samples)
+	if err != nil {
+		return "", "", err
+	}
+	return s.writeReports(rep.ID, rep, rep.Markdown(), page)
 }
 
-// writeReports writes v as id's report.json and markdown as its
-// report.md (both 0600, atomic) and returns their paths.
-func (s Store) writeReports(id string, v any, markdown string) (md, js string, err error) {
+// writeReports writes v as id's report.json, markdown as its report.md
+// and page as its report.html (each 0600, atomic) and returns the paths
+// of the first two.
+func (s Store) writeReports(id string, v any, markdown string, page []byte) (md, js string, err error) {
 	md, js = s.ReportPaths(id)
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
@@ -147,6 +157,9 @@ func (s Store) writeReports(id string, v any, markdown string) (md, js string, e
 		return "", "", err
 	}
 	if err := fsutil.WriteFileAtomic(md, []byte(markdown), fsutil.SecretMode); err != nil {
+		return "", "", err
+	}
+	if err := fsutil.WriteFileAtomic(s.HTMLPath(id), page, fsutil.SecretMode); err != nil {
 		return "", "", err
 	}
 	return md, js, nil
