@@ -291,6 +291,30 @@ drill_figures() {
   done
 }
 
+# report_pages: every drill and operation of the run has its page
+# (report.html, 0600, no script, a lane for the API reads and for etcd),
+# khw report open finds it by ID, and khw report list lists them all.
+report_pages() {
+  local dir id n=0 all=0 out
+  for dir in "$STATE/$NAME"/drills/*/ "$STATE/$NAME"/operations/*/; do
+    [ -d "$dir" ] || continue
+    all=$((all + 1))
+    [ -f "$dir/report.json" ] || continue
+    id=$(basename "$dir")
+    n=$((n + 1))
+    [ "$(stat -c %a "$dir/report.html")" = 600 ] || { echo "e2e: $dir/report.html is not 0600" >&2; return 1; }
+    if grep -qi '<script' "$dir/report.html"; then echo "e2e: $dir/report.html has a script" >&2; return 1; fi
+    for lane in api-read etcd; do
+      grep -q ">$lane</text>" "$dir/report.html" || { echo "e2e: $dir/report.html has no $lane lane" >&2; return 1; }
+    done
+    out=$("$KHW" report open "$id" 2>/dev/null)
+    [ "$out" = "${dir%/}/report.html" ] || { echo "e2e: khw report open $id printed $out" >&2; return 1; }
+  done
+  [ "$n" -gt 0 ] || { echo "e2e: no reports" >&2; return 1; }
+  [ "$("$KHW" report list | tail -n +2 | wc -l)" = "$all" ] || { echo "e2e: khw report list does not list the $all drills and operations" >&2; "$KHW" report list >&2; return 1; }
+  echo "$n report pages (drills and operations), each found by khw report open"
+}
+
 status_check() {
   "$KHW" status
   local js all want got
@@ -642,6 +666,7 @@ if [ "${E2E_DRILLS:-}" = 1 ]; then
   if [ "${E2E_LABS:-}" != 1 ]; then
     phase "drill etcd x2"   "$KHW" break etcd --count 2 --for 30s
     drill_figures
+    phase "report pages"    report_pages
   fi
 fi
 if [ "${E2E_LABS:-}" = 1 ]; then
@@ -673,6 +698,7 @@ if [ "${E2E_LABS:-}" = 1 ]; then
   fi
   phase "lab 13 (restore)" lab_13
   phase "lab 14 (renewal)" lab_14
+  phase "report pages"    report_pages
   phase "lab list"        all_done 14
   phase "khw up (no-op)"  noop_check
   du -sh "$STATE/$NAME/nspawn/snapshots" | sed 's/^/snapshots on disk: /'

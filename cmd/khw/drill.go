@@ -20,6 +20,7 @@ import (
 func newBreakCmd(a *app) *cobra.Command {
 	var spec drill.Spec
 	var nodes string
+	var html bool
 	cmd := &cobra.Command{
 		Use:       "break etcd|apiserver|node|lb|kubelet [NODE]",
 		Short:     "Run a failover drill (etcd, apiserver, node, LB, kubelet)",
@@ -45,7 +46,7 @@ func newBreakCmd(a *app) *cobra.Command {
 			if spec.For < 0 {
 				return usagef("--for %s: give a positive duration such as 30s", spec.For)
 			}
-			return runBreak(cmd.Context(), a, spec)
+			return runBreak(cmd.Context(), a, spec, html)
 		},
 	}
 	f := cmd.Flags()
@@ -53,6 +54,7 @@ func newBreakCmd(a *app) *cobra.Command {
 	f.StringVar(&nodes, "nodes", "", "etcd/apiserver: which control planes, comma-separated (default: the leader first)")
 	f.DurationVar(&spec.For, "for", 0, "heal automatically after this long (e.g. 30s); without it, run khw heal")
 	f.BoolVar(&spec.Force, "force", false, "allow breaking every member, and drilling an unhealthy cluster")
+	f.BoolVar(&html, "html", false, "end with the path of the report's page (report.html) alone on the last line")
 	return cmd
 }
 
@@ -118,7 +120,7 @@ func healLock(a *app, d state.Dir, rec *drill.Record) (func(), error) {
 // (so no khw up or lab reset changes the cluster while it is measured). A
 // khw heal from another shell may still heal it: heal recognises this
 // process as the drill's watcher (see healLock).
-func runBreak(parent context.Context, a *app, spec drill.Spec) error {
+func runBreak(parent context.Context, a *app, spec drill.Spec, html bool) error {
 	d, c, unlock, err := a.loadForWrite()
 	if err != nil {
 		return err
@@ -147,6 +149,9 @@ func runBreak(parent context.Context, a *app, spec drill.Spec) error {
 	}
 	if perr := drill.WriteSummary(a.out, store, rep); perr != nil && err == nil {
 		err = perr
+	}
+	if html {
+		fmt.Fprintln(a.out, store.HTMLPath(rep.ID))
 	}
 	if err == nil {
 		// A passed drill completes lab 12-failover.

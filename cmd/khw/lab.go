@@ -238,7 +238,7 @@ func withLab(parent context.Context, a *app, id string, o labOpts, fn func(ctx c
 	ui := lab.UI{Out: a.out, Err: a.errOut, In: os.Stdin, Yes: o.yes, Force: o.force, Plain: o.plain, Hints: o.hints, ByHand: o.byHand,
 		Observe: func(ctx context.Context, shell string, w io.Writer) error { return observeInShell(ctx, e, shell, w) },
 		Drill: func(ctx context.Context) error {
-			return runBreak(ctx, a, drill.Spec{Kind: drill.KindEtcd, Count: 1, For: 20 * time.Second})
+			return runBreak(ctx, a, drill.Spec{Kind: drill.KindEtcd, Count: 1, For: 20 * time.Second}, false)
 		},
 		Operate: func(ctx context.Context, l lab.Lab) error { return operate(ctx, a, e, l) },
 	}

@@ -137,6 +137,7 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 		newPowerCmd(a),
 		newBreakCmd(a),
 		newHealCmd(a),
+		newReportCmd(a),
 		newLabCmd(a),
 		newVersionCmd(a),
 	)

@@ -169,7 +169,7 @@ func WriteSummary(w io.Writer, store Store, rep Report) error {
 		}
 		fmt.Fprintf(w, "  %s %s\n      %s\n", mark, e.Text, e.Evidence)
 	}
-	fmt.Fprintf(w, "Report: %s (JSON: %s)\n", md, js)
+	fmt.Fprintf(w, "Report: %s (JSON: %s)\nTimeline drawn: %s (open it in a browser)\n", md, js, store.HTMLPath(rep.ID))
 	if failed > 0 {
 		return fmt.Errorf("drill %s: %d expectation(s) did not hold (see the report)", rep.ID, failed)
 	}

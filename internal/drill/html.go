@@ -12,15 +12,16 @@ import (
 // The picture's geometry in CSS pixels. A screenshot test reads the
 // picture back through Geometry, so these are its only definition.
 const (
-	svgLabelW   = 190 // lane names, left of the plot
-	svgPlotW    = 960 // the time axis
-	svgMarginR  = 20
-	svgAxisH    = 34 // tick labels and mark names above the plot
-	svgBandH    = 22 // the row of operation steps, when there are steps
-	svgSignalH  = 18 // a signal's lane
-	svgPartH    = 13 // a part's lane
-	svgLaneGap  = 3
-	svgGroupGap = 6 // before each signal's lane but the first
+	svgLabelW    = 190 // lane names, left of the plot
+	svgPlotW     = 960 // the time axis
+	svgMarginR   = 20
+	svgAxisH     = 34 // tick labels and mark names above the plot
+	svgBandH     = 22 // the row of operation steps, when there are steps
+	svgSignalH   = 18 // a signal's lane
+	svgLabelledH = 26 // a signal's lane with labels (two rows of them)
+	svgPartH     = 13 // a part's lane
+	svgLaneGap   = 3
+	svgGroupGap  = 6 // before each signal's lane but the first
 )
 
 // FrameColor is the colour of the 1 px frame drawn around the plot (lanes
@@ -57,6 +58,9 @@ func (p Picture) Geometry() Geometry {
 		h := float64(svgPartH)
 		if l.Part == "" {
 			h = svgSignalH
+			if len(l.Labels) > 0 {
+				h = svgLabelledH
+			}
 			if i > 0 {
 				y += svgGroupGap
 			}
@@ -134,7 +138,10 @@ func (p Picture) SVG() template.HTML {
 			fill, tip = "#f2a3a3", tip+": "+bd.Err
 		}
 		w(`<g><title>%s</title><rect x="%.1f" y="%.1f" width="%.1f" height="%d" fill="%s" stroke="#ffffff" shape-rendering="crispEdges"/>`, esc(tip), x0, oy+g.BandY, math.Max(1, x1-x0), svgBandH, fill)
-		w(`<svg x="%.1f" y="%.1f" width="%.1f" height="%d"><text x="3" y="15" fill="#1d2b3a">%s</text></svg></g>`, x0, oy+g.BandY, math.Max(1, x1-x0), svgBandH, esc(bd.Text))
+		if x1-x0 >= 24 { // a name cut to a letter or two says nothing: the tooltip has it
+			w(`<svg x="%.1f" y="%.1f" width="%.1f" height="%d"><text x="3" y="15" fill="#1d2b3a">%s</text></svg>`, x0, oy+g.BandY, x1-x0, svgBandH, esc(bd.Text))
+		}
+		w(`</g>`)
 	}
 	if len(p.Bands) > 0 {
 		w(`<text x="%d" y="%.1f" text-anchor="end" font-weight="bold" fill="#1d2b3a">steps</text>`, svgLabelW-8, oy+g.BandY+15)
@@ -156,11 +163,19 @@ func (p Picture) SVG() template.HTML {
 			w(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.0f" fill="%s" shape-rendering="crispEdges"><title>%s</title></rect>`,
 				x0, y, math.Max(1, x1-x0), h, stateColor[s.State], esc(tip))
 		}
-		for j, m := range l.Labels {
+		// Two rows of labels; each label takes the first row where it does
+		// not overlap the previous one (about 6 px per character).
+		var rowEnd [2]float64
+		for _, m := range l.Labels {
 			x := ox + g.X(m.At)
-			ly := y + h - 4
-			if j%2 == 1 {
-				ly = y + h/2 - 1
+			row := 0
+			if x < rowEnd[0] && x >= rowEnd[1] {
+				row = 1
+			}
+			rowEnd[row] = x + 3 + 6*float64(len([]rune(m.Text)))
+			ly := y + h - 3
+			if row == 1 {
+				ly = y + h - 14
 			}
 			w(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#111" stroke-width="1.5"/>`, x, y, x, y+h)
 			w(`<text x="%.1f" y="%.1f" font-size="10" fill="#111" stroke="#ffffff" stroke-width="3" paint-order="stroke">%s</text>`, x+3, ly, esc(m.Text))

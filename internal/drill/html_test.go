@@ -116,7 +116,7 @@ func TestPictureLanesFollowTheReport(t *testing.T) {
 			labels = append(labels, rel(Record{BrokeAt: r.BrokeAt}, m.At).String()+" "+m.Text)
 		}
 	}
-	if got := strings.Join(labels, "; "); got != "0.5 s no leader; 28.0 s leader cp3; 18.0 s kube-scheduler → cp3" {
+	if got := strings.Join(labels, "; "); got != "0.5 s no leader; 28.0 s leader cp3; 18.0 s scheduler → cp3" {
 		t.Errorf("labels: %s", got)
 	}
 	if len(pic.Marks) != 2 || pic.Marks[0].Text != "break" || !pic.Marks[1].At.Equal(*r.HealedAt) {
@@ -145,7 +145,7 @@ func TestHTMLIsSelfContainedAndEscaped(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"Content-Security-Policy", "default-src &#39;none&#39;", "&lt;script&gt;alert(1)&lt;/script&gt;",
-		"connection refused &lt;b&gt;", verdictHTML(r.Passed), "leader cp3", "kube-scheduler → cp3", FrameColor} {
+		"connection refused &lt;b&gt;", verdictHTML(r.Passed), "leader cp3", "scheduler → cp3", FrameColor} {
 		if !strings.Contains(html, want) && !strings.Contains(html, strings.ReplaceAll(want, "&#39;", "'")) {
 			t.Errorf("the page lacks %q", want)
 		}

@@ -229,7 +229,7 @@ func (r OpReport) Markdown() string {
 
 // WriteOpSummary writes the end of an operation for the terminal: how
 // long it took, the signals that failed (count, longest and total
-// outage), and where the report is.
+// outage), and where the report is (report.md, report.json, report.html).
 func WriteOpSummary(w io.Writer, rep OpReport, md, js string) {
 	fmt.Fprintf(w, "\n%s %s: took %s", rep.Operation, rep.ID, rep.Took)
 	if rep.Recovery != nil {
@@ -247,5 +247,5 @@ func WriteOpSummary(w io.Writer, rep OpReport, md, js string) {
 	if clean {
 		fmt.Fprintln(w, "  no signal failed")
 	}
-	fmt.Fprintf(w, "Report: %s (JSON: %s)\n", md, js)
+	fmt.Fprintf(w, "Report: %s (JSON: %s)\nTimeline drawn: %s (open it in a browser)\n", md, js, htmlBeside(md))
 }

@@ -3,6 +3,7 @@ package drill
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -170,7 +171,7 @@ func leaderLabels(list []Sample) []Mark {
 }
 
 // leaseLabels marks each change of a Lease's holder after its first
-// sample ("kube-scheduler → cp3").
+// sample ("scheduler → cp3" for kube-scheduler's Lease).
 func leaseLabels(list []Sample) []Mark {
 	var out []Mark
 	prev := map[string]string{}
@@ -178,7 +179,7 @@ func leaseLabels(list []Sample) []Mark {
 		for _, name := range sortedKeys(x.Leases) {
 			h := x.Leases[name].Holder
 			if p, ok := prev[name]; ok && h != p && h != "" {
-				out = append(out, Mark{At: x.At, Text: fmt.Sprintf("%s → %s", name, h)})
+				out = append(out, Mark{At: x.At, Text: fmt.Sprintf("%s → %s", strings.TrimPrefix(name, "kube-"), h)})
 			}
 			if h != "" {
 				prev[name] = h

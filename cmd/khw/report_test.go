@@ -1,0 +1,100 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/khw-dev/khw/internal/drill"
+	"github.com/khw-dev/khw/internal/state"
+)
+
+// TestReportListAndOpen: khw report lists a drill and an operation in time
+// order with their verdicts, open prints the newest page or the one an ID
+// prefix names, writes a missing page from report.json and the samples,
+// and refuses IDs that name a path, nothing or several reports.
+func TestReportListAndOpen(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "state")
+	if _, e, code := run(t, base, "init", "--name", "lab", "--arch", "amd64", "--provider", "nspawn"); code != 0 {
+		t.Fatalf("init: %s", e)
+	}
+	if out, _, code := run(t, base, "report", "open"); code != 1 || out != "" {
+		t.Errorf("open without reports: exit %d, %q", code, out)
+	}
+	d := state.Dir{Root: filepath.Join(base, "lab")}
+	t0 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	var samples []drill.Sample
+	for i := -4; i < 20; i++ {
+		at := t0.Add(time.Duration(i) * 500 * time.Millisecond)
+		samples = append(samples, drill.Sample{Signal: drill.SigAPIRead, At: at, OK: i < 2 || i > 5, Err: "EOF"})
+	}
+	heal := t0.Add(5 * time.Second)
+	rec := drill.Record{ID: "20261205-100000-lb", Cluster: "lab", Spec: drill.Spec{Kind: drill.KindLB}, BrokeAt: t0, HealedAt: &heal, EndedAt: &heal}
+	rep := drill.Analyze(rec, samples, drill.Facts{})
+	if err := drill.AppendSamples(filepath.Join(d.Root, "drills", rec.ID, "samples.jsonl"), samples); err == nil {
+		t.Fatal("the drill's directory should not exist yet")
+	}
+	if _, _, err := drill.StoreOf(d).WriteReport(rep, samples); err != nil {
+		t.Fatal(err)
+	}
+	if err := drill.AppendSamples(drill.StoreOf(d).SamplesPath(rec.ID), samples); err != nil {
+		t.Fatal(err)
+	}
+	op := drill.OpReport{ID: "20261205-101500-pki-renew", Cluster: "lab", Operation: "pki renew", Command: "khw pki renew --all", StartedAt: t0, EndedAt: heal, Took: 5}
+	if _, _, err := drill.OperationsOf(d).WriteOpReport(op, samples); err != nil {
+		t.Fatal(err)
+	}
+
+	out, e, code := run(t, base, "report", "list")
+	if code != 0 {
+		t.Fatalf("list: exit %d: %s", code, e)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[1], "20261205-100000-lb") || !strings.Contains(lines[1], "drill") ||
+		!strings.Contains(lines[2], "operation") || !strings.Contains(lines[2], "done") || !strings.Contains(lines[2], "khw pki renew --all") {
+		t.Errorf("list:\n%s", out)
+	}
+	wantVerdict := "PASSED"
+	if !rep.Passed {
+		wantVerdict = "FAILED"
+	}
+	if !strings.Contains(lines[1], wantVerdict) {
+		t.Errorf("the drill's verdict is not %s:\n%s", wantVerdict, out)
+	}
+
+	out, _, code = run(t, base, "report", "open")
+	if code != 0 || strings.TrimSpace(out) != filepath.Join(d.Root, "operations", op.ID, "report.html") {
+		t.Errorf("open: exit %d, %q", code, out)
+	}
+	// A drill's page removed (as for a report older than pages): open
+	// writes it again from report.json and the samples.
+	page := drill.StoreOf(d).HTMLPath(rec.ID)
+	first, _ := os.ReadFile(page)
+	if err := os.Remove(page); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code = run(t, base, "report", "open", "20261205-1000")
+	if code != 0 || strings.TrimSpace(out) != page {
+		t.Fatalf("open by prefix: exit %d, %q", code, out)
+	}
+	again, err := os.ReadFile(page)
+	if err != nil || string(again) != string(first) {
+		t.Errorf("the page written again differs from the first (%v)", err)
+	}
+	if st, err := os.Stat(page); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("page mode: %v %v", st, err)
+	}
+	for _, bad := range []struct{ id, want string }{
+		{"../lab", "without slashes"},
+		{"..", "without slashes"},
+		{"2025", "the newest: 20261205-100000-lb, 20261205-101500-pki-renew"},
+		{"20261205-10", "names 2 reports"},
+	} {
+		out, e, code := run(t, base, "report", "open", bad.id)
+		if code != 2 || out != "" || !strings.Contains(e, bad.want) {
+			t.Errorf("open %s: exit %d, out %q, err %q (want %q)", bad.id, code, out, e, bad.want)
+		}
+	}
+}
