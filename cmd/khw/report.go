@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -18,7 +20,12 @@ func newReportCmd(a *app) *cobra.Command {
   khw report open                   # the newest report's page
   khw report open 20261205-101500   # by its ID or the start of it
   xdg-open "$(khw report open)"     # on a desktop: show it in the browser`,
-		Args: exactArgs(0),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown command %q for %q (its commands: list, open)", args[0], cmd.CommandPath())
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(&cobra.Command{
@@ -50,11 +57,12 @@ func newReportCmd(a *app) *cobra.Command {
 			return tw.Flush()
 		},
 	})
-	cmd.AddCommand(&cobra.Command{
+	var print bool
+	open := &cobra.Command{
 		Use:   "open [ID]",
-		Short: "Print the path of a report's page (report.html), the newest without ID",
+		Short: "Print the path of a report's page (report.html), the newest without ID; --print: the page itself",
 		Long:  help("report-open"),
-		Args:  cobra.MaximumNArgs(1),
+		Args:  maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d, _, err := a.load()
 			if err != nil {
@@ -65,7 +73,7 @@ func newReportCmd(a *app) *cobra.Command {
 				id = args[0]
 			}
 			e, err := drill.Find(d, id)
-			if err != nil && id != "" {
+			if err != nil && !errors.Is(err, drill.ErrNoReports) {
 				return usageError{err}
 			}
 			if err != nil {
@@ -75,10 +83,20 @@ func newReportCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if print {
+				page, err := os.ReadFile(path)
+				if err != nil {
+					return err
+				}
+				_, err = a.out.Write(page)
+				return err
+			}
 			fmt.Fprintf(a.errOut, "%s %s (%s): open this file in a browser\n", e.Kind, e.ID, e.Verdict)
 			fmt.Fprintln(a.out, path)
 			return nil
 		},
-	})
+	}
+	open.Flags().BoolVar(&print, "print", false, "write the page itself (HTML) to standard output, e.g. to keep a copy you own: sudo -E khw report open --print > drill.html")
+	cmd.AddCommand(open)
 	return cmd
 }

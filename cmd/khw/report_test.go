@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"regexp"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -86,10 +87,35 @@ func TestReportListAndOpen(t *testing.T) {
 	if st, err := os.Stat(page); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("page mode: %v %v", st, err)
 	}
+	// --print: the page itself.
+	out, _, code = run(t, base, "report", "open", "--print", rec.ID)
+	if code != 0 || out != string(first) {
+		t.Errorf("open --print: exit %d, %d bytes (the page has %d)", code, len(out), len(first))
+	}
+	// A drill cut short before its report: listed, not opened by default,
+	// and named as cut short when asked for.
+	if err := os.MkdirAll(filepath.Join(d.Root, "drills", "20261205-110000-etcd-1"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, code := run(t, base, "report", "open"); code != 0 || strings.TrimSpace(out) != filepath.Join(d.Root, "operations", op.ID, "report.html") {
+		t.Errorf("open with a cut-short drill newest: exit %d, %q", code, out)
+	}
+	if _, e, code := run(t, base, "report", "open", "20261205-11"); code != 1 || !strings.Contains(e, "cut short before writing one") {
+		t.Errorf("open of the cut-short drill: exit %d, %q", code, e)
+	}
+	if out, _, _ := run(t, base, "report", "list"); !regexp.MustCompile(`20261205-110000-etcd-1 +drill +no report`).MatchString(out) {
+		t.Errorf("list with the cut-short drill:\n%s", out)
+	}
+	if _, e, code := run(t, base, "report", "bogus"); code != 2 || !strings.Contains(e, `unknown command "bogus"`) {
+		t.Errorf("report bogus: exit %d, %q", code, e)
+	}
+	if _, _, code := run(t, base, "report", "open", "a", "b"); code != 2 {
+		t.Errorf("report open a b: exit %d, want 2", code)
+	}
 	for _, bad := range []struct{ id, want string }{
 		{"../lab", "without slashes"},
 		{"..", "without slashes"},
-		{"2025", "the newest: 20261205-100000-lb, 20261205-101500-pki-renew"},
+		{"2025", "the newest: 20261205-100000-lb, 20261205-101500-pki-renew, 20261205-110000-etcd-1"},
 		{"20261205-10", "names 2 reports"},
 	} {
 		out, e, code := run(t, base, "report", "open", bad.id)

@@ -134,8 +134,10 @@ func TestHTMLReportInChromium(t *testing.T) {
 		g := pic.Geometry()
 		img := screenshot(t, bin, store.HTMLPath(r.ID), 1280, 1000)
 		o := plotOrigin(t, img, g)
+		// A lane's top pixel row: labels (etcd's leaders, Lease moves) are
+		// written lower on the lane.
 		at := func(lane int, tm time.Time) color.Color {
-			return img.At(o.X+int(g.X(tm)), o.Y+int(g.LaneY[lane]+g.LaneH[lane]/2))
+			return img.At(o.X+int(g.X(tm)), o.Y+int(g.LaneY[lane])+1)
 		}
 		laneOf := map[string]int{}
 		for i, l := range pic.Lanes {
@@ -156,11 +158,26 @@ func TestHTMLReportInChromium(t *testing.T) {
 			if c := at(i, file.BrokeAt.Add(-2*time.Second)); !near(c, green) {
 				t.Errorf("%s is %v before the break, want green", s.Signal, c)
 			}
+			sec := func(v Seconds) time.Time { return file.BrokeAt.Add(time.Duration(float64(v) * float64(time.Second))) }
+			healthyFrom := Seconds(0)
 			for _, w := range s.Windows {
 				windows++
-				mid := file.BrokeAt.Add(time.Duration(float64(w.From+w.To) / 2 * float64(time.Second)))
-				if c := at(i, mid); !near(c, red) {
+				if c := at(i, sec((w.From+w.To)/2)); !near(c, red) {
 					t.Errorf("%s at %+.1f s (window %v…%v of report.json) is %v, want red", s.Signal, float64(w.From+w.To)/2, w.From, w.To, c)
+				}
+				// Between two windows (and before the first) it is green
+				// (probed 40% of the way: the halfway point of this drill
+				// is the heal's mark).
+				if w.From-healthyFrom >= 1 {
+					if c := at(i, sec(healthyFrom+(w.From-healthyFrom)*0.4)); !near(c, green) {
+						t.Errorf("%s at %+.1f s, between failing windows, is %v, want green", s.Signal, float64(healthyFrom+(w.From-healthyFrom)*0.4), c)
+					}
+				}
+				healthyFrom = w.To
+			}
+			if end := Seconds(file.EndedAt.Sub(file.BrokeAt).Seconds()); end-healthyFrom >= 1 {
+				if c := at(i, sec(healthyFrom+(end-healthyFrom)*0.4)); !near(c, green) {
+					t.Errorf("%s at %+.1f s, after its last window, is %v, want green", s.Signal, float64(healthyFrom+(end-healthyFrom)*0.4), c)
 				}
 			}
 		}
@@ -203,10 +220,10 @@ func TestHTMLReportInChromium(t *testing.T) {
 		if c := band(t0.Add(9 * time.Second)); !near(c, hexColor(t, "#f2a3a3")) {
 			t.Errorf("the failed step's band is %v, want pink", c)
 		}
-		if c := img.At(o.X+int(g.X(t0.Add(4500*time.Millisecond))), o.Y+int(g.LaneY[0]+g.LaneH[0]/2)); !near(c, red) {
+		if c := img.At(o.X+int(g.X(t0.Add(4500*time.Millisecond))), o.Y+int(g.LaneY[0])+1); !near(c, red) {
 			t.Errorf("api-read's EOF at +4.5 s is %v, want red", c)
 		}
-		if c := img.At(o.X+int(g.X(t0.Add(4500*time.Millisecond))), o.Y+int(g.LaneY[1]+g.LaneH[1]/2)); !near(c, green) {
+		if c := img.At(o.X+int(g.X(t0.Add(4500*time.Millisecond))), o.Y+int(g.LaneY[1])+1); !near(c, green) {
 			t.Errorf("api-write at +4.5 s is %v, want green", c)
 		}
 	})

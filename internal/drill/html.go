@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"html/template"
 	"math"
-	"strings"
 	"time"
 )
 
@@ -86,12 +85,13 @@ func (g Geometry) X(t time.Time) float64 {
 // tickStep picks a tick interval giving about eight ticks over span.
 func tickStep(span time.Duration) time.Duration {
 	for _, s := range []time.Duration{time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 15 * time.Second,
-		30 * time.Second, time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 15 * time.Minute, 30 * time.Minute} {
+		30 * time.Second, time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 15 * time.Minute, 30 * time.Minute,
+		time.Hour, 2 * time.Hour, 6 * time.Hour, 12 * time.Hour, 24 * time.Hour} {
 		if span/s <= 10 {
 			return s
 		}
 	}
-	return time.Hour
+	return span / 8
 }
 
 // relLabel is t relative to the picture's zero: "+12 s", "−3 s", "+2 min".
@@ -101,7 +101,10 @@ func (g Geometry) relLabel(t time.Time, step time.Duration) string {
 	if d < 0 {
 		sign, d = "−", -d
 	}
-	if step >= time.Minute {
+	switch {
+	case step >= time.Hour:
+		return fmt.Sprintf("%s%g h", sign, math.Round(d.Hours()*10)/10)
+	case step >= time.Minute:
 		return fmt.Sprintf("%s%g min", sign, math.Round(d.Minutes()*10)/10)
 	}
 	return fmt.Sprintf("%s%g s", sign, math.Round(d.Seconds()*10)/10)
@@ -110,8 +113,12 @@ func (g Geometry) relLabel(t time.Time, step time.Duration) string {
 // SVG draws the picture: lane names on the left, each lane's spans in
 // colour (a span's tooltip gives its times and error), labels on the etcd
 // and leases lanes, the step bands above the lanes, the marks across
-// them, and a time axis counted from Zero. Every text is escaped.
+// them, and a time axis counted from Zero. Every text is escaped. A
+// picture without lanes (no samples) is "".
 func (p Picture) SVG() template.HTML {
+	if len(p.Lanes) == 0 {
+		return ""
+	}
 	g := p.Geometry()
 	var b bytes.Buffer
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
@@ -133,13 +140,18 @@ func (p Picture) SVG() template.HTML {
 	for i, bd := range p.Bands {
 		x0, x1 := ox+g.X(bd.From), ox+g.X(bd.To)
 		fill := []string{"#c9d9f0", "#a9c2e6"}[i%2]
-		tip := fmt.Sprintf("%s: %s … %s", bd.Text, g.relLabel(bd.From, 0), g.relLabel(bd.To, 0))
+		tip := fmt.Sprintf("%d %s: %s … %s", i+1, bd.Text, g.relLabel(bd.From, 0), g.relLabel(bd.To, 0))
 		if bd.Err != "" {
 			fill, tip = "#f2a3a3", tip+": "+bd.Err
 		}
 		w(`<g><title>%s</title><rect x="%.1f" y="%.1f" width="%.1f" height="%d" fill="%s" stroke="#ffffff" shape-rendering="crispEdges"/>`, esc(tip), x0, oy+g.BandY, math.Max(1, x1-x0), svgBandH, fill)
-		if x1-x0 >= 24 { // a name cut to a letter or two says nothing: the tooltip has it
-			w(`<svg x="%.1f" y="%.1f" width="%.1f" height="%d"><text x="3" y="15" fill="#1d2b3a">%s</text></svg>`, x0, oy+g.BandY, x1-x0, svgBandH, esc(bd.Text))
+		// The step's number (the steps table's first column) and as much
+		// of its name as fits.
+		if label := fmt.Sprintf("%d %s", i+1, bd.Text); x1-x0 >= 9 {
+			if x1-x0 < 24 {
+				label = fmt.Sprint(i + 1)
+			}
+			w(`<svg x="%.1f" y="%.1f" width="%.1f" height="%d"><text x="2" y="15" fill="#1d2b3a">%s</text></svg>`, x0, oy+g.BandY, x1-x0, svgBandH, esc(label))
 		}
 		w(`</g>`)
 	}
@@ -153,7 +165,11 @@ func (p Picture) SVG() template.HTML {
 		if l.Part != "" {
 			weight, size = "normal", 10
 		}
-		w(`<text x="%d" y="%.1f" text-anchor="end" font-weight="%s" font-size="%d" fill="#1d2b3a">%s</text>`, svgLabelW-8, y+h-3, weight, size, esc(name))
+		shown := name
+		if r := []rune(name); len(r) > 28 {
+			shown = string(r[:27]) + "…"
+		}
+		w(`<text x="%d" y="%.1f" text-anchor="end" font-weight="%s" font-size="%d" fill="#1d2b3a"><title>%s</title>%s</text>`, svgLabelW-8, y+h-3, weight, size, esc(name), esc(shown))
 		for _, s := range l.Spans {
 			x0, x1 := ox+g.X(s.From), ox+g.X(s.To)
 			tip := fmt.Sprintf("%s %s: %s … %s", name, s.State, g.relLabel(s.From, 0), g.relLabel(s.To, 0))
@@ -168,24 +184,42 @@ func (p Picture) SVG() template.HTML {
 		var rowEnd [2]float64
 		for _, m := range l.Labels {
 			x := ox + g.X(m.At)
-			row := 0
-			if x < rowEnd[0] && x >= rowEnd[1] {
+			width := 6 * float64(len([]rune(m.Text)))
+			// Right of its mark, or left of it near the plot's right edge.
+			tx, anchor := x+3, "start"
+			if tx+width > ox+g.Width {
+				tx, anchor = x-3, "end"
+			}
+			left := tx
+			if anchor == "end" {
+				left = tx - width
+			}
+			row := 0 // the row that is free, else the one that ends first
+			if left < rowEnd[0] && (left >= rowEnd[1] || rowEnd[1] < rowEnd[0]) {
 				row = 1
 			}
-			rowEnd[row] = x + 3 + 6*float64(len([]rune(m.Text)))
+			rowEnd[row] = left + width
 			ly := y + h - 3
 			if row == 1 {
 				ly = y + h - 14
 			}
 			w(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#111" stroke-width="1.5"/>`, x, y, x, y+h)
-			w(`<text x="%.1f" y="%.1f" font-size="10" fill="#111" stroke="#ffffff" stroke-width="3" paint-order="stroke">%s</text>`, x+3, ly, esc(m.Text))
+			w(`<text x="%.1f" y="%.1f" text-anchor="%s" font-size="10" fill="#111" stroke="#ffffff" stroke-width="3" paint-order="stroke">%s</text>`, tx, ly, anchor, esc(m.Text))
 		}
 	}
 	// Marks across the lanes, names above the axis labels' line.
+	prevEnd, up := -1.0, false
 	for _, m := range p.Marks {
 		x := ox + g.X(m.At)
+		// A name that would run into the previous one goes a row higher.
+		up = x+4 < prevEnd && !up
+		ty := oy - 18
+		if up {
+			ty -= 11
+		}
+		prevEnd = x + 4 + 7*float64(len([]rune(m.Text)))
 		w(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#111" stroke-width="2" stroke-dasharray="5,3"/>`, x, oy-2, x, oy+g.Height)
-		w(`<text x="%.1f" y="%.1f" font-weight="bold" fill="#111" stroke="#ffffff" stroke-width="3" paint-order="stroke">%s</text>`, x+4, oy-18, esc(m.Text))
+		w(`<text x="%.1f" y="%.1f" font-weight="bold" fill="#111" stroke="#ffffff" stroke-width="3" paint-order="stroke">%s</text>`, x+4, ty, esc(m.Text))
 	}
 	// The frame, last, so it is never covered.
 	w(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="%s" stroke-width="1" shape-rendering="crispEdges"/>`, ox-0.5, oy-0.5, g.Width+1, g.Height+1, FrameColor)
@@ -225,15 +259,17 @@ th, td { border: 1px solid #c8d0da; padding: 3px 8px; text-align: left; vertical
 th { background: #eef2f7; }
 td.mark { text-align: center; font-weight: bold; }
 td.✓ { color: #2b7a36; } td.✗ { color: #c62222; }
+svg.timeline { max-width: 100%; height: auto; }
 pre { background: #f6f8fa; padding: 8px; overflow-x: auto; font-size: 12px; }
 </style>
 </head>
 <body>
 <h1>{{.Title}} — <span class="{{if .Passed}}pass{{else}}fail{{end}}">{{.Verdict}}</span></h1>
 {{range .Intro}}<p>{{.}}</p>
-{{end}}<div class="picture">{{.Picture}}</div>
-<p class="legend">Each lane is one thing the prober watched, sampled about twice a second:<span style="background:#3c9a4a"></span>healthy<span style="background:#d62f2f"></span>failing<span style="background:#cfcfcf"></span>not seen. Hover a stretch for its times and error.</p>
-{{range .Tables}}{{if .Rows}}<h2>{{.Title}}</h2>
+{{end}}{{if .Picture}}<div class="picture">{{.Picture}}</div>
+<p class="legend">Each lane is one thing the prober watched, sampled about twice a second (every 2 s on TCG VMs):<span style="background:#3c9a4a"></span>healthy<span style="background:#d62f2f"></span>failing<span style="background:#cfcfcf"></span>not seen. Hover a stretch for its times and error.</p>
+{{else}}<p><b>No samples were recorded</b>: there is nothing to draw.</p>
+{{end}}{{range .Tables}}{{if .Rows}}<h2>{{.Title}}</h2>
 <table><tr>{{range .Head}}<th>{{.}}</th>{{end}}</tr>
 {{$marks := .Marks}}{{range .Rows}}<tr>{{range $i, $c := .}}{{if and $marks (eq $i 0)}}<td class="mark {{$c}}">{{$c}}</td>{{else}}<td>{{$c}}</td>{{end}}{{end}}</tr>
 {{end}}</table>
@@ -298,7 +334,7 @@ func (r OpReport) HTML(samples []Sample) ([]byte, error) {
 	if r.Recovery != nil {
 		intro += fmt.Sprintf(", every signal healthy again %s after it", *r.Recovery)
 	}
-	page := htmlPage{Title: strings.ToUpper(r.Operation[:1]) + r.Operation[1:] + " " + r.ID, Passed: r.Err == "", Verdict: verdict,
+	page := htmlPage{Title: r.title(), Passed: r.Err == "", Verdict: verdict,
 		Intro: []string{intro + "."}, Picture: r.Picture(samples, r.EndedAt).SVG(), Tables: []table{r.stepTable(), r.signalTable()}}
 	if r.Err != "" {
 		page.Intro = append(page.Intro, "Error: "+r.Err)

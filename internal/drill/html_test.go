@@ -116,7 +116,7 @@ func TestPictureLanesFollowTheReport(t *testing.T) {
 			labels = append(labels, rel(Record{BrokeAt: r.BrokeAt}, m.At).String()+" "+m.Text)
 		}
 	}
-	if got := strings.Join(labels, "; "); got != "0.5 s no leader; 28.0 s leader cp3; 18.0 s scheduler → cp3" {
+	if got := strings.Join(labels, "; "); got != "-3.0 s leader cp1; 0.5 s no leader; 28.0 s leader cp3; 18.0 s scheduler → cp3" {
 		t.Errorf("labels: %s", got)
 	}
 	if len(pic.Marks) != 2 || pic.Marks[0].Text != "break" || !pic.Marks[1].At.Equal(*r.HealedAt) {

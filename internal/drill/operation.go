@@ -202,7 +202,7 @@ func (r OpReport) Markdown() string {
 	if r.Err != "" {
 		verdict = "FAILED"
 	}
-	p("# %s %s — %s\n\n", strings.ToUpper(r.Operation[:1])+r.Operation[1:], r.ID, verdict)
+	p("# %s — %s\n\n", r.title(), verdict)
 	p("Cluster `%s`: `%s`, started %s UTC, took %s", r.Cluster, r.Command, r.StartedAt.UTC().Format("2006-01-02 15:04:05.0"), r.Took)
 	if r.Recovery != nil {
 		p(", every signal healthy again %s after it", *r.Recovery)
@@ -225,6 +225,15 @@ func (r OpReport) Markdown() string {
 	}
 	p("```\n")
 	return b.String()
+}
+
+// title is "Etcd restore <id>": the operation's name, capitalised, and
+// its ID.
+func (r OpReport) title() string {
+	if r.Operation == "" {
+		return "Operation " + r.ID
+	}
+	return strings.ToUpper(r.Operation[:1]) + r.Operation[1:] + " " + r.ID
 }
 
 // WriteOpSummary writes the end of an operation for the terminal: how

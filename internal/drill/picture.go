@@ -38,7 +38,7 @@ type Lane struct {
 	Labels []Mark
 }
 
-// Title is the lane's name as drawn: the signal, or "  <part>".
+// Title is the lane's name as drawn: the signal, or the part's name.
 func (l Lane) Title() string {
 	if l.Part == "" {
 		return string(l.Signal)
@@ -149,7 +149,7 @@ func spans(list []Sample, end time.Time, state func(Sample) (string, string)) []
 	return out
 }
 
-// leaderLabels marks each change of etcd leader after the first sample
+// leaderLabels marks the first leader seen and each change of leader
 // ("leader cp2", "no leader").
 func leaderLabels(list []Sample) []Mark {
 	var out []Mark
@@ -158,7 +158,7 @@ func leaderLabels(list []Sample) []Mark {
 		if x.Etcd == nil {
 			continue
 		}
-		if seen && x.Etcd.Leader != prev {
+		if !seen || x.Etcd.Leader != prev {
 			text := "no leader"
 			if x.Etcd.Leader != "" {
 				text = "leader " + x.Etcd.Leader

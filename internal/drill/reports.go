@@ -34,9 +34,12 @@ type Entry struct {
 	What string
 }
 
-// ErrNoReport is returned by Find when there is no drill or operation
-// (at all, or by that ID).
-var ErrNoReport = errors.New("no such report")
+// ErrNoReport is returned by Find for an ID that names no report;
+// ErrNoReports when the cluster has none at all.
+var (
+	ErrNoReport  = errors.New("no such report")
+	ErrNoReports = errors.New("no reports yet")
+)
 
 // Entries lists the drills (<state>/drills) and operations
 // (<state>/operations) of d, oldest first (IDs start with their UTC
@@ -95,9 +98,10 @@ func (s Store) entry(kind, id string) Entry {
 }
 
 // Find returns the report named id: its whole ID, a prefix only one ID
-// has, or "" for the newest. Errors: an id that could name a path (with a
-// slash, or "." and ".."), no report by that ID (ErrNoReport, naming the
-// newest few), a prefix of several IDs (naming them).
+// has, or "" for the newest that has a report. Errors: an id that could
+// name a path (with a slash, or "." and ".."), no reports at all
+// (ErrNoReports), no report by that ID (ErrNoReport, naming the newest
+// few), a prefix of several IDs (naming them).
 func Find(d state.Dir, id string) (Entry, error) {
 	if strings.ContainsAny(id, `/\`) || id == "." || id == ".." {
 		return Entry{}, fmt.Errorf("report ID %q: an ID is a directory name such as 20261205-101500-etcd-2, without slashes", id)
@@ -106,11 +110,15 @@ func Find(d state.Dir, id string) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
-	if len(all) == 0 {
-		return Entry{}, fmt.Errorf("%w: no drill or day-2 operation has run in this cluster (khw break, khw etcd restore, khw pki renew write reports)", ErrNoReport)
-	}
 	if id == "" {
-		return all[len(all)-1], nil
+		for i := len(all) - 1; i >= 0; i-- {
+			if all[i].What != "" {
+				return all[i], nil
+			}
+		}
+	}
+	if len(all) == 0 || id == "" {
+		return Entry{}, fmt.Errorf("%w: no drill or day-2 operation has finished in this cluster (khw break, khw etcd restore, khw pki renew, khw upgrade write reports)", ErrNoReports)
 	}
 	var match []Entry
 	for _, e := range all {
@@ -150,7 +158,10 @@ func (e Entry) HTML() (string, error) {
 	_, js := e.Store.ReportPaths(e.ID)
 	data, err := os.ReadFile(js)
 	if os.IsNotExist(err) {
-		return "", fmt.Errorf("%s %s has no report yet: a drill writes it when it is healed (khw heal), an operation when it ends", e.Kind, e.ID)
+		if active, aerr := e.Store.Active(); aerr == nil && active.ID == e.ID {
+			return "", fmt.Errorf("drill %s is still broken: khw heal heals it and writes its report", e.ID)
+		}
+		return "", fmt.Errorf("%s %s has no report: it was cut short before writing one (khw report list shows the others)", e.Kind, e.ID)
 	}
 	if err != nil {
 		return "", err

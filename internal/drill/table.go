@@ -80,9 +80,9 @@ func (r Report) partTable() table {
 }
 
 func (r OpReport) stepTable() table {
-	t := table{Title: "Steps (seconds after the start)", Head: []string{"step", "from", "to", "took", "error"}}
-	for _, s := range r.Steps {
-		t.Rows = append(t.Rows, []string{s.Name, fmt.Sprintf("%.1f", float64(s.From)), fmt.Sprintf("%.1f", float64(s.To)), (s.To - s.From).String(), s.Err})
+	t := table{Title: "Steps (seconds after the start)", Head: []string{"#", "step", "from", "to", "took", "error"}}
+	for i, s := range r.Steps {
+		t.Rows = append(t.Rows, []string{fmt.Sprint(i + 1), s.Name, fmt.Sprintf("%.1f", float64(s.From)), fmt.Sprintf("%.1f", float64(s.To)), (s.To - s.From).String(), s.Err})
 	}
 	return t
 }
