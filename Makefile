@@ -86,11 +86,14 @@ clean:
 e2e: deps mirror-deps
 	hack/e2e.sh
 
-## e2e-day2: make e2e plus the day-2 operations on the built cluster: the
-## etcd restore and khw pki renew --all, each checked with openssl, etcdctl
-## and a clean khw up afterwards (root); e2e-nspawn runs labs 13 and 14
+## e2e-day2: make e2e on a cluster of the previous minor (UPGRADE_FROM, whose
+## Kubernetes the mirror gets too) plus the day-2 operations: the etcd restore,
+## khw pki renew --all and khw upgrade to the default version, each checked with
+## openssl, etcdctl, kubectl and a clean khw up afterwards (root); e2e-nspawn
+## runs labs 13 and 14
+UPGRADE_FROM ?= v1.36.3
 e2e-day2: deps mirror-deps
-	E2E_DAY2=1 hack/e2e.sh
+	E2E_DAY2=1 E2E_FROM=$(UPGRADE_FROM) hack/e2e.sh
 
 ## e2e-drills: make e2e plus the failover drills (etcd x1, power off cp2,
 ## etcd x2) before khw down; each must pass its verdict

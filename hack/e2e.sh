@@ -161,6 +161,31 @@ pki_renew() {
   # fatal: an apiserver stopping can still cut a request in flight (EOF).
 }
 
+# upgrade_check: khw upgrade --to $E2E_TO (the cluster runs $E2E_FROM):
+# witnesses outside khw — each control plane's binaries report the new
+# version (--version over ssh), every Node's kubeletVersion is it (kubectl),
+# no Node is left unschedulable, <state>/upgrade.json is gone; the failed
+# client requests of the report are printed (the goal is none).
+upgrade_check() {
+  local log=$STATE/upgrade.log cp b got n js
+  "$KHW" upgrade --to "$E2E_TO" --yes >"$log" 2>&1 || { tail -60 "$log"; return 1; }
+  grep -E '^\[[0-9]+/[0-9]+\]|^[✓✗] |cordon|evicting|^  [a-z-]+ +failed|no signal failed|took|^Report:' "$log"
+  for cp in cp1 cp2 cp3; do
+    for b in kube-apiserver kube-controller-manager kube-scheduler; do
+      got=$("$KHW" shell -- sh -c "ssh -F \"\$KHW_SSH_CONFIG\" $cp /usr/local/bin/$b --version" 2>/dev/null | awk '{print $NF}')
+      [ "$got" = "$E2E_TO" ] || { echo "e2e: $b on $cp reports $got, want $E2E_TO" >&2; return 1; }
+    done
+  done
+  echo "kube-apiserver, kube-controller-manager, kube-scheduler on cp1-cp3: $E2E_TO"
+  got=$("$KHW" kubectl get nodes -o jsonpath='{range .items[*]}{.metadata.name}={.status.nodeInfo.kubeletVersion},{.spec.unschedulable}{"\n"}{end}')
+  echo "$got"
+  n=$(grep -c "=$E2E_TO,\$" <<<"$got")
+  [ "$n" -gt 0 ] && [ "$n" = "$(grep -c . <<<"$got")" ] || { echo "e2e: want every Node at $E2E_TO and schedulable" >&2; return 1; }
+  [ ! -e "$STATE/$NAME/upgrade.json" ] || { echo "e2e: upgrade.json left behind" >&2; return 1; }
+  js=$(ls -d "$STATE/$NAME"/operations/*-upgrade | tail -1)/report.json
+  jq -r '"upgrade took \(.took) s; " + ([.signals[] | "\(.signal) failed \(.failed)/\(.samples), longest \(.longest) s"] | join("; "))' "$js"
+}
+
 # lab_14: khw lab 14 --yes renews kubernetes, w1 and w2 for their keys and
 # has w3 ask for a new serving cert, and its check passes. Witnesses
 # (openssl, not khw): each apiserver serves the renewed kubernetes.pem, w3's
@@ -616,6 +641,16 @@ phase "offline mirror"  hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$(go en
 KHW_MIRROR_DIGEST=$(hack/mirror-pin.sh "$MIRROR_DIR")
 export KHW_MIRROR_DIGEST
 phase "khw init"        "$KHW" init --name "$NAME" --provider nspawn
+if [ -n "${E2E_FROM:-}" ]; then
+  # Start at E2E_FROM (the previous minor) to upgrade to the default
+  # version at the end: the mirror gets E2E_FROM's Kubernetes too.
+  E2E_TO=$(awk '$1 == "kubernetes:" && $2 ~ /^v/ {print $2; exit}' "$STATE/$NAME/cluster.yaml")
+  sed -i -E "s/^(  kubernetes:) $E2E_TO\$/\1 $E2E_FROM/" "$STATE/$NAME/cluster.yaml"
+  grep -q "^  kubernetes: $E2E_FROM\$" "$STATE/$NAME/cluster.yaml" || { echo "e2e: cannot set versions.kubernetes to $E2E_FROM" >&2; exit 1; }
+  phase "mirror $E2E_FROM" hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$(go env GOARCH)" --only kubernetes --config "$STATE/$NAME/cluster.yaml"
+  KHW_MIRROR_DIGEST=$(hack/mirror-pin.sh "$MIRROR_DIR")
+  echo "the cluster starts at $E2E_FROM and is upgraded to $E2E_TO at the end"
+fi
 if [ -n "${E2E_CNI:-}" ]; then
   # kubernetes.cni: bridge (default) or mybridge (the teaching plugin)
   sed -i -E "s/^(\s+cni:) .*/\1 $E2E_CNI/" "$STATE/$NAME/cluster.yaml"
@@ -706,6 +741,11 @@ fi
 if [ "${E2E_DAY2:-}" = 1 ]; then
   phase "pki renew --all" pki_renew
   phase "khw up (no-op)"  noop_check
+fi
+if [ -n "${E2E_FROM:-}" ]; then
+  phase "upgrade $E2E_TO" upgrade_check
+  phase "khw up (no-op)"  noop_check
+  phase "report pages"    report_pages
 fi
 if [ "${E2E_KEEP:-}" != 1 ]; then
   phase "khw down"      "$KHW" down

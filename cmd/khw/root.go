@@ -138,6 +138,7 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 		newBreakCmd(a),
 		newHealCmd(a),
 		newReportCmd(a),
+		newUpgradeCmd(a),
 		newLabCmd(a),
 		newVersionCmd(a),
 	)

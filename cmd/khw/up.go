@@ -11,6 +11,7 @@ import (
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/lab"
 	"github.com/khw-dev/khw/internal/lab/nodeplan"
+	"github.com/khw-dev/khw/internal/lab/upgrade"
 	"github.com/khw-dev/khw/internal/steps"
 )
 
@@ -35,6 +36,12 @@ func newUpCmd(a *app) *cobra.Command {
 					return err
 				}
 				defer unlock()
+				if rec, err := upgrade.LoadRecord(d); err != nil || rec != nil {
+					if err == nil {
+						err = upgrade.InProgressError(rec)
+					}
+					return err
+				}
 			}
 			// Step names are checked before anything is touched (the
 			// constructors do not use the machines).

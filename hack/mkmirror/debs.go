@@ -315,11 +315,13 @@ func runNodeDebs(ctx context.Context, out string, arches []string, f *debsFlags)
 	return nil
 }
 
-// keptNodeDebs returns the node-package entries (files under a
-// components.DebArchives host) of dir's khw-mirror.json whose file still
-// has the listed digest and size, so that a rebuild of the catalog
-// artifacts (which rewrites the manifest from the catalog) keeps them.
-func keptNodeDebs(dir string) []components.MirrorEntry {
+// keptEntries returns the entries of dir's khw-mirror.json that are not
+// among fresh (paths the manifest is being rebuilt from) and whose file
+// still has the listed digest and size: node packages, and the catalog
+// artifacts of other versions (a second Kubernetes release for khw
+// upgrade). So a rebuild for one cluster.yaml's versions keeps what was
+// built for another; an altered or removed file drops out.
+func keptEntries(dir string, fresh map[string]bool) []components.MirrorEntry {
 	data, err := os.ReadFile(filepath.Join(dir, components.MirrorManifestFile))
 	if err != nil {
 		return nil
@@ -328,21 +330,29 @@ func keptNodeDebs(dir string) []components.MirrorEntry {
 	if json.Unmarshal(data, &man) != nil {
 		return nil
 	}
-	hosts := map[string]bool{}
-	for _, a := range components.DebArchives {
-		if rel, err := mirrorRelPath(a.URL + "/x"); err == nil {
-			hosts[strings.SplitN(rel, "/", 2)[0]] = true
-		}
-	}
 	var out []components.MirrorEntry
 	for _, e := range man.Artifacts {
-		if e.URL == "" || !hosts[strings.SplitN(e.Path, "/", 2)[0]] {
+		if fresh[e.Path] || (e.URL == "" && e.Image == "") {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(e.Path)))
-		if err == nil && hexSum(b) == e.SHA256 && int64(len(b)) == e.Size {
+		if sum, n, err := fileSum(filepath.Join(dir, filepath.FromSlash(e.Path))); err == nil && sum == e.SHA256 && n == e.Size {
 			out = append(out, e)
 		}
 	}
 	return out
+}
+
+// fileSum is the hex SHA-256 and size of the file at p, read as a stream.
+func fileSum(p string) (string, int64, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
 }

@@ -131,9 +131,10 @@ func TestNodeDebs(t *testing.T) {
 	}
 }
 
-// A rebuild of the catalog manifest keeps node packages whose files are
-// intact and drops the altered ones.
-func TestKeptNodeDebs(t *testing.T) {
+// A rebuild of the catalog manifest keeps node packages and other
+// versions' artifacts whose files are intact, and drops the altered ones
+// and those it lists afresh.
+func TestKeptEntries(t *testing.T) {
 	dir := t.TempDir()
 	put := func(rel, content string) components.MirrorEntry {
 		p := filepath.Join(dir, filepath.FromSlash(rel))
@@ -146,12 +147,19 @@ func TestKeptNodeDebs(t *testing.T) {
 	ok := put("deb.debian.org/debian/pool/main/j/jq/jq_1_amd64.deb", "jq")
 	bad := put("deb.debian.org/debian/pool/main/h/haproxy/haproxy_1_amd64.deb", "haproxy")
 	other := put("dl.k8s.io/release/v1/bin/linux/amd64/kubectl", "kubectl")
-	if _, _, err := components.WriteMirrorManifest(dir, []components.MirrorEntry{ok, bad, other}); err != nil {
+	current := put("dl.k8s.io/release/v2/bin/linux/amd64/kubectl", "kubectl 2")
+	gone := put("dl.k8s.io/release/v1/bin/linux/amd64/kubelet", "kubelet")
+	if _, _, err := components.WriteMirrorManifest(dir, []components.MirrorEntry{ok, bad, other, current, gone}); err != nil {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(dir, filepath.FromSlash(bad.Path)), []byte("changed"), 0o644)
-	got := keptNodeDebs(dir)
-	if len(got) != 1 || got[0].Path != ok.Path {
-		t.Errorf("kept %+v, want only %s", got, ok.Path)
+	os.Remove(filepath.Join(dir, filepath.FromSlash(gone.Path)))
+	got := keptEntries(dir, map[string]bool{current.Path: true})
+	var paths []string
+	for _, e := range got {
+		paths = append(paths, e.Path)
+	}
+	if strings.Join(paths, " ") != ok.Path+" "+other.Path {
+		t.Errorf("kept %v, want %s and %s", paths, ok.Path, other.Path)
 	}
 }

@@ -408,7 +408,18 @@ func (r *run) finish(ctx context.Context, o *opts, cat *components.Catalog, arch
 		}
 		all = append(all, rs...)
 	}
-	kept := keptNodeDebs(r.out)
+	fresh := map[string]bool{}
+	for _, e := range all {
+		for _, r := range []*components.Resolved{&e, e.Fallback} {
+			if r == nil {
+				continue
+			}
+			if rel, err := r.MirrorPath(); err == nil {
+				fresh[rel] = true
+			}
+		}
+	}
+	kept := keptEntries(r.out, fresh)
 	pin, err := components.ManifestFromDir(r.out, all)
 	if err == nil && len(kept) > 0 {
 		pin, err = components.MergeMirrorManifest(r.out, kept)

@@ -287,8 +287,10 @@ func (r Resolved) isImage() bool {
 	return r.Artifact.Format == FormatImage || (r.URL == "" && r.Image != "")
 }
 
-// mirrorPath is where a mirror holds r, relative to its root: HOST/PATH for
-// a download, ImageMirrorPath for an image.
+// MirrorPath is where a mirror holds r, relative to its root: HOST/PATH
+// for a download, ImageMirrorPath for an image.
+func (r Resolved) MirrorPath() (string, error) { return r.mirrorPath() }
+
 func (r Resolved) mirrorPath() (string, error) {
 	if r.isImage() {
 		return ImageMirrorPath(r.Image, r.Arch)

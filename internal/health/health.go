@@ -167,6 +167,9 @@ func (t Target) apiServerURL(name string) string {
 	return "https://" + net.JoinHostPort(name, strconv.Itoa(t.apiServerPort()))
 }
 
+// APIServerURL is node name's apiserver URL, "https://cp1:6443".
+func (t Target) APIServerURL(name string) string { return t.apiServerURL(name) }
+
 // ClientTLS returns a TLS client configuration for the apiservers: it
 // trusts only t.PKIDir/ca.pem and presents admin.pem/admin-key.pem
 // (O=system:masters) as the client certificate. Errors name the missing or

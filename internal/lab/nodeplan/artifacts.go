@@ -277,3 +277,11 @@ func splitPath(p string) []string {
 }
 
 func readFile(p string) ([]byte, error) { return os.ReadFile(p) }
+
+// FetchBinaries fetches the catalog artifacts names for env.Cluster's
+// versions into the cache, each checked against its digest, changing no
+// node: a version the mirror lacks fails here, before anything changes.
+func (m *Machines) FetchBinaries(ctx context.Context, env *steps.Env, names ...string) error {
+	_, err := m.Art.binaries(ctx, env, names...)
+	return err
+}

@@ -2,6 +2,7 @@ package nodeplan
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -293,6 +294,15 @@ type ComponentStep struct {
 	// changed (e.g. hand the etcd leadership to another member); an error
 	// stops the apply before that node.
 	BeforeNode func(ctx context.Context, env *steps.Env, n config.Node) error
+	// AfterNode, when set, runs in a rolling apply once a changed node has
+	// passed the whole check (e.g. uncordon a drained worker); an error
+	// stops the apply there.
+	AfterNode func(ctx context.Context, env *steps.Env, n config.Node) error
+	// RollingOnly refuses to change nodes at all when the health check
+	// fails before Apply, instead of changing them all at once (an upgrade
+	// must never restart every apiserver together, nor a kubelet
+	// undrained).
+	RollingOnly bool
 	// after runs in Apply once the units are active and before the health
 	// wait (e.g. apply the RBAC manifest); nil for none.
 	After func(ctx context.Context, env *steps.Env) error
@@ -357,10 +367,21 @@ func (s *ComponentStep) Apply(ctx context.Context, env *steps.Env, diffs []steps
 		return err
 	}
 	if s.Rolling && s.Health != nil && len(nd) > 0 {
-		if hd, err := s.Health(ctx, env); err == nil && len(hd) == 0 {
+		hd, err := s.Health(ctx, env)
+		if err == nil && len(hd) == 0 {
 			// The cluster is serving: change one node at a time, each
 			// checked healthy before the next, so it keeps serving.
 			return s.rollingApply(ctx, env, wants, nd)
+		}
+		if s.RollingOnly {
+			if err == nil {
+				var ss []string
+				for _, d := range hd {
+					ss = append(ss, d.String())
+				}
+				err = errors.New(strings.Join(ss, "; "))
+			}
+			return fmt.Errorf("the cluster is not healthy, and %s changes nodes only one at a time while it serves: %w", s.ID(), err)
 		}
 	}
 	rs, err := applyNodes(ctx, env, s.M, s.ID(), wants, nd)
@@ -510,6 +531,11 @@ func (s *ComponentStep) rollingApply(ctx context.Context, env *steps.Env, wants 
 			return s.Health(ctx, env)
 		}, s.Wait*vm.Slowdown(s.M.Provider)); err != nil {
 			return steps.OnNode(w.Node.Name, err)
+		}
+		if s.AfterNode != nil {
+			if err := s.AfterNode(ctx, env, w.Node); err != nil {
+				return steps.OnNode(w.Node.Name, err)
+			}
 		}
 	}
 	return nil

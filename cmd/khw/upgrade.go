@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/drill"
+	"github.com/khw-dev/khw/internal/lab"
+	"github.com/khw-dev/khw/internal/lab/nodeplan"
+	"github.com/khw-dev/khw/internal/lab/upgrade"
+	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/steps"
+)
+
+// upgradeBinaries are the Kubernetes binaries an upgrade installs.
+var upgradeBinaries = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet", "kube-proxy"}
+
+// afterUpgrade are the steps of khw up run once the upgrade's own steps
+// passed: each must find the nodes as it wants them (the binaries of the
+// new version, every unit restarted since), and the smoke tests run again.
+var afterUpgrade = []string{labid.ControlPlane, labid.Workers, labid.TLSBootstrap, labid.Smoke}
+
+type upgradeOptions struct {
+	to          string
+	yes, dryRun bool
+}
+
+func newUpgradeCmd(a *app) *cobra.Command {
+	var o upgradeOptions
+	cmd := &cobra.Command{
+		Use:   "upgrade --to vX.Y.Z",
+		Short: "Upgrade Kubernetes to the next patch or minor release, one component and one node at a time",
+		Long:  help("upgrade"),
+		Example: `  khw upgrade --to v1.37.2 --dry-run   # the versions running, the order, the commands
+  khw upgrade --to v1.37.2             # asks, then upgrades while a prober watches
+  khw report open                      # the upgrade's report, drawn`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.to == "" {
+				return usagef("give the version to upgrade to with --to, e.g. --to v1.37.2")
+			}
+			return runUpgrade(cmd.Context(), a, o, cmd.InOrStdin())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.to, "to", "", "the Kubernetes release to upgrade to (vX.Y.Z: a patch of the running minor, or the next minor)")
+	f.BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
+	f.BoolVar(&o.dryRun, "dry-run", false, "say what runs now, what would change and in which order, change nothing")
+	return cmd
+}
+
+// runUpgrade checks the target against the mirror and the version-skew
+// policy, asks, records the upgrade and sets versions.kubernetes in
+// cluster.yaml, then runs upgrade.Steps and afterUpgrade while the drill
+// prober watches, and clears the record when every step passed.
+func runUpgrade(parent context.Context, a *app, o upgradeOptions, in io.Reader) error {
+	d, c, err := a.load()
+	if err != nil {
+		return err
+	}
+	rec, err := upgrade.LoadRecord(d)
+	if err != nil {
+		return err
+	}
+	if rec != nil && rec.To != o.to {
+		return usagef("an upgrade from %s to %s is under way: finish it first with khw upgrade --to %s", rec.From, rec.To, rec.To)
+	}
+	denv, err := drill.OpenCluster(c, d)
+	if err != nil {
+		return err
+	}
+	defer denv.S.Close()
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m := nodeplan.New(denv.S)
+	target := *c
+	target.Versions.Kubernetes = o.to
+	tenv := steps.NewEnv(&target, d)
+	tenv.Verbosity = a.verbosity
+	defer tenv.Close()
+
+	running, err := upgrade.Observe(ctx, m, tenv)
+	if err != nil {
+		return err
+	}
+	oldest, err := upgrade.Check(running, o.to)
+	var se *upgrade.SkewError
+	if errors.As(err, &se) {
+		return usageError{fmt.Errorf("%w\nsee %s", err, upgrade.PolicyURL)}
+	}
+	if err != nil {
+		return usageError{err}
+	}
+	fmt.Fprintf(a.out, "Cluster %s runs:\n", c.Name)
+	for _, n := range c.ControlPlanes() {
+		fmt.Fprintf(a.out, "  kube-apiserver on %-4s %s\n", n.Name, orDash(running.APIServers[n.Name]))
+	}
+	for _, n := range c.Nodes {
+		if v, ok := running.Kubelets[n.Name]; ok {
+			fmt.Fprintf(a.out, "  kubelet on %-9s %s\n", n.Name, v)
+		}
+	}
+	if rec == nil && c.Versions.Kubernetes == o.to && allAt(running, o.to) {
+		fmt.Fprintf(a.out, "Every apiserver and kubelet already runs %s (cluster.yaml says so too): nothing to upgrade. khw up checks the rest.\n", o.to)
+		return nil
+	}
+	fmt.Fprintf(a.out, "\nFetching the %s binaries (each checked against its digest)…\n", o.to)
+	if err := m.FetchBinaries(ctx, tenv, upgradeBinaries...); err != nil {
+		return fmt.Errorf("the binaries of %s: %w\n(the mirror must carry them: hack/build-mirror.sh --config with versions.kubernetes: %s builds them)", o.to, err, o.to)
+	}
+	fmt.Fprintf(a.out, "\nUpgrade to %s, in the order of the version-skew policy (%s):\n", o.to, upgrade.PolicyURL)
+	all := upgrade.Steps(m)
+	for i, s := range all {
+		fmt.Fprintf(a.out, "  %d. %-20s %s\n", i+1, s.ID(), s.Title())
+	}
+	fmt.Fprintf(a.out, "  then khw up's %s check the result, and the smoke tests run again.\n", strings.Join(afterUpgrade[:len(afterUpgrade)-1], ", "))
+	if o.dryRun {
+		fmt.Fprintln(a.out, "\nBy hand, on each node in that order:")
+		for _, s := range all {
+			fmt.Fprintf(a.out, "\n# %s\n", s.ID())
+			for _, cmd := range s.Commands(tenv, nil) {
+				fmt.Fprintln(a.out, indent(cmd.String(), "  "))
+			}
+		}
+		fmt.Fprintln(a.out, "(--dry-run: nothing was done.)")
+		return nil
+	}
+	unlock, err := lockWithoutDrill(a, d)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if !o.yes {
+		ok, err := goOn(a, in, fmt.Sprintf("cluster.yaml will say %s, and every node's Kubernetes binaries change, one node at a time.", o.to), "upgrade")
+		if !ok || err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(a.out, "Checking that cluster %s is healthy…\n", c.Name)
+	if _, problems := denv.Preflight(ctx); len(problems) > 0 {
+		return fmt.Errorf("cluster %s is not healthy, so its nodes cannot change one at a time while it serves:\n  - %s\nfix it first (khw status, khw up)", c.Name, strings.Join(problems, "\n  - "))
+	}
+	if err := denv.PrepareWorkload(ctx, a.out); err != nil {
+		return err
+	}
+	if rec == nil {
+		rec = &upgrade.Record{From: "v" + oldest.String(), To: o.to, StartedAt: time.Now()}
+		if err := upgrade.SaveRecord(d, *rec); err != nil {
+			return err
+		}
+		if err := config.SetVersion(d.ConfigPath(), "kubernetes", o.to); err != nil {
+			_ = upgrade.ClearRecord(d)
+			return err
+		}
+		fmt.Fprintf(a.out, "cluster.yaml: versions.kubernetes %s → %s (until the upgrade ends, khw up refuses to run: khw upgrade --to %s goes on)\n", c.Versions.Kubernetes, o.to, o.to)
+	} else {
+		fmt.Fprintf(a.out, "Going on with the upgrade from %s to %s started %s.\n", rec.From, rec.To, rec.StartedAt.Local().Format("2006-01-02 15:04"))
+	}
+	w, err := drill.StartWatch(drill.OperationsOf(d), denv.Prober, a.out, c.Name, "upgrade", "khw upgrade --to "+o.to)
+	if err != nil {
+		return err
+	}
+	upSteps := lab.Steps(m, &target)
+	runner := steps.NewRunner(tenv, a.out)
+	for _, id := range afterUpgrade {
+		s, err := steps.Lookup(upSteps, id)
+		if err != nil {
+			return err
+		}
+		all = append(all, s)
+	}
+	var opErr error
+	for i, s := range all {
+		if ctx.Err() != nil {
+			opErr = fmt.Errorf("interrupted before %s", s.ID())
+			break
+		}
+		fmt.Fprintf(a.out, "\n[%d/%d] %s  %s\n", i+1, len(all), s.ID(), s.Title())
+		opErr = w.Step(s.ID(), func() error {
+			_, err := runner.Run(ctx, []steps.Step{s}, steps.Options{})
+			return err
+		})
+		if opErr != nil {
+			break
+		}
+	}
+	if opErr == nil {
+		opErr = w.Step("every apiserver and kubelet at "+o.to, func() error {
+			now, err := upgrade.Observe(ctx, m, tenv)
+			if err != nil {
+				return err
+			}
+			if !allAt(now, o.to) {
+				return fmt.Errorf("not every component reports %s: apiservers %v, kubelets %v", o.to, now.APIServers, now.Kubelets)
+			}
+			for name, v := range now.APIServers {
+				w.Fact("kube-apiserver on "+name, v)
+			}
+			return nil
+		})
+	}
+	if opErr == nil {
+		if err := upgrade.ClearRecord(d); err != nil {
+			opErr = err
+		}
+	} else {
+		opErr = fmt.Errorf("%w\nThe upgrade to %s is not finished: fix what is named above, then khw upgrade --to %s goes on where it stopped", opErr, o.to, o.to)
+	}
+	_, err = finishOperation(ctx, a, w, opErr)
+	return err
+}
+
+// allAt: every apiserver and every kubelet reports v.
+func allAt(r upgrade.Running, v string) bool {
+	for _, m := range []map[string]string{r.APIServers, r.Kubelets} {
+		for _, got := range m {
+			if got != v {
+				return false
+			}
+		}
+	}
+	return len(r.APIServers) > 0
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "- (no answer)"
+	}
+	return s
+}
