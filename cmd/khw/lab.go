@@ -170,6 +170,10 @@ func openLab(a *app, write bool) (*labEnv, error) {
 		if unlock, err = a.lock(d); err != nil {
 			return nil, err
 		}
+		if err := refuseDuringUpgrade(d); err != nil {
+			unlock()
+			return nil, err
+		}
 	}
 	env := steps.NewEnv(c, d)
 	access := cluster.ReadWrite

@@ -156,6 +156,9 @@ func runPKIRenew(parent context.Context, a *app, names []string, o renewOptions,
 		return err
 	}
 	defer unlock()
+	if err := refuseDuringUpgrade(d); err != nil {
+		return err
+	}
 	if !o.yes {
 		ok, err := goOn(a, in, "Each node that reads one of them gets it and has those services restarted, one node at a time.", "renew")
 		if !ok || err != nil {

@@ -11,7 +11,6 @@ import (
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/lab"
 	"github.com/khw-dev/khw/internal/lab/nodeplan"
-	"github.com/khw-dev/khw/internal/lab/upgrade"
 	"github.com/khw-dev/khw/internal/steps"
 )
 
@@ -36,10 +35,7 @@ func newUpCmd(a *app) *cobra.Command {
 					return err
 				}
 				defer unlock()
-				if rec, err := upgrade.LoadRecord(d); err != nil || rec != nil {
-					if err == nil {
-						err = upgrade.InProgressError(rec)
-					}
+				if err := refuseDuringUpgrade(d); err != nil {
 					return err
 				}
 			}

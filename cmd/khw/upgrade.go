@@ -19,6 +19,7 @@ import (
 	"github.com/khw-dev/khw/internal/lab/nodeplan"
 	"github.com/khw-dev/khw/internal/lab/upgrade"
 	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
 )
 
@@ -237,4 +238,15 @@ func orDash(s string) string {
 		return "- (no answer)"
 	}
 	return s
+}
+
+// refuseDuringUpgrade fails while an upgrade is under way in d: the
+// commands that run khw up's steps (up, lab, pki renew) would restart each
+// control plane's components together, out of the skew policy's order.
+func refuseDuringUpgrade(d state.Dir) error {
+	rec, err := upgrade.LoadRecord(d)
+	if err != nil || rec == nil {
+		return err
+	}
+	return upgrade.InProgressError(rec)
 }

@@ -29,6 +29,11 @@ func TestUpgradeUnderWay(t *testing.T) {
 	if code != 1 || !strings.Contains(e, "an upgrade from v1.36.3 to v1.37.2 is under way") || !strings.Contains(e, "khw upgrade --to v1.37.2") {
 		t.Errorf("up during an upgrade: exit %d, %q", code, e)
 	}
+	for _, args := range [][]string{{"lab", "run", "05", "--yes"}, {"lab", "reset", "10", "--yes"}, {"pki", "renew", "admin", "--yes"}} {
+		if _, e, code := run(t, base, args...); code != 1 || !strings.Contains(e, "is under way") {
+			t.Errorf("khw %s during an upgrade: exit %d, %q", strings.Join(args, " "), code, e)
+		}
+	}
 	if _, e, code := run(t, base, "up", "--dry-run"); strings.Contains(e, "under way") {
 		t.Errorf("up --dry-run during an upgrade was refused (exit %d): a dry run changes nothing", code)
 	}

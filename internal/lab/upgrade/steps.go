@@ -68,7 +68,9 @@ func Steps(m *nodeplan.Machines) []steps.Step {
 			return workers.NodesReady(ctx, m, env, workerNames(env.Cluster))
 		},
 		BeforeNode: func(ctx context.Context, env *steps.Env, n config.Node) error { return wk.drain(ctx, env, n.Name) },
-		AfterNode:  func(ctx context.Context, env *steps.Env, n config.Node) error { return wk.uncordon(ctx, env, n.Name) },
+		AfterNode: func(ctx context.Context, env *steps.Env, n config.Node) error {
+			return wk.uncordon(ctx, env, n.Name, "its Node is Ready with the new kubelet")
+		},
 		ExtraCommands: func(env *steps.Env) []steps.Command {
 			return []steps.Command{{Why: "before each worker's binaries: cordon it and evict its pods (DaemonSet pods stay); after its Node is Ready again: uncordon it",
 				Shell: "kubectl drain w1 --ignore-daemonsets --delete-emptydir-data\n# … install and restart kubelet and kube-proxy on w1, wait for Ready …\nkubectl uncordon w1"}}
@@ -160,7 +162,7 @@ func (s *workerStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.Di
 		return err
 	}
 	for _, n := range left {
-		if err := s.uncordon(ctx, env, n); err != nil {
+		if err := s.uncordon(ctx, env, n, "cordoned by a khw upgrade that stopped before it was done; drained again if it still needs the new binaries"); err != nil {
 			return steps.OnNode(n, err)
 		}
 	}
@@ -201,11 +203,11 @@ func (s *workerStep) drain(ctx context.Context, env *steps.Env, node string) err
 	return dc.drain(ctx, node, func(line string) { env.Notef("%s: %s", node, line) })
 }
 
-func (s *workerStep) uncordon(ctx context.Context, env *steps.Env, node string) error {
+func (s *workerStep) uncordon(ctx context.Context, env *steps.Env, node, why string) error {
 	dc, err := s.client(env)
 	if err != nil {
 		return err
 	}
-	env.Notef("%s: uncordon (its Node is Ready with the new kubelet)", node)
+	env.Notef("%s: uncordon (%s)", node, why)
 	return dc.uncordon(ctx, node)
 }
