@@ -168,6 +168,18 @@ func lockWithoutDrill(a *app, d state.Dir) (unlock func(), err error) {
 	return unlock, nil
 }
 
+// readyToRoll is the start of an operation that changes nodes one at a
+// time while the cluster serves (khw pki renew, khw upgrade): the
+// cluster must pass the drill's preflight, and the probe workload is made
+// ready for the prober. fix says how to mend an unhealthy cluster.
+func readyToRoll(ctx context.Context, a *app, denv *drill.Env, c *config.Cluster, fix string) error {
+	fmt.Fprintf(a.out, "Checking that cluster %s is healthy…\n", c.Name)
+	if _, problems := denv.Preflight(ctx); len(problems) > 0 {
+		return fmt.Errorf("cluster %s is not healthy, so its nodes cannot change one at a time while it serves:\n  - %s\nfix it first (%s)", c.Name, strings.Join(problems, "\n  - "), fix)
+	}
+	return denv.PrepareWorkload(ctx, a.out)
+}
+
 // goOn asks what (a sentence) and "Go on? [y/N]" on in; true for y or
 // yes. Any other answer prints "Nothing done."; a closed stdin without an
 // answer is a usage error naming --yes, the flag that does verb without

@@ -206,11 +206,7 @@ func renewCerts(parent context.Context, a *app, d state.Dir, c *config.Cluster, 
 	defer denv.S.Close()
 	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	fmt.Fprintf(a.out, "Checking that cluster %s is healthy…\n", c.Name)
-	if _, problems := denv.Preflight(ctx); len(problems) > 0 {
-		return fmt.Errorf("cluster %s is not healthy, so the nodes cannot change one at a time while it serves:\n  - %s\nfix it first (khw status, khw up; khw up also reissues expired certs)", c.Name, strings.Join(problems, "\n  - "))
-	}
-	if err := denv.PrepareWorkload(ctx, a.out); err != nil {
+	if err := readyToRoll(ctx, a, denv, c, "khw status, khw up; khw up also reissues expired certs"); err != nil {
 		return err
 	}
 	cmdline := "khw pki renew "

@@ -147,11 +147,7 @@ func runUpgrade(parent context.Context, a *app, o upgradeOptions, in io.Reader) 
 			return err
 		}
 	}
-	fmt.Fprintf(a.out, "Checking that cluster %s is healthy…\n", c.Name)
-	if _, problems := denv.Preflight(ctx); len(problems) > 0 {
-		return fmt.Errorf("cluster %s is not healthy, so its nodes cannot change one at a time while it serves:\n  - %s\nfix it first (khw status, khw up)", c.Name, strings.Join(problems, "\n  - "))
-	}
-	if err := denv.PrepareWorkload(ctx, a.out); err != nil {
+	if err := readyToRoll(ctx, a, denv, c, "khw status, khw up"); err != nil {
 		return err
 	}
 	if rec == nil {

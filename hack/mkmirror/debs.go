@@ -335,24 +335,9 @@ func keptEntries(dir string, fresh map[string]bool) []components.MirrorEntry {
 		if fresh[e.Path] || (e.URL == "" && e.Image == "") {
 			continue
 		}
-		if sum, n, err := fileSum(filepath.Join(dir, filepath.FromSlash(e.Path))); err == nil && sum == e.SHA256 && n == e.Size {
+		if sum, n, err := components.HashFile(filepath.Join(dir, filepath.FromSlash(e.Path))); err == nil && sum == e.SHA256 && n == e.Size {
 			out = append(out, e)
 		}
 	}
 	return out
-}
-
-// fileSum is the hex SHA-256 and size of the file at p, read as a stream.
-func fileSum(p string) (string, int64, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, err
-	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
 }

@@ -311,6 +311,10 @@ func (c *cache) store(tmp, sum string) (string, error) {
 	return dst, nil
 }
 
+// HashFile returns the hex SHA-256 and the size of the file at p, read
+// as a stream.
+func HashFile(p string) (string, int64, error) { return hashFile(p) }
+
 // hashFile returns the hex SHA-256 and the size of the file at p.
 func hashFile(p string) (string, int64, error) {
 	f, err := os.Open(p)
