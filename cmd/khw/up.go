@@ -11,6 +11,7 @@ import (
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/lab"
 	"github.com/khw-dev/khw/internal/lab/nodeplan"
+	"github.com/khw-dev/khw/internal/lab/upgrade"
 	"github.com/khw-dev/khw/internal/steps"
 )
 
@@ -119,6 +120,14 @@ func newDownCmd(a *app) *cobra.Command {
 			}
 			if len(removed) == 0 {
 				fmt.Fprintf(a.out, "cluster %s: nothing to remove\n", c.Name)
+			}
+			// An upgrade under way ends with its nodes: the next khw up
+			// builds them at the version cluster.yaml names.
+			if rec, err := upgrade.LoadRecord(d); err == nil && rec != nil {
+				if err := upgrade.ClearRecord(d); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.out, "removed %s (the upgrade to %s ended with the nodes; cluster.yaml says %s)\n", upgrade.RecordPath(d), rec.To, c.Versions.Kubernetes)
 			}
 			return nil
 		},

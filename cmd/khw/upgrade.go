@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -32,8 +33,8 @@ var upgradeBinaries = []string{"kube-apiserver", "kube-controller-manager", "kub
 var afterUpgrade = []string{labid.ControlPlane, labid.Workers, labid.TLSBootstrap, labid.Smoke}
 
 type upgradeOptions struct {
-	to          string
-	yes, dryRun bool
+	to                   string
+	yes, dryRun, abandon bool
 }
 
 func newUpgradeCmd(a *app) *cobra.Command {
@@ -47,6 +48,12 @@ func newUpgradeCmd(a *app) *cobra.Command {
   khw report open                      # the upgrade's report, drawn`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.abandon {
+				if o.to != "" || o.dryRun {
+					return usagef("--abandon takes no --to or --dry-run")
+				}
+				return abandonUpgrade(a)
+			}
 			if o.to == "" {
 				return usagef("give the version to upgrade to with --to, e.g. --to v1.37.2")
 			}
@@ -57,6 +64,7 @@ func newUpgradeCmd(a *app) *cobra.Command {
 	f.StringVar(&o.to, "to", "", "the Kubernetes release to upgrade to (vX.Y.Z: a patch of the running minor, or the next minor)")
 	f.BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
 	f.BoolVar(&o.dryRun, "dry-run", false, "say what runs now, what would change and in which order, change nothing")
+	f.BoolVar(&o.abandon, "abandon", false, "give up an upgrade that cannot finish: cluster.yaml names the version it came from again, and khw up puts that version back on the nodes that got the new one")
 	return cmd
 }
 
@@ -96,11 +104,14 @@ func runUpgrade(parent context.Context, a *app, o upgradeOptions, in io.Reader) 
 	}
 	oldest, err := upgrade.Check(running, o.to)
 	var se *upgrade.SkewError
-	if errors.As(err, &se) {
+	var te *upgrade.TargetError
+	switch {
+	case errors.As(err, &se):
 		return usageError{fmt.Errorf("%w\nsee %s", err, upgrade.PolicyURL)}
-	}
-	if err != nil {
+	case errors.As(err, &te):
 		return usageError{err}
+	case err != nil:
+		return err
 	}
 	fmt.Fprintf(a.out, "Cluster %s runs:\n", c.Name)
 	for _, n := range c.ControlPlanes() {
@@ -117,7 +128,11 @@ func runUpgrade(parent context.Context, a *app, o upgradeOptions, in io.Reader) 
 	}
 	fmt.Fprintf(a.out, "\nFetching the %s binaries (each checked against its digest)…\n", o.to)
 	if err := m.FetchBinaries(ctx, tenv, upgradeBinaries...); err != nil {
-		return fmt.Errorf("the binaries of %s: %w\n(the mirror must carry them: hack/build-mirror.sh --config with versions.kubernetes: %s builds them)", o.to, err, o.to)
+		err = fmt.Errorf("the binaries of %s: %w\n(with a mirror: copy cluster.yaml, set versions.kubernetes: %s in the copy, run hack/build-mirror.sh --config COPY --only kubernetes, then pin the mirror again: KHW_MIRROR_DIGEST=$(hack/mirror-pin.sh MIRROR))", o.to, err, o.to)
+		if !o.dryRun {
+			return err
+		}
+		fmt.Fprintf(a.out, "  (the upgrade would stop here: %v)\n", err)
 	}
 	fmt.Fprintf(a.out, "\nUpgrade to %s, in the order of the version-skew policy (%s):\n", o.to, upgrade.PolicyURL)
 	all := upgrade.Steps(m)
@@ -126,12 +141,9 @@ func runUpgrade(parent context.Context, a *app, o upgradeOptions, in io.Reader) 
 	}
 	fmt.Fprintf(a.out, "  then khw up's %s check the result, and the smoke tests run again.\n", strings.Join(afterUpgrade[:len(afterUpgrade)-1], ", "))
 	if o.dryRun {
-		fmt.Fprintln(a.out, "\nBy hand, on each node in that order:")
-		for _, s := range all {
-			fmt.Fprintf(a.out, "\n# %s\n", s.ID())
-			for _, cmd := range s.Commands(tenv, nil) {
-				fmt.Fprintln(a.out, indent(cmd.String(), "  "))
-			}
+		fmt.Fprintln(a.out, "\nBy hand, one node at a time in that order (in khw shell):")
+		for _, cmd := range upgrade.ByHand(c, o.to, filepath.Join(d.Root, "downloads", o.to), nodeplan.AdminKubeconfig(tenv)) {
+			fmt.Fprintln(a.out, indent(cmd.String(), "  "))
 		}
 		fmt.Fprintln(a.out, "(--dry-run: nothing was done.)")
 		return nil
@@ -147,8 +159,21 @@ func runUpgrade(parent context.Context, a *app, o upgradeOptions, in io.Reader) 
 			return err
 		}
 	}
-	if err := readyToRoll(ctx, a, denv, c, "khw status, khw up"); err != nil {
-		return err
+	if rec == nil {
+		if err := readyToRoll(ctx, a, denv, c, "khw status, khw up"); err != nil {
+			return err
+		}
+	} else {
+		// Going on: a node this upgrade changed may be what is unhealthy;
+		// the steps change no node while the cluster is unhealthy, and say
+		// which node they wait for.
+		fmt.Fprintf(a.out, "Checking cluster %s…\n", c.Name)
+		if _, problems := denv.Preflight(ctx); len(problems) > 0 {
+			fmt.Fprintf(a.out, "  not healthy (going on; the steps change no node until it is, or khw upgrade --abandon goes back to %s):\n  - %s\n", rec.From, strings.Join(problems, "\n  - "))
+		}
+		if err := denv.PrepareWorkload(ctx, a.out); err != nil {
+			return err
+		}
 	}
 	if rec == nil {
 		rec = &upgrade.Record{From: "v" + oldest.String(), To: o.to, StartedAt: time.Now()}
@@ -162,6 +187,12 @@ func runUpgrade(parent context.Context, a *app, o upgradeOptions, in io.Reader) 
 		fmt.Fprintf(a.out, "cluster.yaml: versions.kubernetes %s → %s (until the upgrade ends, khw up refuses to run: khw upgrade --to %s goes on)\n", c.Versions.Kubernetes, o.to, o.to)
 	} else {
 		fmt.Fprintf(a.out, "Going on with the upgrade from %s to %s started %s.\n", rec.From, rec.To, rec.StartedAt.Local().Format("2006-01-02 15:04"))
+		if c.Versions.Kubernetes != rec.To { // stopped between the record and cluster.yaml
+			if err := config.SetVersion(d.ConfigPath(), "kubernetes", rec.To); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.out, "cluster.yaml: versions.kubernetes %s → %s\n", c.Versions.Kubernetes, rec.To)
+		}
 	}
 	w, err := drill.StartWatch(drill.OperationsOf(d), denv.Prober, a.out, c.Name, "upgrade", "khw upgrade --to "+o.to)
 	if err != nil {
@@ -211,7 +242,7 @@ func runUpgrade(parent context.Context, a *app, o upgradeOptions, in io.Reader) 
 			opErr = err
 		}
 	} else {
-		opErr = fmt.Errorf("%w\nThe upgrade to %s is not finished: fix what is named above, then khw upgrade --to %s goes on where it stopped", opErr, o.to, o.to)
+		opErr = fmt.Errorf("%w\nThe upgrade to %s is not finished: fix what is named above, then khw upgrade --to %s goes on where it stopped (or khw upgrade --abandon goes back to %s)", opErr, o.to, o.to, rec.From)
 	}
 	_, err = finishOperation(ctx, a, w, opErr)
 	return err
@@ -245,4 +276,37 @@ func refuseDuringUpgrade(d state.Dir) error {
 		return err
 	}
 	return upgrade.InProgressError(rec)
+}
+
+// abandonUpgrade ends the upgrade under way without finishing it:
+// versions.kubernetes goes back to the record's From and the record is
+// removed, so that khw up runs again and puts From's binaries back on the
+// nodes that got To's (within one minor version, as the apiservers of an
+// HA cluster may differ while an upgrade runs).
+func abandonUpgrade(a *app) error {
+	d, _, err := a.load()
+	if err != nil {
+		return err
+	}
+	unlock, err := a.lock(d)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	rec, err := upgrade.LoadRecord(d)
+	if err != nil {
+		return err
+	}
+	if rec == nil {
+		fmt.Fprintln(a.out, "No upgrade is under way: nothing to abandon.")
+		return nil
+	}
+	if err := config.SetVersion(d.ConfigPath(), "kubernetes", rec.From); err != nil {
+		return err
+	}
+	if err := upgrade.ClearRecord(d); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.out, "Abandoned the upgrade from %s to %s: cluster.yaml says versions.kubernetes: %s again.\nkhw up puts %s back on the nodes that got %s (khw up --dry-run shows which), one node at a time while the cluster serves.\n", rec.From, rec.To, rec.From, rec.From, rec.To)
+	return nil
 }

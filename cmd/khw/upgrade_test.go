@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/lab/upgrade"
 	"github.com/khw-dev/khw/internal/state"
 )
@@ -40,5 +41,26 @@ func TestUpgradeUnderWay(t *testing.T) {
 	_, e, code = run(t, base, "upgrade", "--to", "v1.38.0")
 	if code != 2 || !strings.Contains(e, "finish it first with khw upgrade --to v1.37.2") {
 		t.Errorf("upgrade to another version during an upgrade: exit %d, %q", code, e)
+	}
+	if _, _, code := run(t, base, "upgrade", "--abandon", "--to", "v1.37.2"); code != 2 {
+		t.Errorf("--abandon with --to: exit %d", code)
+	}
+	// --abandon: cluster.yaml names the old version again, the record goes,
+	// khw up no longer refuses for it.
+	if err := config.SetVersion(d.ConfigPath(), "kubernetes", "v1.37.2"); err != nil {
+		t.Fatal(err)
+	}
+	out, e, code := run(t, base, "upgrade", "--abandon")
+	if code != 0 || !strings.Contains(out, "cluster.yaml says versions.kubernetes: v1.36.3 again") {
+		t.Fatalf("--abandon: exit %d, %q %q", code, out, e)
+	}
+	if c, _, err := config.Load(d.ConfigPath()); err != nil || c.Versions.Kubernetes != "v1.36.3" {
+		t.Errorf("after --abandon cluster.yaml: %v, %v", c, err)
+	}
+	if rec, err := upgrade.LoadRecord(d); rec != nil || err != nil {
+		t.Errorf("after --abandon the record is %+v, %v", rec, err)
+	}
+	if out, _, code := run(t, base, "upgrade", "--abandon"); code != 0 || !strings.Contains(out, "No upgrade is under way") {
+		t.Errorf("--abandon again: exit %d, %q", code, out)
 	}
 }

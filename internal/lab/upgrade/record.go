@@ -61,6 +61,6 @@ func ClearRecord(d state.Dir) error {
 
 // InProgressError is khw up refused during an upgrade.
 func InProgressError(r *Record) error {
-	return fmt.Errorf("an upgrade from %s to %s is under way (started %s): khw up's steps would restart each control plane's components together, out of the version-skew policy's order; finish it with khw upgrade --to %s",
-		r.From, r.To, r.StartedAt.Local().Format("2006-01-02 15:04"), r.To)
+	return fmt.Errorf("an upgrade from %s to %s is under way (started %s): khw up's steps would restart each control plane's components together, out of the version-skew policy's order; finish it with khw upgrade --to %s (or go back to %s with khw upgrade --abandon)",
+		r.From, r.To, r.StartedAt.Local().Format("2006-01-02 15:04"), r.To, r.From)
 }

@@ -24,6 +24,13 @@ type Running struct {
 	Kubelets map[string]string
 }
 
+// TargetError is a --to that is not a release version.
+type TargetError struct{ Target string }
+
+func (e *TargetError) Error() string {
+	return fmt.Sprintf("--to %q: give a Kubernetes release such as v1.37.2", e.Target)
+}
+
 // SkewError is an upgrade the version-skew policy does not allow; Rule
 // names the rule.
 type SkewError struct {
@@ -40,20 +47,22 @@ const PolicyURL = "https://kubernetes.io/releases/version-skew-policy/"
 //
 //   - target is a release version vX.Y.Z of the same major;
 //   - no kube-apiserver is newer than target (no downgrades);
-//   - "the newest and oldest kube-apiserver instances must be within one
-//     minor version": target is at most one minor above the oldest
-//     apiserver (one minor at a time);
+//   - kube-apiserver must "not skip minor versions when upgrading, even in
+//     single-instance clusters", and "the newest and oldest kube-apiserver
+//     instances must be within one minor version": target is at most one
+//     minor above the oldest apiserver;
 //   - "kubelet may be up to three minor versions older than
 //     kube-apiserver": every kubelet is at least target − 3 minors, and
 //     none is newer than the oldest apiserver.
 //
 // A cluster where some instances already run target (an upgrade cut
 // short) passes when the rest do. It returns the oldest apiserver's
-// version. Errors: a version that does not parse, *SkewError.
+// version. Errors: *TargetError, a reported version that does not parse,
+// no apiserver answered, *SkewError.
 func Check(r Running, target string) (*version.Version, error) {
 	to, err := version.ParseSemantic(strings.TrimPrefix(target, "v"))
 	if err != nil || !strings.HasPrefix(target, "v") || to.PreRelease() != "" || to.BuildMetadata() != "" {
-		return nil, fmt.Errorf("--to %q: give a Kubernetes release such as v1.37.2", target)
+		return nil, &TargetError{target}
 	}
 	if len(r.APIServers) == 0 {
 		return nil, fmt.Errorf("no kube-apiserver answered /version: the cluster must be serving to be upgraded (khw status)")
@@ -73,7 +82,7 @@ func Check(r Running, target string) (*version.Version, error) {
 			return nil, err
 		}
 		if v.Major() != to.Major() {
-			return nil, &SkewError{"one major version", fmt.Sprintf("kube-apiserver on %s runs %s: khw upgrades within major version %d only", node, r.APIServers[node], to.Major())}
+			return nil, &SkewError{"one major version", fmt.Sprintf("kube-apiserver on %s runs %s: khw upgrades within major version %d only", node, r.APIServers[node], v.Major())}
 		}
 		if oldest == nil || v.LessThan(oldest) {
 			oldest, oldestAt = v, node
@@ -83,7 +92,7 @@ func Check(r Running, target string) (*version.Version, error) {
 		}
 	}
 	if to.Minor() > oldest.Minor()+1 {
-		return nil, &SkewError{"kube-apiserver instances within one minor version", fmt.Sprintf("kube-apiserver on %s runs %s: upgrade one minor version at a time, first to v%d.%d.x", oldestAt, r.APIServers[oldestAt], to.Major(), oldest.Minor()+1)}
+		return nil, &SkewError{"kube-apiserver must not skip minor versions, and HA instances stay within one minor version", fmt.Sprintf("kube-apiserver on %s runs %s: upgrade one minor version at a time, first to v%d.%d.x", oldestAt, r.APIServers[oldestAt], to.Major(), oldest.Minor()+1)}
 	}
 	for _, node := range sortedKeys(r.Kubelets) {
 		v, err := parse("kubelet", node, r.Kubelets[node])

@@ -40,7 +40,7 @@ func TestCheckSkew(t *testing.T) {
 		{"patch downgrade", Running{cps("v1.37.2"), nil}, "v1.37.0", "", "not downgrades", true},
 		{"kubelet four minors older", Running{cps("v1.36.3"), kls("v1.33.4")}, "v1.37.2", "", "the kubelet on w1 runs v1.33.4, more than three minor versions older", true},
 		{"kubelet newer than apiserver", Running{cps("v1.36.3"), kls("v1.37.0")}, "v1.37.2", "", "newer than kube-apiserver on cp1", true},
-		{"other major", Running{cps("v1.36.3"), nil}, "v2.0.0", "", "within major version 2 only", true},
+		{"other major", Running{cps("v1.36.3"), nil}, "v2.0.0", "", "within major version 1 only", true},
 		{"no v", Running{cps("v1.36.3"), nil}, "1.37.2", "", `--to "1.37.2": give a Kubernetes release such as v1.37.2`, false},
 		{"pre-release", Running{cps("v1.36.3"), nil}, "v1.37.0-rc.1", "", "give a Kubernetes release", false},
 		{"no apiserver", Running{nil, nil}, "v1.37.2", "", "no kube-apiserver answered /version", false},

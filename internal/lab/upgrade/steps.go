@@ -6,12 +6,15 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/health"
 	"github.com/khw-dev/khw/internal/kube"
 	"github.com/khw-dev/khw/internal/lab/nodeplan"
 	"github.com/khw-dev/khw/internal/lab/workers"
 	"github.com/khw-dev/khw/internal/steps"
+	"github.com/khw-dev/khw/internal/vm"
 )
 
 // The upgrade's steps, in the order the version-skew policy's "supported
@@ -65,7 +68,11 @@ func Steps(m *nodeplan.Machines) []steps.Step {
 				{Name: "kubelet.service", Deps: []string{"/usr/local/bin/kubelet"}},
 				{Name: "kube-proxy.service", Deps: []string{"/usr/local/bin/kube-proxy"}}}},
 		Health: func(ctx context.Context, env *steps.Env) ([]steps.Diff, error) {
-			return workers.NodesReady(ctx, m, env, workerNames(env.Cluster))
+			diffs, err := workers.NodesReady(ctx, m, env, workerNames(env.Cluster))
+			if err != nil || len(diffs) > 0 {
+				return diffs, err
+			}
+			return deploymentsAvailable(ctx, m, env)
 		},
 		BeforeNode: func(ctx context.Context, env *steps.Env, n config.Node) error { return wk.drain(ctx, env, n.Name) },
 		AfterNode: func(ctx context.Context, env *steps.Env, n config.Node) error {
@@ -183,7 +190,7 @@ func (s *workerStep) client(env *steps.Env) (*drainClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &drainClient{cs: cs}, nil
+	return &drainClient{cs: cs, timeout: vm.Scaled(s.m.Provider, DrainTimeout, 30*time.Minute)}, nil
 }
 
 func (s *workerStep) cordonedByKHW(ctx context.Context, env *steps.Env) ([]string, error) {
@@ -208,6 +215,44 @@ func (s *workerStep) uncordon(ctx context.Context, env *steps.Env, node, why str
 	if err != nil {
 		return err
 	}
-	env.Notef("%s: uncordon (%s)", node, why)
-	return dc.uncordon(ctx, node)
+	done, err := dc.uncordon(ctx, node)
+	if err == nil {
+		if done {
+			env.Notef("%s: uncordoned (%s)", node, why)
+		} else {
+			env.Notef("%s: left cordoned (it was cordoned before khw upgrade)", node)
+		}
+	}
+	return err
+}
+
+// deploymentsAvailable is one diff per Deployment with fewer available
+// replicas than it wants: the pods evicted from the worker drained last
+// must run again elsewhere before the next worker is drained (CoreDNS has
+// two replicas and no PodDisruptionBudget).
+func deploymentsAvailable(ctx context.Context, m *nodeplan.Machines, env *steps.Env) ([]steps.Diff, error) {
+	cfg, err := m.RestConfig(env, "")
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kube.Clientset(cfg)
+	if err != nil {
+		return nil, err
+	}
+	list, err := cs.AppsV1().Deployments("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list Deployments: %w", err)
+	}
+	var diffs []steps.Diff
+	for _, d := range list.Items {
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		if d.Status.AvailableReplicas < want {
+			diffs = append(diffs, steps.Diff{What: fmt.Sprintf("Deployment %s/%s has %d of %d replicas available", d.Namespace, d.Name, d.Status.AvailableReplicas, want),
+				Fix: "wait for its pods to start on the other workers; kubectl -n " + d.Namespace + " describe deployment " + d.Name})
+		}
+	}
+	return diffs, nil
 }
