@@ -50,7 +50,7 @@ func NewStep(m *nodeplan.Machines) steps.Step {
 		// The RBAC needs one apiserver to answer: wait for the first /readyz.
 		server := ""
 		if err := nodeplan.WaitHealthy(ctx, env, func(ctx context.Context, env *steps.Env) ([]steps.Diff, error) {
-			d, ready := readyzDiffs(ctx, m, env, true)
+			d, ready := ReadyzDiffs(ctx, m, env, true)
 			server = ready
 			return d, nil
 		}, nodeplan.ControlPlaneWait); err != nil {
@@ -84,7 +84,7 @@ func NewStep(m *nodeplan.Machines) steps.Step {
 // readyzDiffs returns one diff per control plane whose /readyz is not 200,
 // and the URL of a ready one ("" when none is). With any, one ready
 // apiserver is enough.
-func readyzDiffs(ctx context.Context, m *nodeplan.Machines, env *steps.Env, any bool) ([]steps.Diff, string) {
+func ReadyzDiffs(ctx context.Context, m *nodeplan.Machines, env *steps.Env, any bool) ([]steps.Diff, string) {
 	var diffs []steps.Diff
 	ready := ""
 	for _, r := range health.APIServers(ctx, m.Target(env), nodeplan.AdminKubeconfig(env)) {
@@ -112,10 +112,23 @@ func readyzDiffs(ctx context.Context, m *nodeplan.Machines, env *steps.Env, any 
 // controlPlaneDiffs: every apiserver ready, both Leases held and fresh, the
 // RBAC manifest applied as rendered.
 func controlPlaneDiffs(ctx context.Context, m *nodeplan.Machines, env *steps.Env) ([]steps.Diff, error) {
-	diffs, server := readyzDiffs(ctx, m, env, false)
+	diffs, server := ReadyzDiffs(ctx, m, env, false)
 	if server == "" {
 		return diffs, nil // no apiserver answers: nothing else can be read
 	}
+	diffs = append(diffs, LeaseDiffs(ctx, m, env, server)...)
+	rd, err := rbacDiffs(ctx, m, env, server)
+	if err != nil {
+		diffs = append(diffs, steps.Diff{What: "cannot check the apiserver-to-kubelet RBAC: " + err.Error()})
+	}
+	return append(diffs, rd...), nil
+}
+
+// LeaseDiffs is one diff per leader-election Lease (kube-controller-manager,
+// kube-scheduler) that is missing or not renewed within its duration, read
+// from the apiserver at server; a Lease that cannot be read is a diff too.
+func LeaseDiffs(ctx context.Context, m *nodeplan.Machines, env *steps.Env, server string) []steps.Diff {
+	var diffs []steps.Diff
 	leases, err := health.LeasesFrom(ctx, m.Target(env), nodeplan.AdminKubeconfig(env), server)
 	if err != nil {
 		diffs = append(diffs, steps.Diff{What: "cannot read the leader-election Leases: " + err.Error()})
@@ -128,11 +141,7 @@ func controlPlaneDiffs(ctx context.Context, m *nodeplan.Machines, env *steps.Env
 			diffs = append(diffs, steps.Diff{What: fmt.Sprintf("Lease kube-system/%s held by %s was last renewed %s ago", l.Name, l.HolderNode, time.Since(l.RenewTime).Round(time.Second)), Fix: "wait for another " + l.Name + " to take over"})
 		}
 	}
-	rd, err := rbacDiffs(ctx, m, env, server)
-	if err != nil {
-		diffs = append(diffs, steps.Diff{What: "cannot check the apiserver-to-kubelet RBAC: " + err.Error()})
-	}
-	return append(diffs, rd...), nil
+	return diffs
 }
 
 // rbacDiffs is manifestDiffs of the apiserver-to-kubelet RBAC.

@@ -3,14 +3,13 @@ package upgrade
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/khw-dev/khw/internal/config"
-	"github.com/khw-dev/khw/internal/health"
 	"github.com/khw-dev/khw/internal/kube"
+	"github.com/khw-dev/khw/internal/lab/controlplane"
 	"github.com/khw-dev/khw/internal/lab/nodeplan"
 	"github.com/khw-dev/khw/internal/lab/workers"
 	"github.com/khw-dev/khw/internal/steps"
@@ -94,43 +93,22 @@ func workerNames(c *config.Cluster) []string {
 	return out
 }
 
-// apiserversReady is one diff per control plane whose /readyz is not ok.
+// apiserversReady is one diff per control plane whose /readyz is not ok
+// (05-control-plane's check).
 func apiserversReady(ctx context.Context, m *nodeplan.Machines, env *steps.Env) []steps.Diff {
-	var diffs []steps.Diff
-	lb, _ := env.Cluster.LB()
-	for _, r := range health.APIServers(ctx, m.Target(env), nodeplan.AdminKubeconfig(env)) {
-		if r.Target == lb.Name || r.OK {
-			continue
-		}
-		why := r.Err
-		if len(r.Failed) > 0 {
-			why = strings.Join(r.Failed, ", ")
-		}
-		diffs = append(diffs, steps.Diff{Node: r.Target, What: "kube-apiserver /readyz is not ok: " + why, Fix: "read journalctl -u kube-apiserver on " + r.Target})
-	}
+	diffs, _ := controlplane.ReadyzDiffs(ctx, m, env, false)
 	return diffs
 }
 
 // controllersHealthy: every apiserver ready, and the Leases of
-// kube-controller-manager and kube-scheduler held and renewed.
+// kube-controller-manager and kube-scheduler held and renewed (as
+// 05-control-plane checks them).
 func controllersHealthy(ctx context.Context, m *nodeplan.Machines, env *steps.Env) ([]steps.Diff, error) {
-	diffs := apiserversReady(ctx, m, env)
-	if len(diffs) > 0 {
+	diffs, server := controlplane.ReadyzDiffs(ctx, m, env, false)
+	if len(diffs) > 0 || server == "" {
 		return diffs, nil
 	}
-	leases, err := health.LeasesFrom(ctx, m.Target(env), nodeplan.AdminKubeconfig(env), "")
-	if err != nil {
-		return []steps.Diff{{What: "cannot read the leader-election Leases: " + err.Error()}}, nil
-	}
-	for _, l := range leases {
-		switch {
-		case !l.Found:
-			diffs = append(diffs, steps.Diff{What: "Lease kube-system/" + l.Name + " does not exist", Fix: "read journalctl -u " + l.Name + " on the control planes"})
-		case !l.Fresh:
-			diffs = append(diffs, steps.Diff{What: fmt.Sprintf("Lease kube-system/%s held by %s was last renewed %s ago", l.Name, l.HolderNode, time.Since(l.RenewTime).Round(time.Second)), Fix: "wait for another " + l.Name + " to take over"})
-		}
-	}
-	return diffs, nil
+	return controlplane.LeaseDiffs(ctx, m, env, server), nil
 }
 
 // workerStep is upgrade-workers: the rolling ComponentStep, plus the
