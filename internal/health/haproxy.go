@@ -34,7 +34,13 @@ type HAProxyServer struct {
 	// Check is the last health check's result (check_status, e.g. L7OK,
 	// L4CON, L7STS, L6TOUT, with check_code when there is one, e.g. "L7STS
 	// 401") and LastCheck its text (last_chk, e.g. "Connection refused").
+	// A check_code of 0 is no HTTP status (HAProxy shows it while a check
+	// runs) and is left out.
 	Check, LastCheck string
+	// CheckRunning is true when a check was under way as the page was read:
+	// HAProxy then prefixes check_status with "* " (management guide,
+	// column 36), and Check is the last finished check's result.
+	CheckRunning bool
 	// Sessions is how many connections the server got since HAProxy
 	// started (stot).
 	Sessions int64
@@ -85,7 +91,10 @@ func ParseHAProxyStats(data []byte) ([]HAProxyServer, error) {
 		}
 		s := HAProxyServer{Backend: get("pxname"), Name: get("svname"), Addr: get("addr"), Status: get("status"),
 			Backup: get("bck") == "1", Check: get("check_status"), LastCheck: get("last_chk")}
-		if code := get("check_code"); code != "" && s.Check != "" {
+		if rest, ok := strings.CutPrefix(s.Check, "* "); ok {
+			s.Check, s.CheckRunning = rest, true
+		}
+		if code := get("check_code"); code != "" && code != "0" && s.Check != "" {
 			s.Check += " " + code
 		}
 		s.Sessions, _ = strconv.ParseInt(get("stot"), 10, 64)

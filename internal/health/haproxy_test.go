@@ -20,6 +20,7 @@ const statsCSV = "# pxname,svname,stot,status,bck,check_status,check_code,last_c
 	"kube-apiservers,cp1,5,UP,0,L7OK,200,OK,192.168.122.11:6443\n" +
 	"kube-apiservers,cp2,3,DOWN,0,L4CON,,Connection refused,192.168.122.12:6444\n" +
 	"kube-apiservers,cp3,4,DOWN 1/2,0,L7OK,200,OK,192.168.122.13:6443\n" +
+	"kube-apiservers,cp4,0,DOWN,0,* L7STS,0,HTTP status check returned code <3C>401<3E>,192.168.122.14:6443\n" +
 	"kube-apiservers,cp1-last-resort,0,no check,1,,,,192.168.122.11:6443\n" +
 	"kube-apiservers,BACKEND,12,UP,,,,,\n"
 
@@ -36,13 +37,17 @@ func TestParseHAProxyStats(t *testing.T) {
 		"kube-apiservers|cp1|192.168.122.11:6443|UP|L7OK 200|OK",
 		"kube-apiservers|cp2|192.168.122.12:6444|DOWN|L4CON|Connection refused",
 		"kube-apiservers|cp3|192.168.122.13:6443|DOWN 1/2|L7OK 200|OK",
+		"kube-apiservers|cp4|192.168.122.14:6443|DOWN|L7STS|HTTP status check returned code <3C>401<3E>",
 		"kube-apiservers|cp1-last-resort|192.168.122.11:6443|no check||",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("servers:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if servers[0].Sessions != 5 || !servers[0].Up() || servers[1].Up() || servers[2].Up() || servers[3].Up() || !servers[3].Backup {
+	if servers[0].Sessions != 5 || !servers[0].Up() || servers[1].Up() || servers[2].Up() || servers[3].Up() || servers[4].Up() || !servers[4].Backup {
 		t.Errorf("Sessions/Up/Backup wrong: %+v", servers)
+	}
+	if servers[2].CheckRunning || !servers[3].CheckRunning {
+		t.Errorf("CheckRunning: cp3 %v, cp4 %v; want false, true", servers[2].CheckRunning, servers[3].CheckRunning)
 	}
 	if _, err := ParseHAProxyStats([]byte("# a,b\n1,2\n")); err == nil || !strings.Contains(err.Error(), "lacks") {
 		t.Errorf("bad header: err = %v", err)

@@ -50,6 +50,17 @@ func TestHAProxyViewNamesWhyAServerIsOut(t *testing.T) {
 	if m := h.mistake(out[0]); m.Node != "cp2" || m.Lab != labid.ControlPlane || !strings.Contains(m.What, "AlwaysAllow alone, which turns it off") {
 		t.Errorf("401 is blamed on the apiserver's anonymous authentication: %+v", m)
 	}
+	if h.checkRunning(cps) {
+		t.Error("checkRunning with no check under way")
+	}
+	h.servers[1].CheckRunning = true // its last result is shown without a code: read again
+	if !h.checkRunning(cps) {
+		t.Error("checkRunning false while cp2's check runs")
+	}
+	h.servers[0].CheckRunning, h.servers[1].CheckRunning = true, false // cp1 is in rotation: nothing to wait for
+	if h.checkRunning(cps) {
+		t.Error("checkRunning waits for a server in rotation")
+	}
 	h.servers[1].Status = "DOWN 1/2" // passed one check of rise 2: coming back
 	if out := h.outOfRotation(cps); names(out) != "cp3" {
 		t.Errorf("with cp2 coming back: %s, want cp3", names(out))
