@@ -13,7 +13,7 @@ import (
 )
 
 func newInitCmd(a *app) *cobra.Command {
-	var name, arch, provider string
+	var name, arch, provider, kubeVersion string
 	var force bool
 	cmd := &cobra.Command{
 		Use:   "init",
@@ -21,7 +21,8 @@ func newInitCmd(a *app) *cobra.Command {
 		Long:  help("init"),
 		Example: `  khw init                                  # cluster "khw", this host's arch, libvirt
   khw init --name lab --arch amd64 --provider nspawn
-  khw init --force                          # start over from the defaults`,
+  khw init --force                          # start over from the defaults
+  khw init --kubernetes-version ` + config.PreviousKubernetes + `      # a cluster to upgrade (khw lab 15)`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if a.cluster != "" && cmd.Flags().Changed("name") && a.cluster != name {
@@ -45,8 +46,14 @@ func newInitCmd(a *app) *cobra.Command {
 				return usagef("--provider %q: use libvirt (VMs) or nspawn (system containers)", provider)
 			}
 			c := config.Default(name, arch, provider)
+			if kubeVersion != "" {
+				c.Versions.Kubernetes = kubeVersion
+			}
 			warns, err := c.Validate()
 			if err != nil {
+				if kubeVersion != "" {
+					return usagef("--kubernetes-version: %v", err)
+				}
 				return err
 			}
 			for _, w := range warns {
@@ -91,6 +98,7 @@ func newInitCmd(a *app) *cobra.Command {
 	f.StringVar(&arch, "arch", hostArch(), "node CPU architecture, arm64 or amd64; the default is this host's")
 	f.StringVar(&provider, "provider", config.ProviderLibvirt, "machine provider: libvirt or nspawn")
 	f.BoolVar(&force, "force", false, "overwrite an existing cluster.yaml")
+	f.StringVar(&kubeVersion, "kubernetes-version", "", "the Kubernetes release to install (versions.kubernetes), e.g. "+config.PreviousKubernetes+" to upgrade later (khw lab 15); the default is "+config.DefaultVersions.Kubernetes+", the release khw is made for")
 	cmd.RegisterFlagCompletionFunc("arch", fixedCompletions(config.ArchARM64, config.ArchAMD64))
 	cmd.RegisterFlagCompletionFunc("provider", fixedCompletions(config.ProviderLibvirt, config.ProviderNspawn))
 	return cmd

@@ -14,6 +14,7 @@ import (
 	"github.com/khw-dev/khw/internal/lab"
 	"github.com/khw-dev/khw/internal/lab/certrenew"
 	"github.com/khw-dev/khw/internal/lab/etcdbackup"
+	"github.com/khw-dev/khw/internal/lab/upgrade"
 	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/steps"
 )
@@ -34,6 +35,13 @@ func operate(ctx context.Context, a *app, e *labEnv, l lab.Lab) error {
 		names := certrenew.Renewed(e.c)
 		fmt.Fprintf(a.out, "── khw pki renew %s (by hand: khw lab 14 --by-hand)\n", strings.Join(append(slices.Clone(names), serving...), " "))
 		return renewCerts(ctx, a, e.d, e.c, names, serving, false, false)
+	case labid.Upgrade:
+		st, ok, err := upgrade.LoadStart(e.d)
+		if err != nil || !ok {
+			return fmt.Errorf("lab %s has no start record (%v): khw lab reset %s, then khw lab %s", l.ID, err, l.ID, l.ID)
+		}
+		fmt.Fprintf(a.out, "── khw upgrade --to %s (by hand: khw lab 15 --by-hand)\n", st.To)
+		return runUpgrade(ctx, a, upgradeOptions{to: st.To, yes: true, locked: true}, nil)
 	}
 	return fmt.Errorf("lab %s has no operation khw can run", l.ID)
 }

@@ -64,6 +64,11 @@ func newUpCmd(a *app) *cobra.Command {
 			defer s.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if !opts.DryRun {
+				if err := refuseReleaseChange(ctx, d, c, s); err != nil {
+					return err
+				}
+			}
 			rep, err := steps.NewRunner(env, a.out).Run(ctx, lab.Steps(nodeplan.New(s), c), opts)
 			if merr := lab.RecordRun(d, rep, opts.DryRun); merr != nil {
 				a.logf(1, "lab progress: %v", merr)

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	k8sversion "k8s.io/apimachinery/pkg/util/version"
 
+	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/lab"
@@ -24,9 +26,6 @@ import (
 	"github.com/khw-dev/khw/internal/steps"
 )
 
-// upgradeBinaries are the Kubernetes binaries an upgrade installs.
-var upgradeBinaries = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet", "kube-proxy"}
-
 // afterUpgrade are the steps of khw up run once the upgrade's own steps
 // passed: each must find the nodes as it wants them (the binaries of the
 // new version, every unit restarted since), and the smoke tests run again.
@@ -35,6 +34,8 @@ var afterUpgrade = []string{labid.ControlPlane, labid.Workers, labid.TLSBootstra
 type upgradeOptions struct {
 	to                   string
 	yes, dryRun, abandon bool
+	// locked: the caller holds the cluster's lock (khw lab 15).
+	locked bool
 }
 
 func newUpgradeCmd(a *app) *cobra.Command {
@@ -122,12 +123,12 @@ func runUpgrade(parent context.Context, a *app, o upgradeOptions, in io.Reader) 
 			fmt.Fprintf(a.out, "  kubelet on %-9s %s\n", n.Name, v)
 		}
 	}
-	if rec == nil && c.Versions.Kubernetes == o.to && allAt(running, o.to) {
+	if rec == nil && c.Versions.Kubernetes == o.to && upgrade.AllAt(running, o.to) {
 		fmt.Fprintf(a.out, "Every apiserver and kubelet already runs %s (cluster.yaml says so too): nothing to upgrade. khw up checks the rest.\n", o.to)
 		return nil
 	}
 	fmt.Fprintf(a.out, "\nFetching the %s binaries (each checked against its digest)…\n", o.to)
-	if err := m.FetchBinaries(ctx, tenv, upgradeBinaries...); err != nil {
+	if err := m.FetchBinaries(ctx, tenv, upgrade.Binaries...); err != nil {
 		err = fmt.Errorf("the binaries of %s: %w\n(with a mirror: copy cluster.yaml, set versions.kubernetes: %s in the copy, run hack/build-mirror.sh --config COPY --only kubernetes, then pin the mirror again: KHW_MIRROR_DIGEST=$(hack/mirror-pin.sh MIRROR))", o.to, err, o.to)
 		if !o.dryRun {
 			return err
@@ -142,17 +143,23 @@ func runUpgrade(parent context.Context, a *app, o upgradeOptions, in io.Reader) 
 	fmt.Fprintf(a.out, "  then khw up's %s check the result, and the smoke tests run again.\n", strings.Join(afterUpgrade[:len(afterUpgrade)-1], ", "))
 	if o.dryRun {
 		fmt.Fprintln(a.out, "\nBy hand, one node at a time in that order (in khw shell):")
-		for _, cmd := range upgrade.ByHand(c, o.to, filepath.Join(d.Root, "downloads", o.to), nodeplan.AdminKubeconfig(tenv)) {
+		cmds, err := upgrade.ByHand(c, o.to, filepath.Join(d.Root, "downloads", o.to), nodeplan.AdminKubeconfig(tenv))
+		if err != nil {
+			return err
+		}
+		for _, cmd := range cmds {
 			fmt.Fprintln(a.out, indent(cmd.String(), "  "))
 		}
 		fmt.Fprintln(a.out, "(--dry-run: nothing was done.)")
 		return nil
 	}
-	unlock, err := lockWithoutDrill(a, d)
-	if err != nil {
-		return err
+	if !o.locked {
+		unlock, err := lockWithoutDrill(a, d)
+		if err != nil {
+			return err
+		}
+		defer unlock()
 	}
-	defer unlock()
 	if !o.yes {
 		ok, err := goOn(a, in, fmt.Sprintf("cluster.yaml will say %s, and every node's Kubernetes binaries change, one node at a time.", o.to), "upgrade")
 		if !ok || err != nil {
@@ -228,7 +235,7 @@ func runUpgrade(parent context.Context, a *app, o upgradeOptions, in io.Reader) 
 			if err != nil {
 				return err
 			}
-			if !allAt(now, o.to) {
+			if !upgrade.AllAt(now, o.to) {
 				return fmt.Errorf("not every component reports %s: apiservers %v, kubelets %v", o.to, now.APIServers, now.Kubelets)
 			}
 			for name, v := range now.APIServers {
@@ -248,18 +255,6 @@ func runUpgrade(parent context.Context, a *app, o upgradeOptions, in io.Reader) 
 	return err
 }
 
-// allAt: every apiserver and every kubelet reports v.
-func allAt(r upgrade.Running, v string) bool {
-	for _, m := range []map[string]string{r.APIServers, r.Kubelets} {
-		for _, got := range m {
-			if got != v {
-				return false
-			}
-		}
-	}
-	return len(r.APIServers) > 0
-}
-
 func orDash(s string) string {
 	if s == "" {
 		return "- (no answer)"
@@ -276,6 +271,41 @@ func refuseDuringUpgrade(d state.Dir) error {
 		return err
 	}
 	return upgrade.InProgressError(rec)
+}
+
+// refuseReleaseChange fails when cluster.yaml names a newer Kubernetes
+// release than an apiserver of the built cluster runs and no upgrade is
+// under way (versions.kubernetes edited by hand): khw up would install it
+// node by node with every component of a node at once, out of the
+// version-skew policy's order (upgrade.PolicyURL), and skip no check of
+// it. An older release is khw upgrade --abandon's way back and goes on. A
+// cluster whose control plane was never built, or whose apiservers do not
+// answer within seconds, is not judged (khw up's own steps say why).
+func refuseReleaseChange(ctx context.Context, d state.Dir, c *config.Cluster, s *cluster.Session) error {
+	if prog, err := lab.LoadProgress(d); err != nil || prog[labid.ControlPlane].IsZero() {
+		return nil
+	}
+	want, err := k8sversion.ParseSemantic(c.Versions.Kubernetes)
+	if err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	env := steps.NewEnv(c, d)
+	defer env.Close()
+	running, err := upgrade.Observe(ctx, nodeplan.New(s), env)
+	if err != nil && len(running.APIServers) == 0 {
+		return nil
+	}
+	for _, n := range c.ControlPlanes() {
+		got, err := k8sversion.ParseSemantic(running.APIServers[n.Name])
+		if err != nil || !want.GreaterThan(got) {
+			continue
+		}
+		return fmt.Errorf("cluster.yaml says versions.kubernetes: %s, but the kube-apiserver on %s runs v%s: khw up would install %s on each node with all of its components at once, out of the version-skew policy's order (%s). Upgrade with khw upgrade --to %s (--dry-run first), or set versions.kubernetes back to v%s",
+			c.Versions.Kubernetes, n.Name, got, c.Versions.Kubernetes, upgrade.PolicyURL, c.Versions.Kubernetes, got)
+	}
+	return nil
 }
 
 // abandonUpgrade ends the upgrade under way without finishing it:

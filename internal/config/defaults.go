@@ -28,6 +28,12 @@ var DefaultVersions = Versions{
 	Pause:      "3.10.2",
 }
 
+// PreviousKubernetes is the newest patch of the minor before
+// DefaultVersions.Kubernetes that khw is tested with: make e2e-day2 builds
+// a cluster at it and upgrades that to DefaultVersions.Kubernetes, and lab
+// 15-upgrade starts from a cluster at it (khw init --kubernetes-version).
+const PreviousKubernetes = "v1.36.3"
+
 // Default returns the cluster of shared/design/cluster-facts.md: lb
 // 192.168.122.10, cp1-3 .11-.13, w1-3 .21-.23 with podCIDRs 10.200.{0,1,2}.0/24,
 // w3 joining by TLS bootstrap, service CIDR 10.32.0.0/24, DNS 10.32.0.10.

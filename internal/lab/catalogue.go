@@ -36,6 +36,7 @@ import (
 	"github.com/khw-dev/khw/internal/lab/podnet"
 	"github.com/khw-dev/khw/internal/lab/smoke"
 	"github.com/khw-dev/khw/internal/lab/tlsbootstrap"
+	"github.com/khw-dev/khw/internal/lab/upgrade"
 	"github.com/khw-dev/khw/internal/lab/workers"
 	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/labs"
@@ -95,10 +96,13 @@ type Lab struct {
 	// unfinished one, which keeps the first record), byHand is what the
 	// student types, grade reads the cluster and returns the mistakes
 	// (none: the lab passes), passed says what a pass means.
-	begin  func(ctx context.Context, s *cluster.Session, again bool) error
-	passed string
-	byHand func(c *config.Cluster, d state.Dir) []steps.Command
-	grade  func(ctx context.Context, s *cluster.Session) ([]grade.Finding, error)
+	begin func(ctx context.Context, s *cluster.Session, again bool) error
+	// stopsAPI: the operation takes the API down for a while (a restore
+	// stops every apiserver); the others keep it serving.
+	stopsAPI bool
+	passed   string
+	byHand   func(c *config.Cluster, d state.Dir) []steps.Command
+	grade    func(ctx context.Context, s *cluster.Session) ([]grade.Finding, error)
 }
 
 // HasStep reports whether the lab is a step of khw up.
@@ -167,7 +171,7 @@ var catalogue = []Lab{
 		Up:   "encryption at rest, a Deployment, logs, exec,\nport-forward, NodePort on every worker, DNS, a pod on w3\n(also: khw smoke)",
 		step: onMachines(smoke.NewStep)},
 	{ID: labid.Failover, Kind: Drill, title: "Break the cluster and watch it heal"},
-	{ID: labid.EtcdBackup, Kind: Operation, title: "Back up etcd and restore it",
+	{ID: labid.EtcdBackup, Kind: Operation, title: "Back up etcd and restore it", stopsAPI: true,
 		Look: "`khw status` (ETCD: one cluster ID?); `ssh -F \"$KHW_SSH_CONFIG\" {node} sudo journalctl -u etcd -n 30 --no-pager`",
 		begin: func(ctx context.Context, s *cluster.Session, again bool) error {
 			_, err := etcdbackup.Begin(ctx, s.Target(), s.Dir, again)
@@ -185,6 +189,15 @@ var catalogue = []Lab{
 		byHand: certrenew.ByHandCommands,
 		grade:  certrenew.Grade,
 		passed: "every renewed certificate on its nodes and in use, the TLS-bootstrap worker's new serving certificate approved, and the cluster serving"},
+	{ID: labid.Upgrade, Kind: Operation, title: "Upgrade Kubernetes one node at a time while the cluster serves",
+		Look: "`kubectl get nodes` (VERSION, SchedulingDisabled); `ssh -F \"$KHW_SSH_CONFIG\" {node} /usr/local/bin/kube-scheduler --version` (or kube-controller-manager, kube-proxy); `ssh -F \"$KHW_SSH_CONFIG\" {node} sudo journalctl -u kubelet -n 30 --no-pager`",
+		begin: func(ctx context.Context, s *cluster.Session, again bool) error {
+			_, err := upgrade.Begin(ctx, s, again)
+			return err
+		},
+		byHand: upgrade.ByHandCommands,
+		grade:  upgrade.Grade,
+		passed: "every apiserver, controller-manager, scheduler, kubectl, kubelet and kube-proxy at the new release and restarted onto it, no worker left cordoned, cluster.yaml naming the release, and the cluster serving"},
 }
 
 // All returns every lab in the order of the course.

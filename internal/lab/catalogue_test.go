@@ -53,7 +53,7 @@ func TestCatalogueIsWhole(t *testing.T) {
 		}
 		ids[s.ID()] = true
 	}
-	if want := len(catalogue) - 3; len(ids) != want {
+	if want := len(catalogue) - 4; len(ids) != want {
 		t.Errorf("%d steps, want every lab but the drill and the operations (%d)", len(ids), want)
 	}
 }
@@ -106,7 +106,7 @@ func TestLookupAcceptsAliases(t *testing.T) {
 }
 
 func TestLookupRejectsUnknown(t *testing.T) {
-	for _, in := range []string{"", "0", "15", "-4", "etc", "04-etc", "4-etcd", "control", "04 etcd"} {
+	for _, in := range []string{"", "0", "16", "-4", "etc", "04-etc", "4-etcd", "control", "04 etcd"} {
 		_, err := Lookup(in)
 		if err == nil {
 			t.Errorf("Lookup(%q) found a lab", in)
@@ -124,11 +124,11 @@ func TestNextFromAndHelp(t *testing.T) {
 	if n, ok := Next("04-etcd"); !ok || n.ID != "05-control-plane" {
 		t.Errorf("Next(04-etcd) = %s, %v", n.ID, ok)
 	}
-	if _, ok := Next(labid.CertRenewal); ok {
+	if _, ok := Next(labid.Upgrade); ok {
 		t.Error("Next of the last lab")
 	}
 	from := From("10-tls-bootstrap")
-	if len(from) != 5 || from[0].ID != "10-tls-bootstrap" || from[4].ID != labid.CertRenewal {
+	if len(from) != 6 || from[0].ID != "10-tls-bootstrap" || from[5].ID != labid.Upgrade {
 		t.Errorf("From(10) = %v", from)
 	}
 	if From("nope") != nil {
@@ -136,7 +136,7 @@ func TestNextFromAndHelp(t *testing.T) {
 	}
 	help := UpHelp()
 	for _, id := range IDs() {
-		if strings.Contains(help, id) != (id != "12-failover" && id != labid.EtcdBackup && id != labid.CertRenewal) {
+		if strings.Contains(help, id) != (id != "12-failover" && id != labid.EtcdBackup && id != labid.CertRenewal && id != labid.Upgrade) {
 			t.Errorf("khw up --help and %s: in it %v", id, strings.Contains(help, id))
 		}
 	}

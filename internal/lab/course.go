@@ -519,6 +519,15 @@ func (c *Course) Reset(ctx context.Context, l Lab, say func(format string, args 
 		if err := RestoreState(ctx, c.S.Dir, l.ID); err != nil {
 			return warning, err
 		}
+		// cluster.yaml is back to what it was (lab 15 changes its
+		// Kubernetes release): the checks that follow read that one, and
+		// new machines, whose artifact cache holds no other release.
+		fresh, _, err := config.Load(c.S.Dir.ConfigPath())
+		if err != nil {
+			return warning, fmt.Errorf("the restored %s: %w", c.S.Dir.ConfigPath(), err)
+		}
+		*c.S.Config = *fresh
+		c.Steps = Steps(nodeplan.New(c.S), c.S.Config)
 	}
 	// Later labs' snapshots describe a future that no longer exists.
 	for _, later := range From(l.ID)[1:] {

@@ -78,9 +78,11 @@ func TestSnapshotAndReset(t *testing.T) {
 	d := co.S.Dir
 	ctx := context.Background()
 	cfg := filepath.Join(d.Root, "cluster.yaml")
-	if err := os.WriteFile(cfg, []byte("before\n"), 0o600); err != nil {
+	if _, err := co.S.Config.Save(cfg); err != nil {
 		t.Fatal(err)
 	}
+	before, _ := os.ReadFile(cfg)
+	releaseBefore := co.S.Config.Versions.Kubernetes
 
 	// 01 makes the nodes: only the state directory is copied.
 	snap, err := co.TakeSnapshot(ctx, mustLab(t, labid.Machines))
@@ -96,9 +98,12 @@ func TestSnapshotAndReset(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(cfg, []byte("after\n"), 0o600); err != nil {
+	after := *co.S.Config
+	after.Versions.Kubernetes = "v1.99.0" // as lab 15 would leave it
+	if _, err := after.Save(cfg); err != nil {
 		t.Fatal(err)
 	}
+	co.S.Config.Versions.Kubernetes = after.Versions.Kubernetes
 
 	p.calls = nil
 	var said []string
@@ -109,8 +114,11 @@ func TestSnapshotAndReset(t *testing.T) {
 	if p.calls[0] != "revert before-"+labid.Etcd || len(p.calls) != 1+len(From(labid.Etcd))-1 || !slices.Contains(p.calls, "delete before-"+labid.Failover) {
 		t.Errorf("reset to 04: provider calls %v; want the revert, then every later lab's snapshot deleted", p.calls)
 	}
-	if data, _ := os.ReadFile(cfg); string(data) != "before\n" {
+	if data, _ := os.ReadFile(cfg); string(data) != string(before) {
 		t.Errorf("reset to 04: cluster.yaml %q, want the copy from before the lab", data)
+	}
+	if co.S.Config.Versions.Kubernetes != releaseBefore {
+		t.Errorf("reset to 04: the course still reads versions.kubernetes %s, not the restored cluster.yaml's %s", co.S.Config.Versions.Kubernetes, releaseBefore)
 	}
 	prog, _ := LoadProgress(d)
 	if _, ok := prog[labid.PKI]; !ok || len(prog) != 2 {
@@ -120,7 +128,7 @@ func TestSnapshotAndReset(t *testing.T) {
 	// A drill lab changes nothing on the nodes; resetting to before 01
 	// removes them.
 	p.calls = nil
-	if _, err := co.Reset(ctx, mustLab(t, labid.Failover), nil); err != nil || strings.Join(p.calls, ",") != "delete before-"+labid.EtcdBackup+",delete before-"+labid.CertRenewal {
+	if _, err := co.Reset(ctx, mustLab(t, labid.Failover), nil); err != nil || strings.Join(p.calls, ",") != "delete before-"+labid.EtcdBackup+",delete before-"+labid.CertRenewal+",delete before-"+labid.Upgrade {
 		t.Errorf("reset to 12: %v, provider calls %v", err, p.calls)
 	}
 	p.calls = nil

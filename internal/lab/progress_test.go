@@ -73,6 +73,7 @@ func TestList(t *testing.T) {
 		{labid.Failover, NotDone, "run khw lab 12"},
 		{labid.EtcdBackup, NotDone, "run khw lab 13 (or khw lab 13 --by-hand"},
 		{labid.CertRenewal, NotDone, "run khw lab 14 (or khw lab 14 --by-hand"},
+		{labid.Upgrade, NotDone, "run khw lab 15 (or khw lab 15 --by-hand"},
 	}
 	if len(rows) != len(want) {
 		t.Fatalf("%d rows, want %d: %+v", len(rows), len(want), rows)
@@ -100,7 +101,7 @@ func TestList(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows, _ = List(context.Background(), []steps.Step{s1}, steps.NewEnv(config.Default("lab", "amd64", "nspawn"), d), d)
-	if fo := rows[len(rows)-3]; fo.ID != labid.Failover || fo.Status != Done {
+	if fo := rows[len(rows)-4]; fo.ID != labid.Failover || fo.Status != Done {
 		t.Errorf("12-failover after MarkDone: %+v", fo)
 	}
 	// 13-etcd-backup too (its check passed since the last reset).
@@ -108,7 +109,7 @@ func TestList(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows, _ = List(context.Background(), []steps.Step{s1}, steps.NewEnv(config.Default("lab", "amd64", "nspawn"), d), d)
-	if last := rows[len(rows)-2]; last.ID != labid.EtcdBackup || last.Status != Done || !strings.Contains(last.Detail, "passed its check") {
+	if last := rows[len(rows)-3]; last.ID != labid.EtcdBackup || last.Status != Done || !strings.Contains(last.Detail, "passed its check") {
 		t.Errorf("13-etcd-backup after MarkDone: %+v", last)
 	}
 }

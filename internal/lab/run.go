@@ -191,7 +191,11 @@ func waitByHand(ui UI, l Lab, cmds []steps.Command, path, later string) bool {
 // done and its observe blocks run.
 func (c *Course) runOperation(ctx context.Context, l Lab, t labs.Lab, ui UI) error {
 	if !ui.ByHand {
-		if err := goOn(ui, "This lab changes the cluster: "+l.title+", with its API down for a while.",
+		what := "This lab changes the cluster: " + l.title + "."
+		if l.stopsAPI {
+			what = "This lab changes the cluster: " + l.title + ", with its API down for a while."
+		}
+		if err := goOn(ui, what,
 			"rerun with --yes to run it without asking, or with --by-hand to do it yourself", "khw lab "+l.ID+", or khw lab "+l.ID+" --by-hand"); err != nil {
 			return err
 		}

@@ -24,4 +24,5 @@ const (
 	Failover     = "12-failover"
 	EtcdBackup   = "13-etcd-backup"
 	CertRenewal  = "14-cert-renewal"
+	Upgrade      = "15-upgrade"
 )

@@ -15,7 +15,7 @@ import (
 func wantIDs(t *testing.T) []string {
 	t.Helper()
 	return []string{labid.Machines, labid.PKI, labid.Kubeconfig, labid.Etcd, labid.ControlPlane, labid.LB,
-		labid.Workers, labid.PodNetwork, labid.CoreDNS, labid.TLSBootstrap, labid.Smoke, labid.Failover, labid.EtcdBackup, labid.CertRenewal}
+		labid.Workers, labid.PodNetwork, labid.CoreDNS, labid.TLSBootstrap, labid.Smoke, labid.Failover, labid.EtcdBackup, labid.CertRenewal, labid.Upgrade}
 }
 
 func TestAllLabsMatchTheBringUpSteps(t *testing.T) {
@@ -24,8 +24,8 @@ func TestAllLabsMatchTheBringUpSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := wantIDs(t)
-	if len(all) != len(want) || len(all) != 14 {
-		t.Fatalf("got %d labs, want 14: %v", len(all), want)
+	if len(all) != len(want) || len(all) != 15 {
+		t.Fatalf("got %d labs, want 15: %v", len(all), want)
 	}
 	for i, l := range all {
 		if l.ID != want[i] {

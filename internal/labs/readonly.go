@@ -255,4 +255,16 @@ openssl x509 -noout -pubkey -in "$D/kubernetes.pem" | sha256sum`,
 	`R=$(ls -d "$KHW_STATE_DIR/$KHW_CLUSTER"/operations/*-pki-renew | tail -n 1)
 sed -n '/^| signal/,/^$/p' "$R/report.md" |
   awk -F' [|] ' '$3 ~ / of / { sub(/^[|] /, "", $1); printf "%-10s failed %-12s longest %s\n", $1, $3, $5 }'`,
+	// 15-upgrade (You should have, and after)
+	`kubectl get nodes`,
+	// 15-upgrade: each binary's --version only
+	`for n in cp1 cp2 cp3; do
+  ssh -F "$KHW_SSH_CONFIG" "$n" 'printf "%s" "$(hostname)"; for b in kube-apiserver kube-controller-manager kube-scheduler; do printf " %s %s" "$b" "$(/usr/local/bin/$b --version | cut -d" " -f2)"; done; echo'
+done`,
+	// 15-upgrade
+	`kubectl get events --field-selector involvedObject.kind=Node --sort-by=.lastTimestamp | grep -E 'NodeNotSchedulable|NodeSchedulable|Starting kubelet' | tail -n 12`,
+	// 15-upgrade: awk prints only (no system(), no redirect)
+	`R=$(ls -d "$KHW_STATE_DIR/$KHW_CLUSTER"/operations/*-upgrade | tail -n 1)
+sed -n '/^| signal/,/^$/p' "$R/report.md" |
+  awk -F' [|] ' '$3 ~ / of / { sub(/^[|] /, "", $1); printf "%-10s failed %-12s longest %s\n", $1, $3, $5 }'`,
 }

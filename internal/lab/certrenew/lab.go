@@ -14,7 +14,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -28,8 +27,8 @@ import (
 
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
-	"github.com/khw-dev/khw/internal/fsutil"
 	"github.com/khw-dev/khw/internal/lab/grade"
+	"github.com/khw-dev/khw/internal/lab/labcheck"
 	"github.com/khw-dev/khw/internal/lab/nodeplan"
 	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/pki"
@@ -68,22 +67,13 @@ type Start struct {
 
 // StartPath is <state>/labs/14-cert-renewal-start.json.
 func StartPath(d state.Dir) string {
-	return filepath.Join(d.Root, "labs", labid.CertRenewal+"-start.json")
+	return labcheck.StartPath(d, labid.CertRenewal)
 }
 
 // LoadStart reads the start record; ok is false when there is none.
 func LoadStart(d state.Dir) (s Start, ok bool, err error) {
-	b, err := os.ReadFile(StartPath(d))
-	if errors.Is(err, os.ErrNotExist) {
-		return Start{}, false, nil
-	}
-	if err != nil {
-		return Start{}, false, err
-	}
-	if err := json.Unmarshal(b, &s); err != nil {
-		return Start{}, false, fmt.Errorf("%s: %w (remove it and begin lab 14 again)", StartPath(d), err)
-	}
-	return s, true, nil
+	ok, err = labcheck.LoadStart(d, labid.CertRenewal, &s)
+	return s, ok, err
 }
 
 // Begin records the start (unless again and one exists: a try after an
@@ -112,8 +102,7 @@ func Begin(ctx context.Context, s *cluster.Session, again bool) (Start, error) {
 		}
 		st.Serving[n.Name] = serial(cert)
 	}
-	data, _ := json.MarshalIndent(st, "", "  ")
-	return st, fsutil.WriteFileAtomic(StartPath(s.Dir), append(data, '\n'), fsutil.PublicMode)
+	return st, labcheck.SaveStart(s.Dir, labid.CertRenewal, st)
 }
 
 // readPKICert reads <pki>/<name>.pem.

@@ -2,7 +2,6 @@ package etcdbackup
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -22,10 +21,10 @@ import (
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/etcdsnap"
-	"github.com/khw-dev/khw/internal/fsutil"
 	"github.com/khw-dev/khw/internal/health"
 	"github.com/khw-dev/khw/internal/lab/etcd"
 	"github.com/khw-dev/khw/internal/lab/grade"
+	"github.com/khw-dev/khw/internal/lab/labcheck"
 	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
@@ -55,22 +54,13 @@ type Start struct {
 
 // StartPath is <state>/labs/13-etcd-backup-start.json.
 func StartPath(d state.Dir) string {
-	return filepath.Join(d.Root, "labs", labid.EtcdBackup+"-start.json")
+	return labcheck.StartPath(d, labid.EtcdBackup)
 }
 
 // LoadStart reads the recorded Start; ok is false when the lab never began.
 func LoadStart(d state.Dir) (s Start, ok bool, err error) {
-	data, err := os.ReadFile(StartPath(d))
-	if errors.Is(err, os.ErrNotExist) {
-		return Start{}, false, nil
-	}
-	if err != nil {
-		return Start{}, false, err
-	}
-	if err := json.Unmarshal(data, &s); err != nil {
-		return Start{}, false, fmt.Errorf("%s: %w (remove it and run khw lab 13 again)", StartPath(d), err)
-	}
-	return s, true, nil
+	ok, err = labcheck.LoadStart(d, labid.EtcdBackup, &s)
+	return s, ok, err
 }
 
 // Begin records the cluster's etcd as it is now (Start). When the lab is
@@ -98,8 +88,7 @@ func Begin(ctx context.Context, t health.Target, d state.Dir, again bool) (Start
 	if s.ClusterID == "" {
 		return Start{}, fmt.Errorf("no etcd member answered: lab 13 starts from a healthy cluster (khw status, khw up)")
 	}
-	data, _ := json.MarshalIndent(s, "", "  ")
-	return s, fsutil.WriteFileAtomic(StartPath(d), append(data, '\n'), fsutil.SecretMode)
+	return s, labcheck.SaveStart(d, labid.EtcdBackup, s)
 }
 
 // MakeObjects creates the namespace and ConfigMap Kept (what the snapshot

@@ -278,6 +278,28 @@ func splitPath(p string) []string {
 
 func readFile(p string) ([]byte, error) { return os.ReadFile(p) }
 
+// DownloadCommands is the shell that puts the files of the catalog
+// artifacts names, at c's versions, in the current directory as a person
+// would get them: each downloaded (from $KHW_MIRROR's copy when there is
+// one), checked with sha256sum -c against the digest its project
+// publishes, an archive's file extracted. Errors: a name not in the
+// catalog, or a version it cannot resolve.
+func DownloadCommands(c *config.Cluster, names ...string) (string, error) {
+	sel, err := resolve(c, names)
+	if err != nil {
+		return "", err
+	}
+	var lines []string
+	for _, r := range sel {
+		for _, file := range r.Files {
+			if wf := newBinaryFile(r, file); wf.Fetch != "" {
+				lines = append(lines, wf.Fetch)
+			}
+		}
+	}
+	return strings.Join(lines, "\n"), nil
+}
+
 // FetchBinaries fetches the catalog artifacts names for env.Cluster's
 // versions into the cache, each checked against its digest, changing no
 // node: a version the mirror lacks fails here, before anything changes.

@@ -1,0 +1,176 @@
+package upgrade
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/health"
+	"github.com/khw-dev/khw/internal/lab/grade"
+	"github.com/khw-dev/khw/internal/labid"
+)
+
+// upgraded is what ObserveLab reads on the default cluster after a
+// complete upgrade to to: every component at to, every service started
+// after its binary was written, no Node cordoned, cluster.yaml at to.
+func upgraded(c *config.Cluster, to string) Observed {
+	o := Observed{Running: Running{APIServers: map[string]string{}, Kubelets: map[string]string{}}, ConfigVersion: to}
+	written := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	for _, n := range c.Nodes {
+		for _, b := range nodeBinaries[n.Role] {
+			bin := Binary{Node: n.Name, Name: b, Version: to, MTime: written}
+			if b != "kubectl" {
+				bin.Unit, bin.Started = b+".service", written.Add(time.Second)
+			}
+			o.Binaries = append(o.Binaries, bin)
+		}
+		switch n.Role {
+		case config.RoleControlPlane:
+			o.Running.APIServers[n.Name] = to
+		case config.RoleWorker:
+			o.Running.Kubelets[n.Name] = to
+			o.Nodes = append(o.Nodes, health.KubeNode{Name: n.Name, Ready: "True", KubeletVersion: to})
+		}
+	}
+	return o
+}
+
+// TestJudgeUpgrade: a complete upgrade passes; each way a by-hand upgrade
+// falls short is one finding on the right node, naming what to do.
+func TestJudgeUpgrade(t *testing.T) {
+	c := config.Default("lab", config.ArchAMD64, config.ProviderNspawn)
+	start := Start{From: "v1.36.3", To: "v1.37.2", Cordoned: []string{"w3"}}
+	if fs := Judge(c, start, upgraded(c, "v1.37.2")); len(fs) != 0 {
+		t.Fatalf("a complete upgrade has findings: %v", fs)
+	}
+	binary := func(o *Observed, node, name string) *Binary {
+		for i := range o.Binaries {
+			if o.Binaries[i].Node == node && o.Binaries[i].Name == name {
+				return &o.Binaries[i]
+			}
+		}
+		t.Fatalf("no %s on %s", name, node)
+		return nil
+	}
+	cases := []struct {
+		name       string
+		mutate     func(o *Observed)
+		node, want string
+		fix        string
+	}{
+		{"an apiserver at the old release", func(o *Observed) { o.Running.APIServers["cp2"] = "v1.36.3" },
+			"cp2", "the kube-apiserver on cp2 runs v1.36.3, not v1.37.2", "sudo systemctl restart kube-apiserver"},
+		{"an apiserver that does not answer", func(o *Observed) { delete(o.Running.APIServers, "cp3") },
+			"cp3", "the kube-apiserver on cp3 does not answer GET /version", "journalctl -u kube-apiserver"},
+		{"an old scheduler binary", func(o *Observed) { binary(o, "cp1", "kube-scheduler").Version = "v1.36.3" },
+			"cp1", "kube-scheduler on cp1 is v1.36.3, not v1.37.2", "sudo install -m 0755 kube-scheduler /usr/local/bin/"},
+		{"a binary replaced, its service not restarted", func(o *Observed) {
+			b := binary(o, "cp2", "kube-controller-manager")
+			b.Started = b.MTime.Add(-time.Minute)
+		}, "cp2", "kube-controller-manager.service on cp2 still runs the binary from before", "sudo systemctl restart kube-controller-manager.service on cp2"},
+		{"an old kube-proxy", func(o *Observed) { binary(o, "w2", "kube-proxy").Version = "v1.36.3" },
+			"w2", "kube-proxy on w2 is v1.36.3", "kube-proxy"},
+		{"kubectl that cannot run", func(o *Observed) { binary(o, "cp3", "kubectl").Err = "exit status 126" },
+			"cp3", "/usr/local/bin/kubectl on cp3 cannot tell its version", "kubectl"},
+		{"an old kubelet", func(o *Observed) { o.Nodes[0].KubeletVersion = "v1.36.3" },
+			"w1", "the kubelet on w1 runs v1.36.3, not v1.37.2", "kubectl drain w1 --ignore-daemonsets"},
+		{"a worker left cordoned", func(o *Observed) { o.Nodes[1].Unschedulable = true },
+			"w2", "Node w2 is still cordoned", "kubectl uncordon w2"},
+		{"cluster.yaml at the old release", func(o *Observed) { o.ConfigVersion = "v1.36.3" },
+			"jumpbox", "cluster.yaml still says versions.kubernetes: v1.36.3", "versions.kubernetes: v1.37.2"},
+		{"an unhealthy cluster", func(o *Observed) { o.Problems = []string{"Lease kube-system/kube-scheduler is not held"} },
+			"", "Lease kube-system/kube-scheduler is not held", "khw status"},
+	}
+	for _, tc := range cases {
+		o := upgraded(c, "v1.37.2")
+		tc.mutate(&o)
+		fs := Judge(c, start, o)
+		if len(fs) != 1 {
+			t.Errorf("%s: %d findings, want 1: %v", tc.name, len(fs), fs)
+			continue
+		}
+		f := fs[0]
+		if f.Lab != labid.Upgrade || f.Node != tc.node || !strings.Contains(f.What, tc.want) || !strings.Contains(f.Fix, tc.fix) || !f.Mistake() {
+			t.Errorf("%s: got %+v\nwant node %q, What with %q, Fix with %q", tc.name, f, tc.node, tc.want, tc.fix)
+		}
+	}
+	// w3 was cordoned before the lab began: it may stay so.
+	o := upgraded(c, "v1.37.2")
+	o.Nodes[2].Unschedulable = true
+	if fs := Judge(c, start, o); len(fs) != 0 {
+		t.Errorf("a Node cordoned before the lab is a finding: %v", fs)
+	}
+	if fs := Judge(c, start, upgraded(c, "v1.36.3")); len(fs) < 10 {
+		t.Errorf("nothing upgraded: %d findings, want one per component instance and cluster.yaml", len(fs))
+	} else if fs[0].Kind != grade.Wrong {
+		t.Errorf("first finding's kind %q", fs[0].Kind)
+	}
+}
+
+// TestByHandOrderAndClusterYAML: the commands download and verify the new
+// binaries first, replace every apiserver before any controller-manager,
+// those before any worker, drain each worker before its kubelet changes
+// and uncordon it after; the last one, run by bash on a copy of a real
+// cluster.yaml, makes it say the new release and nothing else.
+func TestByHandOrderAndClusterYAML(t *testing.T) {
+	c := config.Default("lab", config.ArchAMD64, config.ProviderNspawn)
+	c.Versions.Kubernetes = "v1.36.3"
+	cmds, err := ByHand(c, "v1.37.2", "/dl", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []string
+	for _, cmd := range cmds {
+		all = append(all, cmd.Node+"\t"+cmd.Shell)
+	}
+	text := strings.Join(all, "\n")
+	first := func(s string) int {
+		i := strings.Index(text, s)
+		if i < 0 {
+			t.Fatalf("no %q in the commands:\n%s", s, text)
+		}
+		return i
+	}
+	if !strings.Contains(cmds[0].Shell, "sha256sum -c") || !strings.Contains(cmds[0].Shell, "v1.37.2/bin/linux/amd64/kubelet") {
+		t.Errorf("the first command does not download and verify the new binaries:\n%s", cmds[0].Shell)
+	}
+	order := []string{"cp1\tsudo install -m 0755 -o root -g root kube-apiserver", "cp3\tsudo install -m 0755 -o root -g root kube-apiserver",
+		"cp1\tsudo install -m 0755 -o root -g root kube-controller-manager", "kubectl drain w1", "w1\tsudo install -m 0755 -o root -g root kubelet",
+		"kubectl uncordon w1", "kubectl drain w2", "kubectl uncordon w3"}
+	for i := 1; i < len(order); i++ {
+		if first(order[i-1]) > first(order[i]) {
+			t.Errorf("%q comes after %q", order[i-1], order[i])
+		}
+	}
+	last := cmds[len(cmds)-1].Shell
+	sed, _, _ := strings.Cut(last, "\n")
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "lab"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "lab", "cluster.yaml")
+	if _, err := c.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(path)
+	cmd := exec.Command("bash", "-c", sed)
+	cmd.Env = append(os.Environ(), "KHW_STATE_DIR="+dir, "KHW_CLUSTER=lab")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", sed, err, out)
+	}
+	got, _, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Versions.Kubernetes != "v1.37.2" {
+		t.Errorf("after %s: versions.kubernetes %s", sed, got.Versions.Kubernetes)
+	}
+	after, _ := os.ReadFile(path)
+	if strings.Replace(string(before), "v1.36.3", "v1.37.2", 1) != string(after) {
+		t.Errorf("the edit changed more than the version:\n%s", after)
+	}
+}
