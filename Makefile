@@ -86,11 +86,12 @@ clean:
 e2e: deps mirror-deps
 	hack/e2e.sh
 
-## e2e-day2: make e2e on a cluster of the previous minor (UPGRADE_FROM, whose
-## Kubernetes the mirror gets too) plus the day-2 operations: the etcd restore,
-## khw pki renew --all and khw upgrade to the default version, each checked with
-## openssl, etcdctl, kubectl and a clean khw up afterwards (root); e2e-nspawn
-## runs labs 13 and 14
+## e2e-day2: make e2e on a cluster of the previous minor (UPGRADE_FROM, made
+## with khw init --kubernetes-version; the mirror gets its Kubernetes too) plus
+## the day-2 operations: the etcd restore, khw pki renew --all, and lab 15 to
+## the default version (by hand in khw shell, khw lab reset 15, then by khw
+## upgrade), each checked with openssl, etcdctl, kubectl and a clean khw up
+## afterwards (root); e2e-nspawn runs labs 13 and 14
 UPGRADE_FROM ?= v1.36.3
 e2e-day2: deps mirror-deps
 	E2E_DAY2=1 E2E_FROM=$(UPGRADE_FROM) hack/e2e.sh

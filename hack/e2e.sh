@@ -161,15 +161,12 @@ pki_renew() {
   # fatal: an apiserver stopping can still cut a request in flight (EOF).
 }
 
-# upgrade_check: khw upgrade --to $E2E_TO (the cluster runs $E2E_FROM):
-# witnesses outside khw — each control plane's binaries report the new
-# version (--version over ssh), every Node's kubeletVersion is it (kubectl),
-# no Node is left unschedulable, <state>/upgrade.json is gone; the failed
-# client requests of the report are printed (the goal is none).
-upgrade_check() {
-  local log=$STATE/upgrade.log cp b got n js
-  "$KHW" upgrade --to "$E2E_TO" --yes >"$log" 2>&1 || { tail -60 "$log"; return 1; }
-  grep -E '^\[[0-9]+/[0-9]+\]|^[✓✗] |cordon|evicting|^  [a-z-]+ +failed|no signal failed|took|^Report:' "$log"
+# upgrade_witnesses: the cluster runs $E2E_TO, as witnesses outside khw
+# see it — each control plane's binaries report it (--version over ssh),
+# every Node's kubeletVersion is it and no Node is unschedulable (kubectl),
+# <state>/upgrade.json is gone.
+upgrade_witnesses() {
+  local cp b got n
   for cp in cp1 cp2 cp3; do
     for b in kube-apiserver kube-controller-manager kube-scheduler; do
       got=$("$KHW" shell -- sh -c "ssh -F \"\$KHW_SSH_CONFIG\" $cp /usr/local/bin/$b --version" 2>/dev/null | awk '{print $NF}')
@@ -182,6 +179,43 @@ upgrade_check() {
   n=$(grep -c "=$E2E_TO,\$" <<<"$got")
   [ "$n" -gt 0 ] && [ "$n" = "$(grep -c . <<<"$got")" ] || { echo "e2e: want every Node at $E2E_TO and schedulable" >&2; return 1; }
   [ ! -e "$STATE/$NAME/upgrade.json" ] || { echo "e2e: upgrade.json left behind" >&2; return 1; }
+}
+
+# lab_15: first khw up must refuse cluster.yaml edited to $E2E_TO; then
+# lab 15 both ways on the cluster at $E2E_FROM. By hand: khw lab 15
+# --by-hand records the start and writes the commands, which run in khw
+# shell as a student would type them (kubectl drain, scp, systemctl, the
+# sed on cluster.yaml); khw lab check 15 must pass and the witnesses agree.
+# Then khw lab reset 15 takes every node back to $E2E_FROM (kubectl sees
+# it), and khw lab 15 --yes runs khw upgrade under the prober: its check
+# passes, the witnesses agree, and the report's failed client requests are
+# printed (the goal is none).
+lab_15() {
+  local log=$STATE/lab-15-upgrade.log got js
+  # khw up refuses a newer release edited into cluster.yaml by hand.
+  sed -i -E "s/^(  kubernetes:) $E2E_FROM\$/\1 $E2E_TO/" "$STATE/$NAME/cluster.yaml"
+  if "$KHW" up >"$STATE/up-refused.log" 2>&1 || ! grep -qF "Upgrade with khw upgrade --to $E2E_TO" "$STATE/up-refused.log"; then
+    cat "$STATE/up-refused.log"; echo "e2e: khw up did not refuse versions.kubernetes $E2E_TO on a cluster at $E2E_FROM" >&2; return 1
+  fi
+  sed -i -E "s/^(  kubernetes:) $E2E_TO\$/\1 $E2E_FROM/" "$STATE/$NAME/cluster.yaml"
+  echo "khw up refused versions.kubernetes: $E2E_TO edited by hand"
+  "$KHW" lab 15-upgrade --by-hand --plain </dev/null >"$log" 2>&1 || { tail -40 "$log"; return 1; }
+  local t0=$SECONDS
+  "$KHW" shell -- bash "$STATE/$NAME/labs/by-hand-15-upgrade.sh" >"$STATE/lab-15-by-hand.log" 2>&1 ||
+    { tail -40 "$STATE/lab-15-by-hand.log"; return 1; }
+  echo "the by-hand commands ran in $((SECONDS - t0)) s"
+  "$KHW" lab check 15-upgrade >>"$log" 2>&1 || { tail -40 "$log"; return 1; }
+  grep -F '✓ lab 15-upgrade passes' "$log"
+  upgrade_witnesses || return 1
+  "$KHW" lab reset 15-upgrade --yes >>"$log" 2>&1 || { tail -40 "$log"; return 1; }
+  got=$("$KHW" kubectl get nodes -o jsonpath='{range .items[*]}{.status.nodeInfo.kubeletVersion}{"\n"}{end}' | sort -u)
+  [ "$got" = "$E2E_FROM" ] || { echo "e2e: after khw lab reset 15 the kubelets report $got, want $E2E_FROM" >&2; return 1; }
+  echo "khw lab reset 15: every kubelet at $E2E_FROM again"
+  lab 15-upgrade || return 1
+  log=$STATE/lab-15-upgrade.log
+  grep -E '^\[[0-9]+/[0-9]+\]|^[✓✗] |cordon|evicting|^  [a-z-]+ +failed|no signal failed|took|^Report:' "$log"
+  grep -qF '✓ lab 15-upgrade passes' "$log" || { echo "e2e: khw lab 15 did not pass its check" >&2; return 1; }
+  upgrade_witnesses || return 1
   js=$(ls -d "$STATE/$NAME"/operations/*-upgrade | tail -1)/report.json
   jq -r '"upgrade took \(.took) s; " + ([.signals[] | "\(.signal) failed \(.failed)/\(.samples), longest \(.longest) s"] | join("; "))' "$js"
 }
@@ -645,8 +679,8 @@ if [ -n "${E2E_FROM:-}" ]; then
   # Start at E2E_FROM (the previous minor) to upgrade to the default
   # version at the end: the mirror gets E2E_FROM's Kubernetes too.
   E2E_TO=$(awk '$1 == "kubernetes:" && $2 ~ /^v/ {print $2; exit}' "$STATE/$NAME/cluster.yaml")
-  sed -i -E "s/^(  kubernetes:) $E2E_TO\$/\1 $E2E_FROM/" "$STATE/$NAME/cluster.yaml"
-  grep -q "^  kubernetes: $E2E_FROM\$" "$STATE/$NAME/cluster.yaml" || { echo "e2e: cannot set versions.kubernetes to $E2E_FROM" >&2; exit 1; }
+  phase "khw init $E2E_FROM" "$KHW" init --name "$NAME" --provider nspawn --force --kubernetes-version "$E2E_FROM"
+  grep -q "^  kubernetes: $E2E_FROM\$" "$STATE/$NAME/cluster.yaml" || { echo "e2e: khw init --kubernetes-version did not set versions.kubernetes to $E2E_FROM" >&2; exit 1; }
   phase "mirror $E2E_FROM" hack/build-mirror.sh --out "$MIRROR_DIR" --arch "$(go env GOARCH)" --only kubernetes --config "$STATE/$NAME/cluster.yaml"
   KHW_MIRROR_DIGEST=$(hack/mirror-pin.sh "$MIRROR_DIR")
   echo "the cluster starts at $E2E_FROM and is upgraded to $E2E_TO at the end"
@@ -743,7 +777,7 @@ if [ "${E2E_DAY2:-}" = 1 ]; then
   phase "khw up (no-op)"  noop_check
 fi
 if [ -n "${E2E_FROM:-}" ]; then
-  phase "upgrade $E2E_TO" upgrade_check
+  phase "lab 15 (upgrade)" lab_15
   phase "khw up (no-op)"  noop_check
   phase "report pages"    report_pages
 fi
