@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/khw-dev/khw/internal/cluster"
+	"github.com/khw-dev/khw/internal/lab/upgrade"
 	"github.com/spf13/cobra"
 )
 
@@ -37,8 +38,14 @@ func newStatusCmd(a *app) *cobra.Command {
 				if err := enc.Encode(rep); err != nil {
 					return err
 				}
-			} else if err := cluster.WriteStatusTextWith(a.out, c, rep, time.Now(), cluster.StatusOptions{AllCerts: certs}); err != nil {
-				return err
+			} else {
+				if err := cluster.WriteStatusTextWith(a.out, c, rep, time.Now(), cluster.StatusOptions{AllCerts: certs}); err != nil {
+					return err
+				}
+				if rec, err := upgrade.LoadRecord(d); err == nil && rec != nil {
+					fmt.Fprintf(a.out, "\nUPGRADE  from %s to %s, under way since %s: khw upgrade --to %s goes on where it stopped, khw upgrade --abandon goes back\n",
+						rec.From, rec.To, rec.StartedAt.Local().Format("2006-01-02 15:04"), rec.To)
+				}
 			}
 			if !read {
 				return fmt.Errorf("cluster %s: nothing could be read (%s)", c.Name, cluster.JoinErrors(rep.Errors))

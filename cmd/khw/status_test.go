@@ -9,6 +9,8 @@ import (
 
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
+	"github.com/khw-dev/khw/internal/lab/upgrade"
+	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/vm/nspawn"
 )
 
@@ -39,7 +41,19 @@ func TestStatusNotUpNspawn(t *testing.T) {
 		t.Errorf("json: %s", out)
 	}
 	out, _, code = run(t, base, "status")
-	if code != 0 || !strings.Contains(out, cluster.NotUp) || len(nodesSection(out)) != 8 {
+	if code != 0 || !strings.Contains(out, cluster.NotUp) || len(nodesSection(out)) != 8 || strings.Contains(out, "UPGRADE") {
 		t.Errorf("text: exit %d\n%s", code, out)
+	}
+	// An upgrade under way is shown, with how to go on or back.
+	d, err := state.Resolve(base, "su")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := upgrade.SaveRecord(d, upgrade.Record{From: "v1.36.3", To: "v1.37.2", StartedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ = run(t, base, "status")
+	if !strings.Contains(out, "UPGRADE  from v1.36.3 to v1.37.2, under way since") || !strings.Contains(out, "khw upgrade --to v1.37.2 goes on") {
+		t.Errorf("status during an upgrade:\n%s", out)
 	}
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +14,8 @@ func TestSetVersionKeepsTheFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data = append([]byte("# my own comment\n"), data...)
+	data = append([]byte("# my own comment\n\n"), data...)
+	data = bytes.Replace(data, []byte("kubernetes: "+c.Versions.Kubernetes+"\n"), []byte("kubernetes: \""+c.Versions.Kubernetes+"\"   # pinned\n\n"), 1)
 	path := filepath.Join(t.TempDir(), "cluster.yaml")
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
@@ -22,11 +24,24 @@ func TestSetVersionKeepsTheFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(path)
+	if want := strings.Replace(string(data), "\""+c.Versions.Kubernetes+"\"", "v1.36.3", 1); string(got) != want {
+		t.Errorf("SetVersion changed more than the value:\n%s\nwant:\n%s", got, want)
+	}
 	after, _, err := Parse(got, path)
 	if err != nil || after.Versions.Kubernetes != "v1.36.3" || after.Versions.Etcd != c.Versions.Etcd {
 		t.Fatalf("after SetVersion: %+v, %v", after.Versions, err)
 	}
-	for _, want := range []string{"# my own comment", "# Component versions;", "kubernetes: v1.36.3"} {
+	// A plain value, with a comment after it.
+	if err := SetVersion(path, "kubernetes", "v1.37.0"); err != nil {
+		t.Fatal(err)
+	}
+	if got2, _ := os.ReadFile(path); string(got2) != strings.Replace(string(got), "kubernetes: v1.36.3   # pinned", "kubernetes: v1.37.0   # pinned", 1) {
+		t.Errorf("plain value with a comment:\n%s", got2)
+	}
+	if err := SetVersion(path, "kubernetes", "v1.36.3"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"# my own comment\n\n", "# Component versions;", "kubernetes: v1.36.3   # pinned\n\n"} {
 		if !strings.Contains(string(got), want) {
 			t.Errorf("the file lost %q:\n%s", want, got)
 		}
