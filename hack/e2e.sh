@@ -218,6 +218,9 @@ lab_15() {
   upgrade_witnesses || return 1
   js=$(ls -d "$STATE/$NAME"/operations/*-upgrade | tail -1)/report.json
   jq -r '"upgrade took \(.took) s; " + ([.signals[] | "\(.signal) failed \(.failed)/\(.samples), longest \(.longest) s"] | join("; "))' "$js"
+  # Every failed client request, with when and why (the goal is none).
+  jq -r '.signals[] | select(.signal == "api-read" or .signal == "api-write" or .signal == "workload") | .signal as $s |
+    (.windows // [])[] | "  \($s) failed from +\(.from) s to +\(.to) s: \((.errors // []) | join("; "))"' "$js"
 }
 
 # lab_14: khw lab 14 --yes renews kubernetes, w1 and w2 for their keys and

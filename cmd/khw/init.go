@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/spf13/cobra"
+	k8sversion "k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/fsutil"
@@ -59,6 +60,12 @@ func newInitCmd(a *app) *cobra.Command {
 			for _, w := range warns {
 				fmt.Fprintf(a.errOut, "Warning: %s\n", w)
 			}
+			if kubeVersion != "" && kubeVersion != config.DefaultVersions.Kubernetes {
+				if v, err := k8sversion.ParseSemantic(kubeVersion); err == nil && (v.PreRelease() != "" || v.GreaterThan(k8sversion.MustParseSemantic(config.DefaultVersions.Kubernetes))) {
+					fmt.Fprintf(a.errOut, "Warning: --kubernetes-version %s: khw is made and tested for %s and, for upgrades, %s; a newer release or a pre-release may need node files khw does not have, and khw upgrade moves only between releases\n",
+						kubeVersion, config.DefaultVersions.Kubernetes, config.PreviousKubernetes)
+				}
+			}
 			d, err := state.Resolve(a.stateBase, c.Name)
 			if err != nil {
 				return usageError{err}
@@ -77,7 +84,7 @@ func newInitCmd(a *app) *cobra.Command {
 			if _, err := c.Save(d.ConfigPath()); err != nil {
 				return err
 			}
-			fmt.Fprintf(a.out, "Wrote %s (cluster %q, %s, provider %s)\n", d.ConfigPath(), c.Name, c.Arch, c.Provider)
+			fmt.Fprintf(a.out, "Wrote %s (cluster %q, %s, provider %s, Kubernetes %s)\n", d.ConfigPath(), c.Name, c.Arch, c.Provider, c.Versions.Kubernetes)
 			mode := "?"
 			if st, err := os.Stat(d.Root); err == nil {
 				mode = fmt.Sprintf("%04o", st.Mode().Perm())

@@ -76,6 +76,13 @@ func newUpCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if !opts.DryRun && opts.From == "" && opts.Until == "" {
+				// Every step passed: the release an abandoned upgrade
+				// went back to runs everywhere again.
+				if err := upgrade.ClearAbandoned(d); err != nil {
+					return err
+				}
+			}
 			if opts.DryRun {
 				if ch := rep.Changed(); len(ch) > 0 {
 					fmt.Fprintf(a.out, "dry-run: %s would change; nothing was changed\n", ch[0])
@@ -133,6 +140,9 @@ func newDownCmd(a *app) *cobra.Command {
 					return err
 				}
 				fmt.Fprintf(a.out, "removed %s (the upgrade to %s ended with the nodes; cluster.yaml says %s)\n", upgrade.RecordPath(d), rec.To, c.Versions.Kubernetes)
+			}
+			if err := upgrade.ClearAbandoned(d); err != nil {
+				return err
 			}
 			return nil
 		},

@@ -273,14 +273,16 @@ func refuseDuringUpgrade(d state.Dir) error {
 	return upgrade.InProgressError(rec)
 }
 
-// refuseReleaseChange fails when cluster.yaml names a newer Kubernetes
-// release than an apiserver of the built cluster runs and no upgrade is
-// under way (versions.kubernetes edited by hand): khw up would install it
-// node by node with every component of a node at once, out of the
-// version-skew policy's order (upgrade.PolicyURL), and skip no check of
-// it. An older release is khw upgrade --abandon's way back and goes on. A
-// cluster whose control plane was never built, or whose apiservers do not
-// answer within seconds, is not judged (khw up's own steps say why).
+// refuseReleaseChange fails when cluster.yaml names another Kubernetes
+// release than the built cluster runs and no upgrade is under way
+// (versions.kubernetes edited by hand, or an upgrade by hand half done): a
+// newer one would be installed node by node without the upgrade's order,
+// waits and drains (upgrade.PolicyURL); an older one is a downgrade, which
+// the policy does not support, unless khw upgrade --abandon went back
+// (upgrade.AbandonedPath). It compares every apiserver's /version and
+// every Node's kubelet. A cluster whose control plane was never built, or
+// whose apiservers do not answer within seconds, is not judged (khw up's
+// own steps say why).
 func refuseReleaseChange(ctx context.Context, d state.Dir, c *config.Cluster, s *cluster.Session) error {
 	if prog, err := lab.LoadProgress(d); err != nil || prog[labid.ControlPlane].IsZero() {
 		return nil
@@ -288,6 +290,10 @@ func refuseReleaseChange(ctx context.Context, d state.Dir, c *config.Cluster, s 
 	want, err := k8sversion.ParseSemantic(c.Versions.Kubernetes)
 	if err != nil {
 		return nil
+	}
+	abandoned, err := upgrade.LoadAbandoned(d)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -297,20 +303,36 @@ func refuseReleaseChange(ctx context.Context, d state.Dir, c *config.Cluster, s 
 	if err != nil && len(running.APIServers) == 0 {
 		return nil
 	}
-	for _, n := range c.ControlPlanes() {
-		got, err := k8sversion.ParseSemantic(running.APIServers[n.Name])
-		if err != nil || !want.GreaterThan(got) {
-			continue
+	check := func(what, node, v string) error {
+		got, err := k8sversion.ParseSemantic(v)
+		switch {
+		case err != nil:
+			return nil
+		case want.GreaterThan(got):
+			return fmt.Errorf("cluster.yaml says versions.kubernetes: %s, but the %s on %s runs v%s: khw up would install %s node by node without an upgrade's order, waits and drains (%s). Upgrade with khw upgrade --to %s (--dry-run first), or set versions.kubernetes back to v%s",
+				c.Versions.Kubernetes, what, node, got, c.Versions.Kubernetes, upgrade.PolicyURL, c.Versions.Kubernetes, got)
+		case got.GreaterThan(want) && abandoned == nil:
+			return fmt.Errorf("cluster.yaml says versions.kubernetes: %s, but the %s on %s runs v%s already: khw up would downgrade it, which the version-skew policy does not support (%s). Set versions.kubernetes to v%s once every component runs it (an upgrade by hand ends with that edit)",
+				c.Versions.Kubernetes, what, node, got, upgrade.PolicyURL, got)
 		}
-		return fmt.Errorf("cluster.yaml says versions.kubernetes: %s, but the kube-apiserver on %s runs v%s: khw up would install %s on each node with all of its components at once, out of the version-skew policy's order (%s). Upgrade with khw upgrade --to %s (--dry-run first), or set versions.kubernetes back to v%s",
-			c.Versions.Kubernetes, n.Name, got, c.Versions.Kubernetes, upgrade.PolicyURL, c.Versions.Kubernetes, got)
+		return nil
+	}
+	for _, n := range c.ControlPlanes() {
+		if err := check("kube-apiserver", n.Name, running.APIServers[n.Name]); err != nil {
+			return err
+		}
+	}
+	for _, n := range c.Nodes {
+		if err := check("kubelet", n.Name, running.Kubelets[n.Name]); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
 // abandonUpgrade ends the upgrade under way without finishing it:
-// versions.kubernetes goes back to the record's From and the record is
-// removed, so that khw up runs again and puts From's binaries back on the
+// versions.kubernetes goes back to the record's From and the record
+// becomes upgrade.AbandonedPath's, so that khw up runs again and puts From's binaries back on the
 // nodes that got To's (within one minor version, as the apiservers of an
 // HA cluster may differ while an upgrade runs).
 func abandonUpgrade(a *app) error {
@@ -332,6 +354,9 @@ func abandonUpgrade(a *app) error {
 		return nil
 	}
 	if err := config.SetVersion(d.ConfigPath(), "kubernetes", rec.From); err != nil {
+		return err
+	}
+	if err := upgrade.SaveAbandoned(d, *rec); err != nil {
 		return err
 	}
 	if err := upgrade.ClearRecord(d); err != nil {

@@ -60,6 +60,10 @@ func TestUpgradeUnderWay(t *testing.T) {
 	if rec, err := upgrade.LoadRecord(d); rec != nil || err != nil {
 		t.Errorf("after --abandon the record is %+v, %v", rec, err)
 	}
+	// khw up may go back to the older release until it has (khw down ends it too).
+	if ab, err := upgrade.LoadAbandoned(d); err != nil || ab == nil || ab.From != "v1.36.3" || ab.To != "v1.37.2" {
+		t.Errorf("after --abandon the abandoned record is %+v, %v", ab, err)
+	}
 	if out, _, code := run(t, base, "upgrade", "--abandon"); code != 0 || !strings.Contains(out, "No upgrade is under way") {
 		t.Errorf("--abandon again: exit %d, %q", code, out)
 	}

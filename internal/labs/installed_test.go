@@ -45,6 +45,7 @@ var namedElsewhere = map[string]string{
 	"--mark-compacted":                                "an etcdutl snapshot restore flag khw etcd restore runs (13, internal/lab/etcdbackup)",
 	"--by-hand":                                       "a flag of khw lab (13)",
 	"--ignore-daemonsets":                             "a kubectl drain flag the by-hand upgrade runs (15, upgrade.ByHand)",
+	"--delete-emptydir-data":                          "a kubectl drain flag the by-hand upgrade runs (15, upgrade.ByHand)",
 	"--version":                                       "the flag each Kubernetes binary answers with its release (15, upgrade.ObserveLab)",
 	"/var/lib/etcd.restored":                          "where khw etcd restore has etcdutl write each member (13, etcdbackup.RestoredDir)",
 	"/var/lib/etcd.before-restore":                    "where khw etcd restore moves each member's old data (13, etcdbackup.OldDataDir)",

@@ -14,8 +14,9 @@ import (
 // each node waited for before the next: the new binaries downloaded into
 // dir on the jumpbox and checked against their published digests, then
 // kube-apiserver on each control plane (until its /readyz is ok), then
-// kube-controller-manager, kube-scheduler and kubectl (until both Leases
-// are held), then each worker drained, kubelet and kube-proxy, Ready,
+// kube-controller-manager, kube-scheduler and kubectl on each control
+// plane (until both answer /healthz, then until both Leases are renewed),
+// then each worker drained, kubelet and kube-proxy, Ready,
 // uncordoned; last, versions.kubernetes in cluster.yaml, so that khw up
 // keeps the new release instead of putting the old one back. kubeconfig
 // is the admin kubeconfig ("": kubectl's own, as in khw shell). Errors:
@@ -45,31 +46,48 @@ func ByHand(c *config.Cluster, to, dir, kubeconfig string) ([]steps.Command, err
 	}
 	cmds := []steps.Command{{Why: "the " + to + " binaries in " + dir + ", each checked against the SHA-256 its project publishes (sha256sum -c must say OK for every file)",
 		Shell: "mkdir -p " + dir + " && cd " + dir + "\n" + download}}
+	// A wait that runs out stops the commands (set -e in the by-hand
+	// script and on the node): the next node must not change while this
+	// one is not healthy.
+	waitOr := func(tries int, probe, stop string) string {
+		return steps.WaitLoop(tries, 1, probe) + "\n" + probe + " >/dev/null || { echo '" + stop + "' >&2; exit 1; }"
+	}
 	for _, n := range c.ControlPlanes() {
 		cmds = append(cmds, install(n.Name, "kube-apiserver")...)
 		cmds = append(cmds, steps.Command{Node: n.Name, Why: "wait until this apiserver is ready before the next one (the others serve meanwhile)",
-			Shell: steps.WaitLoop(120, 1, "curl -fsS --cacert /var/lib/kubernetes/ca.pem https://127.0.0.1:6443/readyz")})
+			Shell: waitOr(120, "curl -fsS --cacert /var/lib/kubernetes/ca.pem https://127.0.0.1:6443/readyz",
+				"the new kube-apiserver on "+n.Name+" is not ready: stop here and read sudo journalctl -u kube-apiserver -n 30")})
 	}
 	for _, n := range c.ControlPlanes() {
 		cmds = append(cmds, install(n.Name, "kube-controller-manager", "kube-scheduler", "kubectl")...)
+		// Both serve /healthz on localhost with a self-signed cert (no
+		// --tls-cert-file), which is all curl -k trusts here.
+		cmds = append(cmds, steps.Command{Node: n.Name, Why: "wait until both answer /healthz before the next control plane (the other two hold or take the Leases meanwhile)",
+			Shell: waitOr(60, "curl -fsSk https://127.0.0.1:10257/healthz", "the new kube-controller-manager on "+n.Name+" is not healthy: stop here and read sudo journalctl -u kube-controller-manager -n 30") + "\n" +
+				waitOr(60, "curl -fsSk https://127.0.0.1:10259/healthz", "the new kube-scheduler on "+n.Name+" is not healthy: stop here and read sudo journalctl -u kube-scheduler -n 30")})
 	}
-	held := func(lease string) string {
-		return steps.WaitLoop(60, 1, kubectl+" -n kube-system get lease "+lease+" -o jsonpath='{.spec.holderIdentity}' | grep -q .")
+	renewed := func(lease string) string {
+		get := kubectl + " -n kube-system get lease " + lease + " -o jsonpath='{.spec.renewTime}'"
+		return "T=$(" + get + ")\n" + waitOr(30, `[ "$(`+get+`)" != "$T" ]`, "nobody renews the Lease "+lease+": no leader; read the journal of "+lease+" on each control plane")
 	}
-	cmds = append(cmds, steps.Command{Why: "one controller-manager and one scheduler lead again (each holds its Lease)",
-		Shell: held("kube-controller-manager") + "\n" + held("kube-scheduler") + "\n" + kubectl + " -n kube-system get lease kube-controller-manager kube-scheduler"})
+	cmds = append(cmds, steps.Command{Why: "one controller-manager and one scheduler lead again: a leader renews its Lease every few seconds",
+		Shell: renewed("kube-controller-manager") + "\n" + renewed("kube-scheduler") + "\n" + kubectl + " -n kube-system get lease kube-controller-manager kube-scheduler"})
 	for _, n := range c.Workers() {
-		cmds = append(cmds, steps.Command{Why: "cordon " + n.Name + " and evict its pods (DaemonSet pods stay)",
-			Shell: kubectl + " drain " + n.Name + " --ignore-daemonsets --delete-emptydir-data"})
+		cmds = append(cmds, steps.Command{Why: "cordon " + n.Name + " and evict its pods: DaemonSet pods stay, and emptyDir volumes go with their pods (--delete-emptydir-data says that is fine)",
+			Shell: kubectl + " drain " + n.Name + " --ignore-daemonsets --delete-emptydir-data --timeout=5m"})
 		cmds = append(cmds, install(n.Name, "kubelet", "kube-proxy")...)
-		cmds = append(cmds, steps.Command{Why: "the new kubelet has posted its release and " + n.Name + " is Ready (until then the Node shows the old kubelet's status); then it takes pods again, and the evicted pods run elsewhere before the next worker",
-			Shell: steps.WaitLoop(180, 1, kubectl+" get node "+n.Name+" -o jsonpath='{.status.nodeInfo.kubeletVersion}' | grep -qx "+to) + "\n" +
+		cmds = append(cmds, steps.Command{Why: "the new kubelet has posted its release and " + n.Name + " is Ready (until then the Node shows the old kubelet's status); then new pods may go to it again, and the evicted ones run elsewhere before the next worker",
+			Shell: waitOr(180, kubectl+" get node "+n.Name+" -o jsonpath='{.status.nodeInfo.kubeletVersion}' | grep -qx "+to,
+				"the kubelet on "+n.Name+" does not report "+to+": stop here and read sudo journalctl -u kubelet -n 30 on "+n.Name) + "\n" +
 				kubectl + " wait --for=condition=Ready node/" + n.Name + " --timeout=180s\n" + kubectl + " uncordon " + n.Name + "\n" +
 				kubectl + " wait --for=condition=Available deployment --all --all-namespaces --timeout=180s"})
 	}
 	cmds = append(cmds, steps.Command{Why: "every Node at " + to, Shell: kubectl + " get nodes"})
+	yamlPath := `"$KHW_STATE_DIR/$KHW_CLUSTER/cluster.yaml"`
 	return append(cmds, steps.Command{Why: "tell khw: cluster.yaml's versions.kubernetes is " + to + " now (khw up would put " + c.Versions.Kubernetes + " back otherwise)",
-		Shell: `sed -i 's/^\(  kubernetes:\) *` + strings.ReplaceAll(c.Versions.Kubernetes, ".", `\.`) + `$/\1 ` + to + `/' "$KHW_STATE_DIR/$KHW_CLUSTER/cluster.yaml"` + "\nkhw config validate"}), nil
+		Shell: `sed -i 's/^\(  kubernetes:\) *` + strings.ReplaceAll(c.Versions.Kubernetes, ".", `\.`) + `$/\1 ` + to + `/' ` + yamlPath + "\n" +
+			"grep -q '^  kubernetes: " + to + "$' " + yamlPath + " || { echo 'versions.kubernetes is not " + to + ": edit cluster.yaml by hand' >&2; exit 1; }\n" +
+			"khw config validate"}), nil
 }
 
 // Binaries are the Kubernetes binaries an upgrade installs: every one

@@ -288,7 +288,7 @@ func Judge(c *config.Cluster, start Start, o Observed) []grade.Finding {
 		if v := n.KubeletVersion; v != to && v != "" {
 			add(n.Name, grade.Wrong, "kubelet", "the kubelet on "+n.Name+" runs "+v+", not "+to, skewWhy("kubelet"),
 				"Node "+n.Name+" status.nodeInfo.kubeletVersion: "+v,
-				"kubectl drain "+n.Name+" --ignore-daemonsets --delete-emptydir-data, then "+install(n.Name, "kubelet", "kube-proxy"))
+				"kubectl drain "+n.Name+" --ignore-daemonsets --delete-emptydir-data, then "+install(n.Name, "kubelet", "kube-proxy")+", then kubectl uncordon "+n.Name+" once it is Ready")
 		}
 		if n.Unschedulable && !slices.Contains(start.Cordoned, n.Name) {
 			add(n.Name, grade.Wrong, "Node "+n.Name, "Node "+n.Name+" is still cordoned: no new pod is scheduled to it",
@@ -301,7 +301,7 @@ func Judge(c *config.Cluster, start Start, o Observed) []grade.Finding {
 			"set versions.kubernetes: "+to+" in $KHW_STATE_DIR/$KHW_CLUSTER/cluster.yaml, then khw config validate")
 	}
 	for _, p := range o.Problems {
-		add("", grade.Breaks, "", p, "the upgrade is done when the cluster serves as before", "", "khw status; khw lab check 05, 07")
+		add("", grade.Breaks, "", p, "the upgrade is done when the cluster serves as before", "", "khw status; khw lab check 05; khw lab check 07")
 	}
 	return out
 }

@@ -26,8 +26,31 @@ type Record struct {
 func RecordPath(d state.Dir) string { return filepath.Join(d.Root, "upgrade.json") }
 
 // LoadRecord returns the upgrade under way in d, nil when there is none.
-func LoadRecord(d state.Dir) (*Record, error) {
-	data, err := os.ReadFile(RecordPath(d))
+func LoadRecord(d state.Dir) (*Record, error) { return loadRecord(RecordPath(d)) }
+
+// SaveRecord writes r atomically (0600).
+func SaveRecord(d state.Dir, r Record) error { return saveRecord(RecordPath(d), r) }
+
+// ClearRecord removes the record (no error when there is none).
+func ClearRecord(d state.Dir) error { return removeIfThere(RecordPath(d)) }
+
+// AbandonedPath is <state>/upgrade-abandoned.json: an upgrade given up
+// with khw upgrade --abandon, kept until khw up has put its From release
+// back on every node. Only then may khw up install an older release than
+// some node runs (an older versions.kubernetes is otherwise refused).
+func AbandonedPath(d state.Dir) string { return filepath.Join(d.Root, "upgrade-abandoned.json") }
+
+// LoadAbandoned returns the abandoned upgrade in d, nil when there is none.
+func LoadAbandoned(d state.Dir) (*Record, error) { return loadRecord(AbandonedPath(d)) }
+
+// SaveAbandoned records r as abandoned (atomically, 0600).
+func SaveAbandoned(d state.Dir, r Record) error { return saveRecord(AbandonedPath(d), r) }
+
+// ClearAbandoned removes the abandoned record (no error when there is none).
+func ClearAbandoned(d state.Dir) error { return removeIfThere(AbandonedPath(d)) }
+
+func loadRecord(path string) (*Record, error) {
+	data, err := os.ReadFile(path)
 	if os.IsNotExist(err) {
 		return nil, nil
 	}
@@ -36,31 +59,30 @@ func LoadRecord(d state.Dir) (*Record, error) {
 	}
 	var r Record
 	if err := json.Unmarshal(data, &r); err != nil || r.To == "" {
-		return nil, fmt.Errorf("%s does not hold an upgrade (%v): remove it if no upgrade is under way", RecordPath(d), err)
+		return nil, fmt.Errorf("%s does not hold an upgrade (%v): remove it if no upgrade is under way", path, err)
 	}
 	return &r, nil
 }
 
-// SaveRecord writes r atomically (0600).
-func SaveRecord(d state.Dir, r Record) error {
+func saveRecord(path string, r Record) error {
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	return fsutil.WriteFileAtomic(RecordPath(d), append(data, '\n'), fsutil.SecretMode)
+	return fsutil.WriteFileAtomic(path, append(data, '\n'), fsutil.SecretMode)
 }
 
-// ClearRecord removes the record (no error when there is none).
-func ClearRecord(d state.Dir) error {
-	err := os.Remove(RecordPath(d))
+func removeIfThere(path string) error {
+	err := os.Remove(path)
 	if os.IsNotExist(err) {
 		return nil
 	}
 	return err
 }
 
-// InProgressError is khw up refused during an upgrade.
+// InProgressError is a command refused during an upgrade: it would
+// change the nodes outside the upgrade's order, waits and drains.
 func InProgressError(r *Record) error {
-	return fmt.Errorf("an upgrade from %s to %s is under way (started %s): khw up's steps would restart each control plane's components together, out of the version-skew policy's order; finish it with khw upgrade --to %s (or go back to %s with khw upgrade --abandon)",
+	return fmt.Errorf("an upgrade from %s to %s is under way (started %s), and this command would change the nodes outside its order: finish it with khw upgrade --to %s, or go back to %s with khw upgrade --abandon (then khw up)",
 		r.From, r.To, r.StartedAt.Local().Format("2006-01-02 15:04"), r.To, r.From)
 }

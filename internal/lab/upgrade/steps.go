@@ -33,8 +33,9 @@ const (
 //  1. upgrade-apiservers: kube-apiserver on each control plane; healthy:
 //     every apiserver's /readyz.
 //  2. upgrade-controllers: kube-controller-manager, kube-scheduler and
-//     kubectl on each control plane (never newer than an apiserver they may
-//     reach through the load balancer, hence after all of them); healthy:
+//     kubectl on each control plane, after every apiserver (the policy's
+//     upgrade order: right whichever apiserver they talk to; here the one
+//     on their own node); healthy:
 //     every /readyz, both leader-election Leases held and renewed.
 //  3. upgrade-workers: kubelet and kube-proxy on each worker, cordoned and
 //     drained first ("in-place minor version kubelet upgrades are not
