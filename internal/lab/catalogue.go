@@ -197,7 +197,7 @@ var catalogue = []Lab{
 		},
 		byHand: upgrade.ByHandCommands,
 		grade:  upgrade.Grade,
-		passed: "every apiserver, controller-manager, scheduler, kubectl, kubelet and kube-proxy at the new release and restarted onto it, no worker left cordoned, cluster.yaml naming the release, and the cluster serving"},
+		passed: "every apiserver, controller-manager, scheduler, kubectl, kubelet and kube-proxy at the new release and restarted onto it, each worker drained before its kubelet changed and none left cordoned, cluster.yaml naming the release, and the cluster serving"},
 }
 
 // All returns every lab in the order of the course.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/health"
@@ -138,11 +140,22 @@ type Observed struct {
 	Binaries []Binary
 	// Nodes as the API has them.
 	Nodes []health.KubeNode
+	// KubeletStarted is when each worker's kubelet.service last started.
+	KubeletStarted map[string]time.Time
+	// Pods are the running pods on the workers that a drain evicts (not
+	// owned by a DaemonSet, not a node's static pod).
+	Pods []PodOn
 	// ConfigVersion is cluster.yaml's versions.kubernetes.
 	ConfigVersion string
 	// Problems are health problems, each a sentence: an apiserver not
 	// ready, a Lease not held, a Node not Ready.
 	Problems []string
+}
+
+// PodOn is a running pod on a worker.
+type PodOn struct {
+	Node, Namespace, Name string
+	Created               time.Time
 }
 
 // nodeBinaries are the binaries the check runs --version of, by role: the
@@ -192,9 +205,18 @@ func ObserveLab(ctx context.Context, s *cluster.Session) (Observed, error) {
 				units = append(units, b+".service")
 			}
 		}
+		if n.Role == config.RoleWorker {
+			units = append(units, "kubelet.service")
+		}
 		probed, err := nodeplan.Probe(ctx, cl, paths, units)
 		if err != nil {
 			return o, fmt.Errorf("%s: %w", n.Name, err)
+		}
+		if n.Role == config.RoleWorker {
+			if o.KubeletStarted == nil {
+				o.KubeletStarted = map[string]time.Time{}
+			}
+			o.KubeletStarted[n.Name] = probed.Units["kubelet.service"].Started
 		}
 		for _, b := range bins {
 			bin := Binary{Node: n.Name, Name: b, MTime: probed.Files[binDir+b].MTime}
@@ -220,6 +242,24 @@ func ObserveLab(ctx context.Context, s *cluster.Session) (Observed, error) {
 	if o.Nodes, err = health.KubeNodes(ctx, s.Target(), s.AdminKubeconfig()); err != nil {
 		return o, err
 	}
+	cs, err := s.Clientset()
+	if err != nil {
+		return o, err
+	}
+	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "status.phase=Running"})
+	if err != nil {
+		return o, fmt.Errorf("list pods: %w", err)
+	}
+	onWorker := map[string]bool{}
+	for _, w := range workerNames(s.Config) {
+		onWorker[w] = true
+	}
+	for _, p := range pods.Items {
+		if !onWorker[p.Spec.NodeName] || evictionSkips(p.OwnerReferences, p.Annotations) {
+			continue
+		}
+		o.Pods = append(o.Pods, PodOn{Node: p.Spec.NodeName, Namespace: p.Namespace, Name: p.Name, Created: p.CreationTimestamp.Time})
+	}
 	diffs, server := controlplane.ReadyzDiffs(ctx, m, env, false)
 	if server != "" {
 		diffs = append(diffs, controlplane.LeaseDiffs(ctx, m, env, server)...)
@@ -234,6 +274,22 @@ func ObserveLab(ctx context.Context, s *cluster.Session) (Observed, error) {
 	return o, nil
 }
 
+// evictionSkips reports whether kubectl drain leaves a pod with these
+// owners and annotations in place: a DaemonSet's pod (--ignore-daemonsets)
+// or a static pod's mirror (kubernetes.io/config.mirror), which the
+// kubelet runs from a file.
+func evictionSkips(owners []metav1.OwnerReference, annotations map[string]string) bool {
+	if _, ok := annotations["kubernetes.io/config.mirror"]; ok {
+		return true
+	}
+	for _, o := range owners {
+		if o.Kind == "DaemonSet" {
+			return true
+		}
+	}
+	return false
+}
+
 // binDir is where khw installs the Kubernetes binaries on a node.
 const binDir = "/usr/local/bin/"
 
@@ -244,6 +300,8 @@ const binDir = "/usr/local/bin/"
 //     plane, kube-proxy on each worker, are To's binaries, and each unit
 //     started after its binary was written (it runs the new one);
 //   - no Node is left cordoned that was not cordoned at the start;
+//   - every worker whose kubelet restarted since the start was drained:
+//     no pod a drain evicts runs there from before the start;
 //   - cluster.yaml says To (else khw up would put From back);
 //   - the cluster works: every apiserver ready, both Leases held, every
 //     Node Ready.
@@ -293,6 +351,27 @@ func Judge(c *config.Cluster, start Start, o Observed) []grade.Finding {
 		if n.Unschedulable && !slices.Contains(start.Cordoned, n.Name) {
 			add(n.Name, grade.Wrong, "Node "+n.Name, "Node "+n.Name+" is still cordoned: no new pod is scheduled to it",
 				"a drained worker takes pods again once it is upgraded and Ready", "Node "+n.Name+" spec.unschedulable: true", "kubectl uncordon "+n.Name)
+		}
+	}
+	// A drain evicts every pod but a DaemonSet's, so a pod from before the
+	// lab still running on a worker whose kubelet restarted since was
+	// never evicted: the worker was not drained.
+	for _, n := range c.Workers() {
+		started := o.KubeletStarted[n.Name]
+		if started.IsZero() || !started.After(start.At) {
+			continue
+		}
+		var kept []string
+		for _, p := range o.Pods {
+			if p.Node == n.Name && p.Created.Before(start.At) {
+				kept = append(kept, p.Namespace+"/"+p.Name)
+			}
+		}
+		if len(kept) > 0 {
+			add(n.Name, grade.Wrong, "Node "+n.Name, "the kubelet on "+n.Name+" was replaced without a drain: "+strings.Join(kept, ", ")+" ran on it before the lab began and still does",
+				"the version-skew policy says to drain a node before a minor kubelet upgrade: an in-place minor kubelet upgrade is not supported",
+				fmt.Sprintf("kubelet.service on %s started %s; the lab began %s", n.Name, started.UTC().Format(time.TimeOnly), start.At.UTC().Format(time.TimeOnly)),
+				"next time: kubectl drain "+n.Name+" --ignore-daemonsets --delete-emptydir-data before the new kubelet, kubectl uncordon "+n.Name+" after; now: khw lab reset 15 and upgrade again")
 		}
 	}
 	if o.ConfigVersion != to {

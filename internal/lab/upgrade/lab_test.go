@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/health"
 	"github.com/khw-dev/khw/internal/lab/grade"
@@ -98,8 +100,30 @@ func TestJudgeUpgrade(t *testing.T) {
 			t.Errorf("%s: got %+v\nwant node %q, What with %q, Fix with %q", tc.name, f, tc.node, tc.want, tc.fix)
 		}
 	}
-	// w3 was cordoned before the lab began: it may stay so.
+	// A worker whose kubelet was replaced while a pod from before the lab
+	// still runs on it was not drained; pods made since (after the drain,
+	// or on a worker not restarted) are fine.
+	began := time.Date(2026, 12, 5, 11, 0, 0, 0, time.UTC)
+	drained := start
+	drained.At = began
 	o := upgraded(c, "v1.37.2")
+	o.KubeletStarted = map[string]time.Time{"w1": began.Add(10 * time.Minute), "w2": began.Add(12 * time.Minute), "w3": began.Add(-time.Hour)}
+	o.Pods = []PodOn{
+		{Node: "w1", Namespace: "kube-system", Name: "coredns-a", Created: began.Add(11 * time.Minute)},
+		{Node: "w3", Namespace: "default", Name: "old-but-w3-not-restarted", Created: began.Add(-2 * time.Hour)},
+	}
+	if fs := Judge(c, drained, o); len(fs) != 0 {
+		t.Errorf("drained workers: %v", fs)
+	}
+	o.Pods = append(o.Pods, PodOn{Node: "w2", Namespace: "default", Name: "web-1", Created: began.Add(-time.Hour)})
+	if fs := Judge(c, drained, o); len(fs) != 1 || fs[0].Node != "w2" || !strings.Contains(fs[0].What, "replaced without a drain: default/web-1") || !strings.Contains(fs[0].Fix, "kubectl drain w2") {
+		t.Errorf("w2 not drained: %v", fs)
+	}
+	if !evictionSkips([]metav1.OwnerReference{{Kind: "DaemonSet"}}, nil) || !evictionSkips(nil, map[string]string{"kubernetes.io/config.mirror": "x"}) || evictionSkips([]metav1.OwnerReference{{Kind: "ReplicaSet"}}, nil) {
+		t.Error("evictionSkips: a drain leaves DaemonSet and static pods only")
+	}
+	// w3 was cordoned before the lab began: it may stay so.
+	o = upgraded(c, "v1.37.2")
 	o.Nodes[2].Unschedulable = true
 	if fs := Judge(c, start, o); len(fs) != 0 {
 		t.Errorf("a Node cordoned before the lab is a finding: %v", fs)
