@@ -268,6 +268,13 @@ func runLab(parent context.Context, a *app, id string, o labOpts) error {
 	}
 	o.show = true
 	return withLab(parent, a, id, o, func(ctx context.Context, l lab.Lab, t labs.Lab, e *labEnv, ui lab.UI) error {
+		// A step of khw up run by khw installs cluster.yaml's release
+		// like khw up does, so it is refused as khw up is.
+		if l.HasStep() && !o.byHand {
+			if err := refuseReleaseChange(ctx, e.d, e.c, e.course.S); err != nil {
+				return err
+			}
+		}
 		return e.course.Run(ctx, l, t, ui)
 	})
 }

@@ -209,6 +209,10 @@ func renewCerts(parent context.Context, a *app, d state.Dir, c *config.Cluster, 
 	if err := readyToRoll(ctx, a, denv, c, "khw status, khw up; khw up also reissues expired certs"); err != nil {
 		return err
 	}
+	// The renewal runs khw up's steps, which install cluster.yaml's release.
+	if err := refuseReleaseChange(ctx, d, c, denv.S); err != nil {
+		return err
+	}
 	cmdline := "khw pki renew "
 	if all {
 		cmdline += "--all"

@@ -274,7 +274,8 @@ func refuseDuringUpgrade(d state.Dir) error {
 }
 
 // refuseReleaseChange fails when cluster.yaml names another Kubernetes
-// release than the built cluster runs and no upgrade is under way
+// release than the built cluster runs and no upgrade is under way, before
+// khw up, a step lab run by khw, or khw pki renew runs khw up's steps
 // (versions.kubernetes edited by hand, or an upgrade by hand half done): a
 // newer one would be installed node by node without the upgrade's order,
 // waits and drains (upgrade.PolicyURL); an older one is a downgrade, which
@@ -291,9 +292,18 @@ func refuseReleaseChange(ctx context.Context, d state.Dir, c *config.Cluster, s 
 	if err != nil {
 		return nil
 	}
-	abandoned, err := upgrade.LoadAbandoned(d)
+	ab, err := upgrade.LoadAbandoned(d)
 	if err != nil {
 		return err
+	}
+	// going back is the abandoned upgrade's way back: from its To (or
+	// less) to its From, which cluster.yaml names again.
+	goingBack := func(got *k8sversion.Version) bool {
+		if ab == nil || ab.From != c.Versions.Kubernetes {
+			return false
+		}
+		to, err := k8sversion.ParseSemantic(ab.To)
+		return err == nil && !got.GreaterThan(to)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -309,10 +319,10 @@ func refuseReleaseChange(ctx context.Context, d state.Dir, c *config.Cluster, s 
 		case err != nil:
 			return nil
 		case want.GreaterThan(got):
-			return fmt.Errorf("cluster.yaml says versions.kubernetes: %s, but the %s on %s runs v%s: khw up would install %s node by node without an upgrade's order, waits and drains (%s). Upgrade with khw upgrade --to %s (--dry-run first), or set versions.kubernetes back to v%s",
+			return fmt.Errorf("cluster.yaml says versions.kubernetes: %s, but the %s on %s runs v%s: khw up's steps would install %s node by node without an upgrade's order, waits and drains (%s). Upgrade with khw upgrade --to %s (--dry-run first), or set versions.kubernetes back to v%s",
 				c.Versions.Kubernetes, what, node, got, c.Versions.Kubernetes, upgrade.PolicyURL, c.Versions.Kubernetes, got)
-		case got.GreaterThan(want) && abandoned == nil:
-			return fmt.Errorf("cluster.yaml says versions.kubernetes: %s, but the %s on %s runs v%s already: khw up would downgrade it, which the version-skew policy does not support (%s). Set versions.kubernetes to v%s once every component runs it (an upgrade by hand ends with that edit)",
+		case got.GreaterThan(want) && !goingBack(got):
+			return fmt.Errorf("cluster.yaml says versions.kubernetes: %s, but the %s on %s runs v%s already: khw up's steps would downgrade it, which the version-skew policy does not support (%s). Set versions.kubernetes to v%s once every component runs it (an upgrade by hand ends with that edit)",
 				c.Versions.Kubernetes, what, node, got, upgrade.PolicyURL, got)
 		}
 		return nil

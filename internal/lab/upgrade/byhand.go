@@ -46,11 +46,12 @@ func ByHand(c *config.Cluster, to, dir, kubeconfig string) ([]steps.Command, err
 	}
 	cmds := []steps.Command{{Why: "the " + to + " binaries in " + dir + ", each checked against the SHA-256 its project publishes (sha256sum -c must say OK for every file)",
 		Shell: "mkdir -p " + dir + " && cd " + dir + "\n" + download}}
-	// A wait that runs out stops the commands (set -e in the by-hand
-	// script and on the node): the next node must not change while this
-	// one is not healthy.
+	// A wait that runs out fails (false: set -e stops the by-hand script
+	// and the node's commands there; typed by hand, it only prints why and
+	// closes no shell): the next node must not change while this one is
+	// not healthy.
 	waitOr := func(tries int, probe, stop string) string {
-		return steps.WaitLoop(tries, 1, probe) + "\n" + probe + " >/dev/null || { echo '" + stop + "' >&2; exit 1; }"
+		return steps.WaitLoop(tries, 1, probe) + "\nif ! " + probe + " >/dev/null; then echo '" + stop + "' >&2; false; fi"
 	}
 	for _, n := range c.ControlPlanes() {
 		cmds = append(cmds, install(n.Name, "kube-apiserver")...)
@@ -86,7 +87,7 @@ func ByHand(c *config.Cluster, to, dir, kubeconfig string) ([]steps.Command, err
 	yamlPath := `"$KHW_STATE_DIR/$KHW_CLUSTER/cluster.yaml"`
 	return append(cmds, steps.Command{Why: "tell khw: cluster.yaml's versions.kubernetes is " + to + " now (khw up would put " + c.Versions.Kubernetes + " back otherwise)",
 		Shell: `sed -i 's/^\(  kubernetes:\) *` + strings.ReplaceAll(c.Versions.Kubernetes, ".", `\.`) + `$/\1 ` + to + `/' ` + yamlPath + "\n" +
-			"grep -q '^  kubernetes: " + to + "$' " + yamlPath + " || { echo 'versions.kubernetes is not " + to + ": edit cluster.yaml by hand' >&2; exit 1; }\n" +
+			"if ! grep -q '^  kubernetes: " + to + "$' " + yamlPath + "; then echo 'versions.kubernetes is not " + to + ": edit cluster.yaml by hand' >&2; false; fi\n" +
 			"khw config validate"}), nil
 }
 

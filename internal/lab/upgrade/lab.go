@@ -140,8 +140,9 @@ type Observed struct {
 	Binaries []Binary
 	// Nodes as the API has them.
 	Nodes []health.KubeNode
-	// KubeletStarted is when each worker's kubelet.service last started.
-	KubeletStarted map[string]time.Time
+	// KubeletWritten is when each worker's /usr/local/bin/kubelet was
+	// written.
+	KubeletWritten map[string]time.Time
 	// Pods are the running pods on the workers that a drain evicts (not
 	// owned by a DaemonSet, not a node's static pod).
 	Pods []PodOn
@@ -206,17 +207,17 @@ func ObserveLab(ctx context.Context, s *cluster.Session) (Observed, error) {
 			}
 		}
 		if n.Role == config.RoleWorker {
-			units = append(units, "kubelet.service")
+			paths = append(paths, binDir+"kubelet")
 		}
 		probed, err := nodeplan.Probe(ctx, cl, paths, units)
 		if err != nil {
 			return o, fmt.Errorf("%s: %w", n.Name, err)
 		}
 		if n.Role == config.RoleWorker {
-			if o.KubeletStarted == nil {
-				o.KubeletStarted = map[string]time.Time{}
+			if o.KubeletWritten == nil {
+				o.KubeletWritten = map[string]time.Time{}
 			}
-			o.KubeletStarted[n.Name] = probed.Units["kubelet.service"].Started
+			o.KubeletWritten[n.Name] = probed.Files[binDir+"kubelet"].MTime
 		}
 		for _, b := range bins {
 			bin := Binary{Node: n.Name, Name: b, MTime: probed.Files[binDir+b].MTime}
@@ -300,8 +301,8 @@ const binDir = "/usr/local/bin/"
 //     plane, kube-proxy on each worker, are To's binaries, and each unit
 //     started after its binary was written (it runs the new one);
 //   - no Node is left cordoned that was not cordoned at the start;
-//   - every worker whose kubelet restarted since the start was drained:
-//     no pod a drain evicts runs there from before the start;
+//   - every worker whose kubelet binary was replaced since the start was
+//     drained: no pod a drain evicts runs there from before the new binary;
 //   - cluster.yaml says To (else khw up would put From back);
 //   - the cluster works: every apiserver ready, both Leases held, every
 //     Node Ready.
@@ -353,24 +354,25 @@ func Judge(c *config.Cluster, start Start, o Observed) []grade.Finding {
 				"a drained worker takes pods again once it is upgraded and Ready", "Node "+n.Name+" spec.unschedulable: true", "kubectl uncordon "+n.Name)
 		}
 	}
-	// A drain evicts every pod but a DaemonSet's, so a pod from before the
-	// lab still running on a worker whose kubelet restarted since was
-	// never evicted: the worker was not drained.
+	// A drain evicts every pod but a DaemonSet's, and the worker stays
+	// cordoned until its new kubelet is Ready: a pod older than the
+	// kubelet binary replaced during the lab still running there was never
+	// evicted. (Pod times are whole seconds, hence the truncation.)
 	for _, n := range c.Workers() {
-		started := o.KubeletStarted[n.Name]
-		if started.IsZero() || !started.After(start.At) {
+		written := o.KubeletWritten[n.Name]
+		if written.IsZero() || !written.After(start.At) {
 			continue
 		}
 		var kept []string
 		for _, p := range o.Pods {
-			if p.Node == n.Name && p.Created.Before(start.At) {
+			if p.Node == n.Name && p.Created.Before(written.Truncate(time.Second)) {
 				kept = append(kept, p.Namespace+"/"+p.Name)
 			}
 		}
 		if len(kept) > 0 {
-			add(n.Name, grade.Wrong, "Node "+n.Name, "the kubelet on "+n.Name+" was replaced without a drain: "+strings.Join(kept, ", ")+" ran on it before the lab began and still does",
+			add(n.Name, grade.Wrong, "Node "+n.Name, "the kubelet on "+n.Name+" was replaced without a drain: "+strings.Join(kept, ", ")+" ran on it before and still does",
 				"the version-skew policy says to drain a node before a minor kubelet upgrade: an in-place minor kubelet upgrade is not supported",
-				fmt.Sprintf("kubelet.service on %s started %s; the lab began %s", n.Name, started.UTC().Format(time.TimeOnly), start.At.UTC().Format(time.TimeOnly)),
+				fmt.Sprintf("/usr/local/bin/kubelet on %s written %s (the lab began %s)", n.Name, written.UTC().Format(time.TimeOnly), start.At.UTC().Format(time.TimeOnly)),
 				"next time: kubectl drain "+n.Name+" --ignore-daemonsets --delete-emptydir-data before the new kubelet, kubectl uncordon "+n.Name+" after; now: khw lab reset 15 and upgrade again")
 		}
 	}

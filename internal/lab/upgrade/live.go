@@ -2,9 +2,11 @@ package upgrade
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sversion "k8s.io/apimachinery/pkg/version"
 
 	"github.com/khw-dev/khw/internal/kube"
 	"github.com/khw-dev/khw/internal/lab/nodeplan"
@@ -27,8 +29,11 @@ func Observe(ctx context.Context, m *nodeplan.Machines, env *steps.Env) (Running
 		if err != nil {
 			return r, err
 		}
-		if v, err := cs.Discovery().ServerVersion(); err == nil {
-			r.APIServers[n.Name] = v.GitVersion
+		// GET /version as Discovery().ServerVersion() does, bound by ctx.
+		body, err := cs.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Raw()
+		var info k8sversion.Info
+		if err == nil && json.Unmarshal(body, &info) == nil && info.GitVersion != "" {
+			r.APIServers[n.Name] = info.GitVersion
 		}
 	}
 	cfg, err := m.RestConfig(env, "")
