@@ -664,10 +664,10 @@ reset_10() {
   echo "$out"
   want=$(printf '%s\n' "01-machines done" "02-pki done" "03-kubeconfig done" \
     "04-etcd done" "05-control-plane done" "06-lb done" "07-workers done" "08-pod-network done" \
-    "09-coredns done" "10-tls-bootstrap not" "11-smoke not" "12-failover not" "13-etcd-backup not" "14-cert-renewal not")
+    "09-coredns done" "10-tls-bootstrap not" "11-smoke not" "12-failover not" "13-etcd-backup not" "14-cert-renewal not" "15-upgrade not")
   got=$(awk 'NR > 1 { print $1, $2 }' <<<"$out")
   if [ "$got" != "$want" ]; then
-    echo "e2e: after khw lab reset 10-tls-bootstrap, want 01-09 done and 10-14 not done" >&2; return 1
+    echo "e2e: after khw lab reset 10-tls-bootstrap, want 01-09 done and 10-15 not done" >&2; return 1
   fi
 }
 
