@@ -175,6 +175,10 @@ func (s Spec) Recipe() string { return recipe(s.Name, s.Profile) }
 // gencsr), and `cfssl sign` signs it with the Spec's profile and SANs. With
 // newKey a leaf is made anew (Recipe); the service-account key is never
 // replaced by a renewal.
+//
+// The subject is OpenSSLSubj of the Spec's, and -utf8 makes openssl read
+// it as UTF-8 (without it each byte is a character: Zürich would become
+// ZÃ¼rich), so the CSR has exactly the subject khw issues.
 func (s Spec) RenewRecipe(newKey bool) string {
 	switch {
 	case s.Profile == ProfileCA:
@@ -182,18 +186,45 @@ func (s Spec) RenewRecipe(newKey bool) string {
 	case newKey && s.Profile != ProfileSigning:
 		return s.Recipe()
 	}
-	var subj strings.Builder
-	for _, f := range [][2]string{{"C", s.C}, {"ST", s.ST}, {"L", s.L}, {"O", s.O}, {"OU", s.OU}, {"CN", s.CN}} {
-		if f[1] != "" {
-			subj.WriteString("/" + f[0] + "=" + strings.ReplaceAll(f[1], "/", `\/`))
-		}
-	}
+	subj := OpenSSLSubj([]Attr{{"C", s.C}, {"ST", s.ST}, {"L", s.L}, {"O", s.O}, {"OU", s.OU}, {"CN", s.CN}})
 	sign := fmt.Sprintf("cfssl sign -ca=%s -ca-key=%s -config=%s -profile=%s", certFile(CAName), keyFile(CAName), CAConfigFile, s.Profile)
 	if len(s.Hosts) > 0 {
 		sign += " -hostname=" + strings.Join(s.Hosts, ",")
 	}
-	return fmt.Sprintf("openssl req -new -key %s -subj %s -out %s.csr\n%s %s.csr | cfssljson -bare %s\nrm %s.csr",
-		keyFile(s.Name), shellQuote(subj.String()), s.Name, sign, s.Name, s.Name, s.Name)
+	return fmt.Sprintf("openssl req -new -utf8 -key %s -subj %s -out %s.csr\n%s %s.csr | cfssljson -bare %s\nrm %s.csr",
+		keyFile(s.Name), shellQuote(subj), s.Name, sign, s.Name, s.Name, s.Name)
+}
+
+// Attr is one attribute of a certificate subject: Type is its short name
+// as openssl knows it (C, ST, L, O, OU, CN), Value its text.
+type Attr struct{ Type, Value string }
+
+// OpenSSLSubj returns the -subj argument of `openssl req` for attrs, one
+// attribute per RDN, in order: "/C=US/ST=Oregon/CN=admin"; an attribute
+// with an empty value is left out. The syntax is openssl-req(1), "-subj
+// arg": "/type0=value0/type1=value1", where a "/" starts the next RDN, a
+// "+" adds another attribute to the same RDN, and a "\" makes the
+// character after it literal. So "/", "+" and "\" in a value are written
+// with a "\" before them, and openssl takes each value exactly as given:
+// "Oregon+O=system:masters" stays one ST, not ST plus a second O. The
+// other characters special in a DN's text form (RFC 4514 section 2.4: , ;
+// < > " # = and spaces at either end) mean nothing in -subj and are
+// written as they are. The result is not quoted for a shell.
+func OpenSSLSubj(attrs []Attr) string {
+	var b strings.Builder
+	for _, a := range attrs {
+		if a.Value == "" {
+			continue
+		}
+		b.WriteString("/" + a.Type + "=")
+		for _, r := range a.Value {
+			if r == '/' || r == '+' || r == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // shellQuote quotes v for a POSIX shell.
