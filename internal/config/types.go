@@ -178,6 +178,10 @@ type PKI struct {
 }
 
 // Subject holds the X.509 name fields that carry no Kubernetes identity.
+// Each is plain text of at most 64 characters: no control characters,
+// none of / + = , ; < > " \ # (they have a meaning in a distinguished
+// name), no space at either end; Country is two capital letters (ISO 3166
+// alpha-2).
 type Subject struct {
 	Country            string `yaml:"country"`
 	State              string `yaml:"state"`

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 func (c *Cluster) validateLibvirt(v *validator) {
@@ -108,14 +110,55 @@ func (c *Cluster) validatePKI(v *validator) {
 		{"pki.subject.country", p.Subject.Country}, {"pki.subject.state", p.Subject.State},
 		{"pki.subject.locality", p.Subject.Locality}, {"pki.subject.organizationalUnit", p.Subject.OrganizationalUnit},
 	}
+	countryBad := false
 	for _, f := range subj {
-		if strings.IndexFunc(f.val, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 || len(f.val) > 64 {
-			v.add(f.field, f.val, "has control characters or is longer than 64 characters (X.509 upper bound)", "use plain text on one line")
+		if problem, fix := dnValueProblem(f.val); problem != "" {
+			v.add(f.field, f.val, problem, fix)
+			countryBad = countryBad || f.field == "pki.subject.country"
+		} else if utf8.RuneCountInString(f.val) > 64 {
+			v.add(f.field, f.val, "is longer than 64 characters (X.509 upper bound)", "use at most 64 characters")
 		}
 	}
-	if c := p.Subject.Country; c != "" && !countryRE.MatchString(c) {
+	if c := p.Subject.Country; c != "" && !countryBad && !countryRE.MatchString(c) {
 		v.add("pki.subject.country", c, "is not a two-letter country code (X.509 C is ISO 3166 alpha-2)", "use e.g. US or KR")
 	}
+}
+
+// dnSpecials are the characters that have a meaning in a distinguished
+// name: RFC 4514 section 2.4 escapes " + , ; < > \ (and # at the start)
+// in a DN's text form, its grammar (section 3) lets = be escaped too, and
+// openssl-req(1) "-subj arg" reads / as the start of the next RDN and + as
+// another attribute of the same RDN. khw writes subjects both ways
+// (certificate text, the `openssl req -subj` of a by-hand renewal), so a
+// subject field holds none of them.
+const dnSpecials = `/+=,;<>"\#`
+
+// dnValueProblem says what is wrong with s as the value of a subject
+// attribute, and the fix; "" when nothing is: a character of dnSpecials,
+// a control character (C0, DEL, C1: a subject is one line of text, and
+// openssl or a terminal would act on it), or a space at either end (RFC
+// 4514 escapes it, openssl keeps it: the same subject would read
+// differently).
+func dnValueProblem(s string) (problem, fix string) {
+	if i := strings.IndexFunc(s, unicode.IsControl); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(s[i:])
+		return fmt.Sprintf("has control characters, the first %U (a subject is one line of plain text)", r), "remove them"
+	}
+	if i := strings.IndexAny(s, dnSpecials); i >= 0 {
+		meaning := "RFC 4514 section 2.4 escapes it"
+		switch s[i] {
+		case '+':
+			meaning = "openssl req -subj reads it as another attribute of the same RDN, so a second O could follow"
+		case '/':
+			meaning = "openssl req -subj reads it as the start of the next RDN"
+		}
+		return fmt.Sprintf("has %q, which has a meaning in a distinguished name (%s)", s[i:i+1], meaning),
+			"write it without " + strings.Join(strings.Split(dnSpecials, ""), " ") + `, e.g. "and" for "+"`
+	}
+	if strings.TrimSpace(s) != s {
+		return "starts or ends with a space, which a distinguished name's text form escapes (RFC 4514 section 2.4) and openssl keeps", "remove the space"
+	}
+	return "", ""
 }
 
 func (c *Cluster) validateVersions(v *validator) {
