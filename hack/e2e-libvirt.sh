@@ -13,6 +13,10 @@
 # ubuntu), fetched through the catalog from the pinned offline mirror, which
 # also carries the node .debs: no node reaches a package archive.
 #
+# The image's unattended-upgrades stand-in holds dpkg's locks for a minute
+# after boot (checked right after 01), and again on lb while khw up runs
+# 06-lb: khw must say that it waits for it and then install haproxy.
+#
 # After khw up: witnesses from outside khw (kubectl: w1 and w3 Ready, w3's
 # client CSR issued through a bootstrap token; ssh: w1 and w3 prepared as
 # workers, their kubelets on cgroup v2), a second khw up that must find every step clean, khw status, khw lab
@@ -255,7 +259,8 @@ echo "resolved=$(systemctl is-active systemd-resolved) link=$(readlink /etc/reso
 echo "cgroup=$(stat -fc %T /sys/fs/cgroup) apparmor=$(cat /sys/module/apparmor/parameters/enabled) parser=$(test -x /sbin/apparmor_parser && echo yes)"
 echo "user=$(id -un) sudo=$(sudo -n -l | grep -c "NOPASSWD: ALL")"
 echo "grub=$(grep -c "^BOOT_IMAGE=[^ ]* root=LABEL=cloudimg-rootfs " /proc/cmdline)"
-echo "installed=$(for p in haproxy jq conntrack socat; do dpkg-query -W -f="\${db:Status-Status}" $p 2>/dev/null | grep -q ^installed && printf "%s," $p; done) lists=$(sudo find /var/lib/apt/lists -maxdepth 1 -type f ! -name lock | wc -l)"'
+echo "installed=$(for p in haproxy jq conntrack socat; do dpkg-query -W -f="\${db:Status-Status}" $p 2>/dev/null | grep -q ^installed && printf "%s," $p; done) lists=$(sudo find /var/lib/apt/lists -maxdepth 1 -type f ! -name lock | wc -l)"
+echo "unattended-upgrades=$(sudo journalctl -b -q --no-pager -u khw-standin-unattended-upgrades.service | grep -c "holding /var/lib/dpkg/lock-frontend")"'
   for n in $NODES; do
     ip=$(awk -v n="$n" '$0 ~ "name: "n"," { sub(/.*ip: /, ""); sub(/,.*/, ""); print }' "$STATE/$NAME/cluster.yaml")
     gib=$(awk -v n="$n" '$0 ~ "name: "n"," { sub(/.*diskGiB: /, ""); sub(/}.*/, ""); print }' "$STATE/$NAME/cluster.yaml")
@@ -269,10 +274,46 @@ echo "installed=$(for p in haproxy jq conntrack socat; do dpkg-query -W -f="\${d
     # is within a GiB of diskGiB (the image's root is 3.5 GiB).
     [ "$(sed -n 's/^root>=\([0-9]*\)G$/\1/p' <<<"$got")" -ge "$gib" ] || { echo "e2e-libvirt: $n: root not grown to ${gib} GiB" >&2; return 1; }
     for want in "resolved=active link=../run/systemd/resolve/stub-resolv.conf nameserver 127.0.0.53 upstream=192.168.122.1" \
-                "cgroup=cgroup2fs apparmor=Y parser=yes" "user=ubuntu sudo=1" "grub=1" "installed= lists=0"; do
+                "cgroup=cgroup2fs apparmor=Y parser=yes" "user=ubuntu sudo=1" "grub=1" "installed= lists=0" "unattended-upgrades=1"; do
       grep -qxF "$want" <<<"$got" || { echo "e2e-libvirt: $n is not like a fresh Ubuntu cloud image: want $want" >&2; return 1; }
     done
   done
+}
+
+# up_apt_busy STEP: khw up through STEP while lb's package manager is busy:
+# the stand-in's unattended-upgrade (hack/standin/, as apt-daily-upgrade.timer
+# starts it at any hour on Ubuntu) holds dpkg's locks on lb before khw up
+# starts and lets go 10 s after khw says that it waits for them, so 06-lb's
+# install of haproxy meets the lock whatever the speed of the steps before.
+up_apt_busy() {
+  local unit=khw-e2e-unattended-upgrade rc=0 i pid
+  on lb "sudo systemd-run --quiet --collect --unit=$unit /usr/local/lib/khw-standin/unattended-upgrade 900"
+  for i in $(seq 60); do
+    if on lb "sudo journalctl -q --no-pager -u $unit | grep -q 'holding /var/lib/dpkg/lock-frontend'"; then break; fi
+    [ "$i" -lt 60 ] || { echo "e2e-libvirt: the unattended-upgrade stand-in on lb did not take the dpkg lock within 60 s" >&2; return 1; }
+    sleep 1
+  done
+  echo "lb: unattended-upgr holds the dpkg lock"
+  up_until "$1" &
+  pid=$!
+  for i in $(seq 900); do
+    grep -q "lb: waiting for the package manager" "$STATE/up.log" && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 1
+  done
+  sleep 10
+  on lb "sudo systemctl stop $unit" || true
+  wait "$pid" || rc=$?
+  return "$rc"
+}
+
+# apt_waited: up_apt_busy's khw up said on lb that it waited for the
+# package manager, naming the stand-in, and then installed haproxy.
+apt_waited() {
+  grep -E "lb: waiting for the package manager: /var/lib/dpkg/lock(-frontend)? is held by unattended-upgr \(pid [0-9]+\)" "$STATE/up.log" || {
+    echo "e2e-libvirt: khw up did not say that it waited for unattended-upgrades' dpkg lock on lb" >&2; return 1; }
+  grep -E "lb: the package manager was free again; installed haproxy after [0-9]+" "$STATE/up.log" || {
+    echo "e2e-libvirt: khw up did not install haproxy on lb after the dpkg lock was released" >&2; return 1; }
 }
 
 # worker_host NODE: what 07-workers (or 10 for w3) prepared on NODE, seen over ssh and
@@ -375,8 +416,17 @@ phase "cluster.yaml"    write_cluster
 UP_T0=$(date +%s%N)
 phase "khw up →01"      up_until 01-machines
 phase "fresh nodes"     fresh_nodes
-phase "khw up →$UNTIL"  up_until "$UNTIL"
+if [ "$STEP" -ge 6 ]; then
+  # lb's first package install (haproxy, 06-lb) meets a held dpkg lock.
+  phase "khw up →05"      up_until 05-control-plane
+  phase "khw up →$UNTIL"  up_apt_busy "$UNTIL"
+else
+  phase "khw up →$UNTIL"  up_until "$UNTIL"
+fi
 UP_T1=$(date +%s%N)
+if [ "$STEP" -ge 6 ]; then
+  phase "apt lock waited" apt_waited
+fi
 # What khw gave libvirt, left for the student in <state>/libvirt/<node>/.
 node_files() {
   local n f

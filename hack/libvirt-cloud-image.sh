@@ -47,6 +47,13 @@
 #   - AppArmor: Debian's kernel enables the LSM by default, as Ubuntu's
 #     does; the apparmor package (apparmor_parser, apparmor.service) is
 #     installed so profiles load, as on Ubuntu;
+#   - a package manager busy after the first boot: Ubuntu's
+#     apt-daily-upgrade.timer starts unattended-upgrades in a fresh VM's first
+#     minutes, and while it holds /var/lib/dpkg/lock-frontend any apt-get fails
+#     at once ("Could not get lock ... held by process N (unattended-upgr)").
+#     hack/standin/ has a stand-in for it: khw-standin-unattended-upgrades.timer
+#     (enabled, 30 s after boot) starts a service that holds dpkg's locks for
+#     60 s under the name unattended-upgr, and installs nothing;
 #   - cloud.cfg's default user is Ubuntu's (cloud-init config/cloud.cfg.tmpl,
 #     ubuntu branch: name ubuntu, groups adm cdrom dip lxd sudo, sudo
 #     NOPASSWD, shell bash). khw's seed lists its own user ubuntu under
@@ -83,7 +90,8 @@ case "$(basename "$IN")" in
 image-"$ARCH"-*) ;;
 image-*) echo "libvirt-cloud-image: $IN is not an $ARCH image (set ARCH to match it)" >&2; exit 1 ;;
 esac
-HASH=$({ cat "$SELF"; basename "$IN"; } | sha256sum | cut -c1-16)
+STANDIN=$(dirname "$SELF")/standin
+HASH=$({ cat "$SELF" "$STANDIN"/*; basename "$IN"; } | sha256sum | cut -c1-16)
 OUT=$CACHE/libvirt/cloud-$ARCH-$HASH
 
 if [ -s "$OUT/disk.qcow2" ]; then
@@ -153,7 +161,7 @@ mkfs.vfat -F 32 -n UEFI "${LOOP}p15" >/dev/null
 echo "libvirt-cloud-image: installing GRUB (BIOS: ${BIOS:-no}, EFI: $EFITARGET) into $LOOP" >&2
 # shellcheck disable=SC2016 # the inner shell expands its own arguments
 unshare -m bash -euc '
-	LOOP=$1 MNT=$2 CONSOLE=$3 EFIPKG=$4 EFITARGET=$5 BIOS=$6 PURGE=$7 MANIFEST=$8
+	LOOP=$1 MNT=$2 CONSOLE=$3 EFIPKG=$4 EFITARGET=$5 BIOS=$6 PURGE=$7 MANIFEST=$8 STANDIN=$9
 	# check ROOT: the static properties of an Ubuntu cloud image that khw
 	# depends on (see the header); the VM test checks the same at run time.
 	check() {
@@ -170,9 +178,10 @@ unshare -m bash -euc '
 		[ -z "$(find "$r/var/lib/apt/lists" -type f ! -name lock)" ] || bad="$bad; /var/lib/apt/lists is not empty"
 		[ "$(readlink "$r/etc/resolv.conf")" = ../run/systemd/resolve/stub-resolv.conf ] ||
 			bad="$bad; /etc/resolv.conf is not a link to ../run/systemd/resolve/stub-resolv.conf"
-		for p in systemd-resolved systemd-networkd apparmor; do
-			[ "$(chroot "$r" systemctl is-enabled "$p.service" 2>/dev/null)" = enabled ] || bad="$bad; $p.service is not enabled"
+		for p in systemd-resolved.service systemd-networkd.service apparmor.service khw-standin-unattended-upgrades.timer; do
+			[ "$(chroot "$r" systemctl is-enabled "$p" 2>/dev/null)" = enabled ] || bad="$bad; $p is not enabled"
 		done
+		[ -x "$r/usr/local/lib/khw-standin/unattended-upgrade" ] || bad="$bad; the unattended-upgrades stand-in is missing"
 		if grep -Eq "systemd\.unified_cgroup_hierarchy|systemd\.legacy_systemd_cgroup_controller|cgroup_no_v1|apparmor=0|security=" "$r/boot/grub/grub.cfg"; then
 			bad="$bad; grub.cfg sets a cgroup or LSM option on the kernel command line"
 		fi
@@ -183,7 +192,7 @@ unshare -m bash -euc '
 			echo "libvirt-cloud-image: the image does not look like an Ubuntu cloud image${bad}" >&2
 			exit 1
 		fi
-		echo "libvirt-cloud-image: checked: no $PURGE; empty apt lists; resolv.conf -> stub; systemd-resolved, systemd-networkd, apparmor enabled; no cgroup/LSM override; default user ubuntu" >&2
+		echo "libvirt-cloud-image: checked: no $PURGE; empty apt lists; resolv.conf -> stub; systemd-resolved, systemd-networkd, apparmor and the unattended-upgrades stand-in enabled; no cgroup/LSM override; default user ubuntu" >&2
 	}
 	mkdir -p "$MNT"
 	mount "${LOOP}p1" "$MNT"
@@ -212,7 +221,9 @@ unshare -m bash -euc '
 	# systemd-networkd, which hands the DNS servers to systemd-resolved, as
 	# netplan does on Ubuntu.
 	chroot "$MNT" env DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq --autoremove $PURGE
-	chroot "$MNT" systemctl enable systemd-networkd.service systemd-resolved.service apparmor.service >&2
+	install -D -m 0755 "$STANDIN/unattended-upgrade" "$MNT/usr/local/lib/khw-standin/unattended-upgrade"
+	install -m 0644 "$STANDIN/khw-standin-unattended-upgrades.service" "$STANDIN/khw-standin-unattended-upgrades.timer" "$MNT/etc/systemd/system/"
+	chroot "$MNT" systemctl enable systemd-networkd.service systemd-resolved.service apparmor.service khw-standin-unattended-upgrades.timer >&2
 	chroot "$MNT" apt-get clean
 	# Empty package lists, as Ubuntu ships them (see the header).
 	find "$MNT/var/lib/apt/lists" -mindepth 1 -maxdepth 1 ! -name partial ! -name lock -exec rm -rf {} +
@@ -281,7 +292,7 @@ unshare -m bash -euc '
 	check "$MNT"
 	umount -R "$MNT/dev"
 	umount "$MNT/sys" "$MNT/proc" "$MNT/boot/efi" "$MNT"
-' _ "$LOOP" "$WORK/mnt" "$CONSOLE" "$EFIPKG" "$EFITARGET" "$BIOS" "$PURGE" "$WORK/out/manifest" >&2
+' _ "$LOOP" "$WORK/mnt" "$CONSOLE" "$EFIPKG" "$EFITARGET" "$BIOS" "$PURGE" "$WORK/out/manifest" "$STANDIN" >&2
 
 # Check the result from outside: the layout, the labels, the EFI loader.
 sgdisk -p "$LOOP" >&2

@@ -39,7 +39,7 @@ func ApplyNode(ctx context.Context, env *steps.Env, m *Machines, stepID string, 
 		return nil, err
 	}
 	if pkgs := w.missingPackages(st); len(pkgs) > 0 {
-		if err := m.installPackages(ctx, cl, w, pkgs, logf); err != nil {
+		if err := m.installPackages(ctx, cl, w, pkgs, logf, env.Notef); err != nil {
 			return nil, err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/khw-dev/khw/internal/components"
 	"github.com/khw-dev/khw/internal/remote"
@@ -146,27 +147,47 @@ func parseNodeOS(out []byte) (id, codename, arch string, installed map[string]bo
 }
 
 // installPackages installs the missing packages names on w's node, online
-// or offline (see above), and logs what it ran.
-func (m *Machines) installPackages(ctx context.Context, cl *remote.Client, w *NodeWant, names []string, logf func(string, ...any)) error {
+// or offline (see above), after waitForApt, and logs what it ran; note shows
+// a line to the person running the step.
+func (m *Machines) installPackages(ctx context.Context, cl *remote.Client, w *NodeWant, names []string, logf, note func(string, ...any)) error {
+	node := w.Node.Name
+	holders, err := waitForApt(ctx, cl, node, note)
+	if err != nil {
+		return fmt.Errorf("install packages %s: %w", strings.Join(names, " "), err)
+	}
+	for _, h := range holders {
+		logf("apt waits: %s", h)
+	}
+	start := time.Now()
+	waited := func() {
+		if len(holders) > 0 {
+			note("%s: the package manager was free again; installed %s after %v", node, strings.Join(names, " "), time.Since(start).Round(time.Second))
+		}
+	}
 	if !m.offlinePackages() {
-		cmd := "DEBIAN_FRONTEND=noninteractive apt-get install -y -q " + strings.Join(names, " ")
 		m.debMu.Lock()
-		updated := m.aptUpdated[w.Node.Name]
+		updated := m.aptUpdated[node]
 		m.debMu.Unlock()
 		if !updated {
-			cmd = "apt-get update -q && " + cmd
+			if err := aptUpdate(ctx, cl, node, note); err != nil {
+				return fmt.Errorf("refresh the package lists with the node's apt (apt-get update; the node needs a reachable package archive; offline, set %s to a mirror with the node packages): %w",
+					components.EnvMirror, err)
+			}
+			logf("apt-get update -q")
+			m.debMu.Lock()
+			if m.aptUpdated == nil {
+				m.aptUpdated = map[string]bool{}
+			}
+			m.aptUpdated[node] = true
+			m.debMu.Unlock()
 		}
+		cmd := onlineInstallCommand(names)
 		if _, _, err := cl.Run(ctx, cmd, remote.RunOptions{Sudo: true}); err != nil {
 			return fmt.Errorf("install packages %s with the node's apt (the node needs a reachable package archive; offline, set %s to a mirror with the node packages): %w",
 				strings.Join(names, " "), components.EnvMirror, err)
 		}
-		m.debMu.Lock()
-		if m.aptUpdated == nil {
-			m.aptUpdated = map[string]bool{}
-		}
-		m.aptUpdated[w.Node.Name] = true
-		m.debMu.Unlock()
 		logf("%s", cmd)
+		waited()
 		return nil
 	}
 	plan, err := m.planDebs(ctx, cl, w, names)
@@ -191,15 +212,28 @@ func (m *Machines) installPackages(ctx context.Context, cl *remote.Client, w *No
 			strings.Join(names, " "), len(files), plan.Archive, plan.Arch, err, lastLines(out, 6))
 	}
 	logf("installed %s from the mirror (%s %s): %s", strings.Join(names, " "), plan.Archive, plan.Arch, strings.Join(debNames(plan.Debs), " "))
+	waited()
 	// The .debs served their purpose; a failed install leaves them for a look.
 	_, _, _ = cl.Run(ctx, "rm -f "+strings.Join(paths, " "), remote.RunOptions{Sudo: true})
 	return nil
 }
 
+// onlineInstallCommand installs names with the node's apt, waiting for the
+// dpkg lock (aptLockOpt).
+func onlineInstallCommand(names []string) string {
+	return "DEBIAN_FRONTEND=noninteractive apt-get install -y -q " + aptLockOpt + " " + strings.Join(names, " ")
+}
+
 // offlineInstallCommand installs the .debs at paths (quoted node paths
 // under nodeDebDir) with apt-get and no package source.
 func offlineInstallCommand(paths []string) string {
-	return "mkdir -p " + NodeDebDir + "/no-sources.d && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends " + aptOffline + " " + strings.Join(paths, " ")
+	return "mkdir -p " + NodeDebDir + "/no-sources.d && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends " + aptLockOpt + " " + aptOffline + " " + strings.Join(paths, " ")
+}
+
+// aptWaitCommand is the by-hand wait for cloud-init on node.
+func aptWaitCommand(node string) steps.Command {
+	return steps.Command{Node: node, Why: "a fresh cloud VM is still busy with its package manager: wait until cloud-init has finished (apt-get, below, then waits for unattended-upgrades' dpkg lock itself)",
+		Shell: aptWaitShell}
 }
 
 func debNames(ps []components.DebPackage) []string {
@@ -230,8 +264,10 @@ func PackageCommands(w *NodeWant) []steps.Command {
 		names = append(names, p.Name)
 	}
 	if !w.OfflineDebs {
-		return []steps.Command{{Node: node, Why: "the distribution's packages (refresh the package lists first: a fresh cloud image has none)",
-			Shell: "sudo apt-get update && sudo apt-get install -y " + strings.Join(names, " ")}}
+		return []steps.Command{
+			aptWaitCommand(node),
+			{Node: node, Why: "the distribution's packages: refresh the package lists first (a fresh cloud image has none; tried again when apt-daily holds the lists' lock), then install, waiting for the dpkg lock while unattended-upgrades holds it",
+				Shell: aptUpdateShell + "\nsudo apt-get install -y " + aptLockOpt + " " + strings.Join(names, " ")}}
 	}
 	var srcs, dsts []string
 	why := "copy the packages' .debs from the mirror's copy of the node's distribution archive"
@@ -254,8 +290,9 @@ func PackageCommands(w *NodeWant) []steps.Command {
 	}
 	return []steps.Command{
 		{Why: why, Shell: fmt.Sprintf(`scp -F "$KHW_SSH_CONFIG" %s %s:`, strings.Join(srcs, " "), node)},
-		{Node: node, Why: "install them with no network: apt sees no package source, only these files and what is installed",
+		aptWaitCommand(node),
+		{Node: node, Why: "install them with no network: apt sees no package source, only these files and what is installed; it waits for the dpkg lock while unattended-upgrades holds it",
 			Shell: "sudo install -d " + NodeDebDir + "/no-sources.d && sudo mv *.deb " + NodeDebDir + "/\n" +
-				"sudo apt-get install -y --no-install-recommends " + aptOffline + " " + strings.Join(dsts, " ")},
+				"sudo apt-get install -y --no-install-recommends " + aptLockOpt + " " + aptOffline + " " + strings.Join(dsts, " ")},
 	}
 }

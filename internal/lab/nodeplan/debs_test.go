@@ -28,12 +28,22 @@ func TestPackageCommands(t *testing.T) {
 	lb := config.Node{Name: "lb"}
 	w := &NodeWant{Node: lb, Packages: []WantPackage{{Name: "haproxy", Path: "/usr/sbin/haproxy"}}}
 	got := joinCmds(PackageCommands(w))
-	if !strings.Contains(got, "sudo apt-get update && sudo apt-get install -y haproxy") {
-		t.Errorf("online commands:\n%s\nwant apt-get update before the install", got)
+	for _, want := range []string{
+		"cloud-init status --wait",
+		"sudo apt-get update || { sleep 10; sudo apt-get update; }",
+		"sudo apt-get install -y -o DPkg::Lock::Timeout=900 haproxy",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("online commands:\n%s\nwant %q (wait for cloud-init, apt-get update tried again, the install waiting for the dpkg lock)", got, want)
+		}
+	}
+	if strings.Index(got, "cloud-init status --wait") > strings.Index(got, "apt-get update") {
+		t.Errorf("online commands:\n%s\nwant the wait for cloud-init first", got)
 	}
 	w.OfflineDebs = true
 	got = joinCmds(PackageCommands(w))
-	if strings.Contains(got, "apt-get update") || !strings.Contains(got, "haproxy_<version>_<arch>.deb") || !strings.Contains(got, "Dir::Etc::SourceList=/dev/null") {
+	if strings.Contains(got, "apt-get update") || !strings.Contains(got, "haproxy_<version>_<arch>.deb") || !strings.Contains(got, "Dir::Etc::SourceList=/dev/null") ||
+		!strings.Contains(got, "cloud-init status --wait") || !strings.Contains(got, "-o DPkg::Lock::Timeout=900") {
 		t.Errorf("offline commands without a plan:\n%s", got)
 	}
 	a, _ := components.FindDebArchive("debian", "bookworm", "amd64")
@@ -59,4 +69,24 @@ func joinCmds(cmds []steps.Command) string {
 		b.WriteString(c.String() + "\n")
 	}
 	return b.String()
+}
+
+func TestParseAptBusy(t *testing.T) {
+	out := "cloud-init running\nlock /var/lib/dpkg/lock-frontend 812 unattended-upgr\nlock /var/lib/dpkg/lock 812 unattended-upgr\nsh: 1: warning\nlock /x notapid y\n"
+	b := parseAptBusy([]byte(out))
+	if b.CloudInit != "running" || !cloudInitBusy(b.CloudInit) {
+		t.Errorf("cloud-init = %q, want running (busy)", b.CloudInit)
+	}
+	if len(b.Holders) != 2 || b.Holders[0].String() != "/var/lib/dpkg/lock-frontend is held by unattended-upgr (pid 812)" {
+		t.Errorf("holders = %+v, want the two locks of pid 812, the frontend lock first", b.Holders)
+	}
+	for status, busy := range map[string]bool{"not started": true, "done": false, "disabled": false, "error": false, "": false} {
+		b := parseAptBusy([]byte("cloud-init " + status + "\n"))
+		if b.CloudInit != status || cloudInitBusy(b.CloudInit) != busy {
+			t.Errorf("cloud-init %q: parsed %q busy %v, want busy %v", status, b.CloudInit, cloudInitBusy(b.CloudInit), busy)
+		}
+	}
+	if b := parseAptBusy(nil); b.CloudInit != "" || len(b.Holders) != 0 {
+		t.Errorf("no output: %+v, want nothing busy", b)
+	}
 }
