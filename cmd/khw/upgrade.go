@@ -58,6 +58,11 @@ func newUpgradeCmd(a *app) *cobra.Command {
 			if o.to == "" {
 				return usagef("give the version to upgrade to with --to, e.g. --to v1.37.2")
 			}
+			// Before the cluster is opened: a bad --to needs no node to be
+			// refused, and it is written into commands and cluster.yaml.
+			if _, err := upgrade.ParseTarget(o.to); err != nil {
+				return usageError{err}
+			}
 			return runUpgrade(cmd.Context(), a, o, cmd.InOrStdin())
 		},
 	}
@@ -85,18 +90,28 @@ func runUpgrade(parent context.Context, a *app, o upgradeOptions, in io.Reader) 
 	if rec != nil && rec.To != o.to {
 		return usagef("an upgrade from %s to %s is under way: finish it first with khw upgrade --to %s", rec.From, rec.To, rec.To)
 	}
-	denv, err := drill.OpenCluster(c, d)
+	// A dry run writes nothing in the state directory: no SSH key (a
+	// read-only session makes one in memory when there is none), no log.
+	access := cluster.ReadWrite
+	if o.dryRun {
+		access = cluster.ReadOnly
+	}
+	s, err := cluster.Open(c, d, access, nil)
 	if err != nil {
 		return err
 	}
-	defer denv.S.Close()
+	defer s.Close()
+	denv, err := drill.Open(s)
+	if err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	m := nodeplan.New(denv.S)
 	target := *c
 	target.Versions.Kubernetes = o.to
 	tenv := steps.NewEnv(&target, d)
-	tenv.Verbosity = a.verbosity
+	tenv.Verbosity, tenv.DryRun = a.verbosity, o.dryRun
 	defer tenv.Close()
 
 	running, err := upgrade.Observe(ctx, m, tenv)

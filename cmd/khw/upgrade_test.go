@@ -1,6 +1,10 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -66,5 +70,73 @@ func TestUpgradeUnderWay(t *testing.T) {
 	}
 	if out, _, code := run(t, base, "upgrade", "--abandon"); code != 0 || !strings.Contains(out, "No upgrade is under way") {
 		t.Errorf("--abandon again: exit %d, %q", code, out)
+	}
+}
+
+// TestUpgradeDryRunChangesNothing: khw upgrade --to … --dry-run on a fresh
+// state directory (cluster.yaml only, no lock file) leaves every byte,
+// mode and mtime of it as it was, whatever it then says about the
+// cluster: no SSH key, no log, no lock file.
+func TestUpgradeDryRunChangesNothing(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "state")
+	if _, e, code := run(t, base, "init", "--name", "lab", "--arch", "amd64", "--provider", "nspawn"); code != 0 {
+		t.Fatalf("init: %s", e)
+	}
+	d := state.Dir{Root: filepath.Join(base, "lab")}
+	if err := os.Remove(filepath.Join(d.Root, state.LockFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	dryRun := func(when string) {
+		t.Helper()
+		before := treeDigest(t, base)
+		out, e, code := run(t, base, "upgrade", "--to", "v1.37.2", "--dry-run")
+		if diff := diffTrees(before, treeDigest(t, base)); len(diff) > 0 {
+			t.Errorf("upgrade --dry-run %s (exit %d) changed the state directory: %v\n%s%s", when, code, diff, out, e)
+		}
+	}
+	dryRun("on a fresh state directory")
+	// With the PKI and the kubeconfigs it gets as far as asking the
+	// (absent) cluster for its versions.
+	for _, cmd := range []string{"pki", "kubeconfig"} {
+		if _, e, code := run(t, base, cmd); code != 0 {
+			t.Fatalf("%s: %s", cmd, e)
+		}
+	}
+	if err := os.Remove(filepath.Join(d.Root, state.LockFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	dryRun("with the PKI made")
+}
+
+// TestUpgradeRefusesABadTargetFirst: a --to that is not a release version
+// is a usage error (exit 2) naming the flag, said before the cluster is
+// opened or contacted: here no cluster exists, and the answer is still
+// about the version (not a missing CA or an unreachable node), with the
+// state directory unchanged.
+func TestUpgradeRefusesABadTargetFirst(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "state")
+	if _, e, code := run(t, base, "init", "--name", "lab", "--arch", "amd64", "--provider", "nspawn"); code != 0 {
+		t.Fatalf("init: %s", e)
+	}
+	before := treeDigest(t, base)
+	for _, args := range [][]string{
+		{"upgrade", "--to", "v1.37.2;id", "--dry-run"},
+		{"upgrade", "--to", "v1.37.2;id", "--yes"},
+		{"upgrade", "--to", "1.37.2", "--dry-run"},
+		{"upgrade", "--to", "v1.37.2-rc.0", "--dry-run"},
+	} {
+		_, e, code := run(t, base, args...)
+		to := args[2]
+		if code != 2 || !strings.Contains(e, fmt.Sprintf("--to %q", to)) || !strings.Contains(e, "give a Kubernetes release such as v") {
+			t.Errorf("khw %s: exit %d, want 2 and the version refused:\n%s", strings.Join(args, " "), code, e)
+		}
+		for _, not := range []string{"CA", "pki", "ssh", "connect", "dial"} {
+			if strings.Contains(e, not) {
+				t.Errorf("khw %s: the answer mentions %q, as if the cluster had been opened:\n%s", strings.Join(args, " "), not, e)
+			}
+		}
+	}
+	if diff := diffTrees(before, treeDigest(t, base)); len(diff) > 0 {
+		t.Errorf("a refused --to changed the state directory: %v", diff)
 	}
 }

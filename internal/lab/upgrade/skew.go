@@ -31,6 +31,18 @@ func (e *TargetError) Error() string {
 	return fmt.Sprintf("--to %q: give a Kubernetes release such as v1.37.2", e.Target)
 }
 
+// ParseTarget parses target, the release to upgrade to: "v" and a
+// semantic version X.Y.Z without pre-release or build metadata
+// ("v1.37.2"). It reads nothing else, so a command can refuse a bad --to
+// before it opens the cluster. Errors: *TargetError.
+func ParseTarget(target string) (*version.Version, error) {
+	to, err := version.ParseSemantic(strings.TrimPrefix(target, "v"))
+	if err != nil || !strings.HasPrefix(target, "v") || to.PreRelease() != "" || to.BuildMetadata() != "" {
+		return nil, &TargetError{target}
+	}
+	return to, nil
+}
+
 // SkewError is an upgrade the version-skew policy does not allow; Rule
 // names the rule.
 type SkewError struct {
@@ -60,9 +72,9 @@ const PolicyURL = "https://kubernetes.io/releases/version-skew-policy/"
 // version. Errors: *TargetError, a reported version that does not parse,
 // no apiserver answered, *SkewError.
 func Check(r Running, target string) (*version.Version, error) {
-	to, err := version.ParseSemantic(strings.TrimPrefix(target, "v"))
-	if err != nil || !strings.HasPrefix(target, "v") || to.PreRelease() != "" || to.BuildMetadata() != "" {
-		return nil, &TargetError{target}
+	to, err := ParseTarget(target)
+	if err != nil {
+		return nil, err
 	}
 	if len(r.APIServers) == 0 {
 		return nil, fmt.Errorf("no kube-apiserver answered /version: the cluster must be serving to be upgraded (khw status)")
