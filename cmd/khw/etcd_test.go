@@ -26,6 +26,13 @@ func TestEtcdRestoreRefusesBadInputAndDryRunChangesNothing(t *testing.T) {
 	if code != 2 || !strings.Contains(errOut, "not an etcd database") {
 		t.Fatalf("a text file: exit %d, %s", code, errOut)
 	}
+	// A file bbolt panics on is refused before any node is touched.
+	damaged := filepath.Join(dir, "damaged.db")
+	etcdsnaptest.WriteDamaged(t, damaged, etcdsnaptest.PageIDChanged)
+	_, errOut, code = run(t, base, "etcd", "restore", damaged, "--yes")
+	if code != 2 || !strings.Contains(errOut, damaged+" is not a valid etcd snapshot: its database is damaged") {
+		t.Fatalf("a damaged snapshot: exit %d, %s", code, errOut)
+	}
 
 	snap := filepath.Join(dir, "snap.db")
 	etcdsnaptest.Write(t, snap, 4242)

@@ -17,8 +17,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -140,15 +142,37 @@ func Save(ctx context.Context, t health.Target, path string, overwrite bool) (Re
 // holds. etcd stores each key revision under the 17-byte key
 // <main revision, 8 bytes big-endian>_<sub revision, 8 bytes>
 // (go.etcd.io/etcd/server/v3/storage/mvcc revision.go), so the last key
-// of the bucket is the newest. A database without the bucket is an error:
-// it is not an etcd snapshot.
+// of the bucket is the newest. Errors, each naming path: it is not a
+// bbolt database, it has no "key" bucket, it is shorter than its own
+// header says (a cut copy), its pages are damaged (bbolt's panics on a
+// damaged file, and faults reading past the end of the mapped file, are
+// turned into this error), or its newest revision does not fit an int64.
 func Revision(path string) (rev int64, keys int, err error) {
+	// bbolt reads the file through mmap and panics (or faults) on pages
+	// that do not hold what they should; a damaged file is an input
+	// error, not a crash.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			rev, keys = 0, 0
+			err = fmt.Errorf("%s is not a valid etcd snapshot: its database is damaged (%v); take a new snapshot (khw etcd snapshot save) or use another copy", path, r)
+		}
+	}()
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, 0, err
+	}
 	db, err := bolt.Open(path, fs.FileMode(0o400), &bolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
 		return 0, 0, fmt.Errorf("%s is not an etcd database: %w", path, err)
 	}
 	defer db.Close()
 	err = db.View(func(tx *bolt.Tx) error {
+		// The meta page says how many pages the database has; reading one
+		// past the end of a cut file would fault.
+		if need := tx.Size(); need > fi.Size() {
+			return fmt.Errorf("%s is not a valid etcd snapshot: it is cut short (%d bytes, its database needs %d); copy it again from where it was saved", path, fi.Size(), need)
+		}
 		b := tx.Bucket([]byte("key"))
 		if b == nil {
 			return fmt.Errorf("%s has no key bucket: not an etcd snapshot", path)
@@ -156,7 +180,11 @@ func Revision(path string) (rev int64, keys int, err error) {
 		keys = b.Stats().KeyN
 		k, _ := b.Cursor().Last()
 		if len(k) >= 8 {
-			rev = int64(binary.BigEndian.Uint64(k[:8]))
+			u := binary.BigEndian.Uint64(k[:8])
+			if u > math.MaxInt64 {
+				return fmt.Errorf("%s is not a valid etcd snapshot: its newest revision %d does not fit an int64 (etcd's revisions are int64)", path, u)
+			}
+			rev = int64(u)
 		}
 		return nil
 	})
@@ -164,23 +192,36 @@ func Revision(path string) (rev int64, keys int, err error) {
 }
 
 // CheckHash verifies the SHA-256 of the contents that a snapshot saved
-// from a member (etcdctl snapshot save, Save) ends with. etcdutl snapshot
-// restore checks it the same way (etcdutl/snapshot/v3_snapshot.go: a file
-// has the hash when its size is 32 bytes past a multiple of 512). Errors:
-// no hash (a copy of a member's data file, member/snap/db, which etcdutl
-// restores only with --skip-hash-check), a hash that does not match (a
-// damaged or cut file), or the file cannot be read.
+// from a member (etcdctl snapshot save, Save) ends with, reading the file
+// once as a stream. etcdutl snapshot restore checks it the same way
+// (etcdutl/snapshot/v3_snapshot.go: a file has the hash when its size is
+// 32 bytes past a multiple of 512). Errors: no hash (a copy of a member's
+// data file, member/snap/db, which etcdutl restores only with
+// --skip-hash-check), a hash that does not match (a damaged or cut file),
+// or the file cannot be read.
 func CheckHash(path string) error {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
-	n := len(data)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	n := fi.Size()
 	if n%512 != sha256.Size {
 		return fmt.Errorf("%s does not end with the SHA-256 an etcd snapshot has (%d bytes): a copy of a member's data directory (member/snap/db) is not a snapshot; save one with khw etcd snapshot save or etcdctl snapshot save", path, n)
 	}
-	sum := sha256.Sum256(data[:n-sha256.Size])
-	if !bytes.Equal(sum[:], data[n-sha256.Size:]) {
+	h := sha256.New()
+	if _, err := io.CopyN(h, f, n-sha256.Size); err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	var want [sha256.Size]byte
+	if _, err := io.ReadFull(f, want[:]); err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	if !bytes.Equal(h.Sum(nil), want[:]) {
 		return fmt.Errorf("%s is damaged: the SHA-256 of its contents is not the one it ends with", path)
 	}
 	return nil

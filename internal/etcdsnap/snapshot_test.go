@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -94,5 +95,77 @@ func TestRevisionRefusesOtherFiles(t *testing.T) {
 	}
 	if _, _, err := Revision(p); err == nil || !strings.Contains(err.Error(), "not an etcd database") {
 		t.Errorf("Revision of a text file: %v", err)
+	}
+}
+
+// TestRevisionRefusesDamagedSnapshots: damaged files that make bbolt
+// panic or fault are errors naming the file and what is wrong, and the
+// process goes on.
+func TestRevisionRefusesDamagedSnapshots(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		damage etcdsnaptest.Damage
+		want   string
+	}{
+		{"a page naming another page", etcdsnaptest.PageIDChanged, "Page expected to be: 4"},
+		{"cut short", etcdsnaptest.CutShort, "is cut short (12320 bytes, its database needs 24576)"},
+		{"root bucket past the end", etcdsnaptest.RootPastEnd, "its database is damaged"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "damaged.db")
+			etcdsnaptest.WriteDamaged(t, p, tc.damage)
+			rev, keys, err := Revision(p)
+			if err == nil || !strings.Contains(err.Error(), p+" is not a valid etcd snapshot") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Revision: %d, %d, %v; want an error naming %s, 'is not a valid etcd snapshot' and %q", rev, keys, err, p, tc.want)
+			}
+		})
+	}
+}
+
+// TestRevisionRefusesRevisionsPastInt64: a key whose main revision has the
+// top bit set is not read as a negative revision.
+func TestRevisionRefusesRevisionsPastInt64(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "big.db")
+	etcdsnaptest.WriteRevisions(t, p, 7, 1<<63)
+	if rev, _, err := Revision(p); err == nil || !strings.Contains(err.Error(), "newest revision 9223372036854775808 does not fit an int64") {
+		t.Fatalf("Revision: %d, %v; want an error that the revision does not fit an int64", rev, err)
+	}
+}
+
+// TestCheckHashStreams: checking a 16 MiB snapshot's hash allocates far
+// less than the file's size (the file is read as a stream, not whole),
+// and still finds a changed byte.
+func TestCheckHashStreams(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "big.db")
+	data := make([]byte, 16<<20)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	sum := sha256.Sum256(data)
+	if err := os.WriteFile(p, append(data, sum[:]...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data = nil
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	err := CheckHash(p)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatalf("CheckHash of a whole file: %v", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 4<<20 {
+		t.Errorf("CheckHash allocated %d bytes for a 16 MiB file, want under 4 MiB", got)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0x55}, 9<<20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := CheckHash(p); err == nil || !strings.Contains(err.Error(), p+" is damaged") {
+		t.Errorf("CheckHash of a changed file: %v, want %s is damaged", err, p)
 	}
 }

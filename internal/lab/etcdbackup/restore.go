@@ -22,6 +22,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -84,9 +85,11 @@ type Restore struct {
 
 // New reads the snapshot file (its SHA-256 and revision) and returns the
 // restore of c's etcd from it, with a token made from c's name and now.
-// Errors: the file cannot be read, it is not an etcd snapshot, or it lacks
-// or fails the SHA-256 a snapshot ends with (etcdsnap.CheckHash), which
-// etcdutl would refuse only once etcd is stopped.
+// Errors: the file cannot be read, it is not a valid etcd snapshot
+// (etcdsnap.Revision: not a database, damaged, cut short), its revision
+// plus DefaultBump would overflow int64, or it lacks or fails the SHA-256
+// a snapshot ends with (etcdsnap.CheckHash), which etcdutl would refuse
+// only once etcd is stopped.
 func New(c *config.Cluster, file string, now time.Time) (*Restore, error) {
 	f, err := os.Open(file)
 	if err != nil {
@@ -101,6 +104,11 @@ func New(c *config.Cluster, file string, now time.Time) (*Restore, error) {
 	rev, _, err := etcdsnap.Revision(file)
 	if err != nil {
 		return nil, err
+	}
+	// etcd's revisions are int64: the restored cluster's would start past
+	// the largest one.
+	if rev > math.MaxInt64-DefaultBump {
+		return nil, fmt.Errorf("%s holds revision %d: the restore's --bump-revision %d would take it past the largest etcd revision (%d); no cluster gets near it, so this file is not a snapshot etcd saved; use another snapshot", file, rev, int64(DefaultBump), int64(math.MaxInt64))
 	}
 	if err := etcdsnap.CheckHash(file); err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package etcdbackup
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -201,5 +202,34 @@ func TestFirstReplacingPhase(t *testing.T) {
 		if moves != (i == FirstReplacingPhase) {
 			t.Errorf("phase %d (%s) moves %s: %v", i, p.Name, DataDir, moves)
 		}
+	}
+}
+
+// TestNewRefusesRevisionsTheBumpOverflows: a snapshot whose revision plus
+// DefaultBump is past int64 is refused before any node is touched, and
+// the largest revision the bump still fits is taken.
+func TestNewRefusesRevisionsTheBumpOverflows(t *testing.T) {
+	c := testCluster(t)
+	p := filepath.Join(t.TempDir(), "snap.db")
+	etcdsnaptest.WriteRevisions(t, p, math.MaxInt64-DefaultBump+1)
+	r, err := New(c, p, time.Now())
+	if err == nil || !strings.Contains(err.Error(), p+" holds revision 9223372035854775808: the restore's --bump-revision 1000000000 would take it past the largest etcd revision") {
+		t.Fatalf("New: %+v, %v; want an error that the bump overflows", r, err)
+	}
+	ok := filepath.Join(t.TempDir(), "snap.db")
+	etcdsnaptest.WriteRevisions(t, ok, math.MaxInt64-DefaultBump)
+	if r, err := New(c, ok, time.Now()); err != nil || r.MinRevision() != math.MaxInt64 {
+		t.Fatalf("New at the largest revision the bump fits: %+v, %v", r, err)
+	}
+}
+
+// TestNewRefusesDamagedSnapshots: a snapshot bbolt panics on (with its
+// trailing SHA-256 right, so only reading it finds the damage) is an
+// error naming the file, not a crash.
+func TestNewRefusesDamagedSnapshots(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "snap.db")
+	etcdsnaptest.WriteDamaged(t, p, etcdsnaptest.PageIDChanged)
+	if r, err := New(testCluster(t), p, time.Now()); err == nil || !strings.Contains(err.Error(), p+" is not a valid etcd snapshot: its database is damaged") {
+		t.Fatalf("New: %+v, %v; want an error naming %s as damaged", r, err, p)
 	}
 }
