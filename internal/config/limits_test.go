@@ -258,3 +258,54 @@ func TestLargeFilesAreRefused(t *testing.T) {
 		t.Errorf("Load(/dev/zero): %v", err)
 	}
 }
+
+// TestVersionsAreBoundedAndParsedStrictly: a versions.* value longer than
+// MaxVersionLen, one whose number does not fit an int, or one with a '+'
+// or an empty pre-release identifier is refused naming the field and the
+// form to write; the longest numbers that fit and a dotted pre-release
+// pass.
+func TestVersionsAreBoundedAndParsedStrictly(t *testing.T) {
+	for _, tc := range []struct {
+		name, field string
+		set         func(c *Cluster)
+		want        string
+	}{
+		{"minor past int", "versions.kubernetes", func(c *Cluster) { c.Versions.Kubernetes = "v1.99999999999999999999.0" },
+			`its minor number "99999999999999999999" is too large`},
+		{"patch past int", "versions.etcd", func(c *Cluster) { c.Versions.Etcd = "v3.6.9223372036854775808" },
+			`its patch number "9223372036854775808" is too large`},
+		{"pause major past int", "versions.pause", func(c *Cluster) { c.Versions.Pause = "99999999999999999999.10" },
+			`its major number "99999999999999999999" is too large`},
+		{"longer than 64 bytes", "versions.kubernetes", func(c *Cluster) { c.Versions.Kubernetes = "v1.37.0-" + strings.Repeat("a", 57) },
+			"is 65 bytes, over the 64-byte limit of a version"},
+		{"pause longer than 64 bytes", "versions.pause", func(c *Cluster) { c.Versions.Pause = "3." + strings.Repeat("1", 63) },
+			"is 65 bytes, over the 64-byte limit of a version"},
+		{"leading plus", "versions.kubernetes", func(c *Cluster) { c.Versions.Kubernetes = "v1.+37.0" }, "is not a version"},
+		{"build metadata", "versions.runc", func(c *Cluster) { c.Versions.Runc = "v1.3.0+git" }, "is not a version"},
+		{"empty pre-release identifier", "versions.kubernetes", func(c *Cluster) { c.Versions.Kubernetes = "v1.37.0-rc..1" }, "is not a version"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data, err := mutate(tc.set).Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _, err = Parse(data, "cluster.yaml")
+			fe := fieldErr(t, err, tc.field)
+			if msg := fe.Error(); !strings.Contains(msg, tc.want) || !strings.Contains(msg, "(fix: write ") {
+				t.Errorf("error %q lacks %q and the fix", msg, tc.want)
+			}
+		})
+	}
+	for _, ok := range []func(c *Cluster){
+		func(c *Cluster) { c.Versions.Kubernetes = "v1.9223372036854775807.0" },
+		func(c *Cluster) { c.Versions.Kubernetes = "v1.37.0-rc.1" },
+		func(c *Cluster) { c.Versions.Etcd = "v3.6.0-alpha.0" },
+		func(c *Cluster) { c.Versions.Pause = "3.10.1" },
+		func(c *Cluster) { c.Versions.Kubernetes = "v1.37.0-" + strings.Repeat("a", 56) },
+	} {
+		c := mutate(ok)
+		if _, err := c.Validate(); err != nil {
+			t.Errorf("versions %+v: %v", c.Versions, err)
+		}
+	}
+}

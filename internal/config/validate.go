@@ -104,8 +104,10 @@ var (
 	clusterNameRE = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
 	// kubernetes.clusterName: a word the shell takes as it is.
 	kubeconfigNameRE = regexp.MustCompile(`^[A-Za-z0-9][-A-Za-z0-9_.]{0,62}$`)
-	// vMAJOR.MINOR.PATCH with an optional pre-release (v1.37.0-rc.1).
-	semverRE = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$`)
+	// vMAJOR.MINOR.PATCH with an optional pre-release of dot-separated
+	// identifiers (v1.37.0-rc.1), as semver 2.0.0 writes one; no build
+	// metadata (+...).
+	semverRE = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$`)
 	// Image tags of the pause image: 3.10 or 3.10.1, no leading v.
 	countryRE  = regexp.MustCompile(`^[A-Z]{2}$`)
 	pauseTagRE = regexp.MustCompile(`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*))?$`)

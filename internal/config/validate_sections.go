@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -161,33 +162,81 @@ func dnValueProblem(s string) (problem, fix string) {
 	return "", ""
 }
 
-func (c *Cluster) validateVersions(v *validator) {
-	check := func(field, val string) {
-		if !semverRE.MatchString(val) {
-			v.add(field, val, "is not a version", "write vMAJOR.MINOR.PATCH, e.g. "+semverExample(field))
+// MaxVersionLen is the longest value a versions.* field may have, in
+// bytes: every release tag khw knows is under 20, and a version ends up in
+// download URLs and file names.
+const MaxVersionLen = 64
+
+// versionShape is the form of a versions.* field: re, and which of its
+// groups hold the major, minor and patch numbers.
+type versionShape struct {
+	re     *regexp.Regexp
+	groups [3]int
+}
+
+var (
+	semverShape = versionShape{semverRE, [3]int{1, 2, 3}}
+	pauseShape  = versionShape{pauseTagRE, [3]int{1, 2, 4}}
+)
+
+// versionParts parses val as shape says: its major, minor and patch
+// numbers (an absent patch is 0). problem is "" when val has that shape,
+// is at most MaxVersionLen bytes and each number fits an int; else it
+// says what is wrong.
+func versionParts(val string, shape versionShape) (parts [3]int, problem string) {
+	if len(val) > MaxVersionLen {
+		return parts, fmt.Sprintf("is %d bytes, over the %d-byte limit of a version", len(val), MaxVersionLen)
+	}
+	m := shape.re.FindStringSubmatch(val)
+	if m == nil {
+		return parts, "is not a version"
+	}
+	for i, name := range [3]string{"major", "minor", "patch"} {
+		g := m[shape.groups[i]]
+		if g == "" {
+			continue
 		}
+		n, err := strconv.Atoi(g)
+		if err != nil {
+			return parts, fmt.Sprintf("its %s number %s is too large (a version's numbers fit an int)", name, quote(g))
+		}
+		parts[i] = n
+	}
+	return parts, ""
+}
+
+func (c *Cluster) validateVersions(v *validator) {
+	check := func(field, val string) bool {
+		if _, problem := versionParts(val, semverShape); problem != "" {
+			v.add(field, val, problem, "write vMAJOR.MINOR.PATCH, e.g. "+semverExample(field))
+			return false
+		}
+		return true
 	}
 	vs := c.Versions
-	check("versions.kubernetes", vs.Kubernetes)
+	k8sOK := check("versions.kubernetes", vs.Kubernetes)
 	check("versions.etcd", vs.Etcd)
-	check("versions.containerd", vs.Containerd)
+	containerdOK := check("versions.containerd", vs.Containerd)
 	check("versions.runc", vs.Runc)
 	check("versions.cniPlugins", vs.CNIPlugins)
 	check("versions.crictl", vs.Crictl)
 	check("versions.coredns", vs.CoreDNS)
-	if !pauseTagRE.MatchString(vs.Pause) {
-		v.add("versions.pause", vs.Pause, "is not a pause image tag", "write MAJOR.MINOR[.PATCH] without a v, e.g. "+DefaultVersions.Pause)
+	if _, problem := versionParts(vs.Pause, pauseShape); problem != "" {
+		if problem == "is not a version" {
+			problem = "is not a pause image tag"
+		}
+		v.add("versions.pause", vs.Pause, problem, "write MAJOR.MINOR[.PATCH] without a v, e.g. "+DefaultVersions.Pause)
 	}
-	if m := semverRE.FindStringSubmatch(vs.Kubernetes); m != nil {
-		minor, _ := strconv.Atoi(m[2])
+	if k8sOK {
+		parts, _ := versionParts(vs.Kubernetes, semverShape)
 		switch {
-		case m[1] != "1":
+		case parts[0] != 1:
 			v.add("versions.kubernetes", vs.Kubernetes, "is not a Kubernetes 1.x release", "use e.g. "+DefaultVersions.Kubernetes)
-		case minor < MinKubernetesMinor:
+		case parts[1] < MinKubernetesMinor:
 			v.add("versions.kubernetes", vs.Kubernetes, fmt.Sprintf("is older than v1.%d, the oldest release khw's node files support", MinKubernetesMinor), "use e.g. "+DefaultVersions.Kubernetes)
 		}
 	}
-	if semverRE.MatchString(vs.Containerd) && !strings.HasPrefix(vs.Containerd, "v2.") {
+	if containerdOK && !strings.HasPrefix(vs.Containerd, "v2.") {
 		v.add("versions.containerd", vs.Containerd, "khw configures containerd 2.x (config version 3)", "use e.g. "+DefaultVersions.Containerd)
 	}
 }
