@@ -2,8 +2,10 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -307,5 +309,45 @@ func TestVersionsAreBoundedAndParsedStrictly(t *testing.T) {
 		if _, err := c.Validate(); err != nil {
 			t.Errorf("versions %+v: %v", c.Versions, err)
 		}
+	}
+}
+
+// TestNullNodeEntryIsRefused: yaml.v3 leaves a null entry of nodes out of
+// the decoded list; Parse refuses it naming nodes[N] as written, its line
+// and the fix, instead of returning a cluster one node short.
+func TestNullNodeEntryIsRefused(t *testing.T) {
+	base, err := Default("khw", ArchARM64, ProviderNspawn).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(base), "\n")
+	at := slices.Index(lines, "nodes:")
+	if at < 0 {
+		t.Fatalf("no nodes: line in\n%s", base)
+	}
+	for _, tc := range []struct {
+		name  string
+		added []string // after the first entry (lb), nodes[1] onwards
+	}{
+		{"null", []string{"  - null"}},
+		{"tilde", []string{"  - ~"}},
+		{"bare dash", []string{"  -"}},
+		{"alias of null", []string{"  - &gone null", "  - *gone"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := slices.Concat(lines[:at+2], tc.added, lines[at+2:])
+			c, _, err := Parse([]byte(strings.Join(doc, "\n")), "cluster.yaml")
+			if c != nil {
+				t.Fatalf("Parse took it: %d nodes", len(c.Nodes))
+			}
+			for i := range tc.added {
+				fe := fieldErr(t, err, fmt.Sprintf("nodes[%d]", i+1))
+				for _, want := range []string{fmt.Sprintf("is null (line %d), not a node", at+3+i), "remove the line, or write the node there"} {
+					if !strings.Contains(fe.Error(), want) {
+						t.Errorf("error %q lacks %q", fe.Error(), want)
+					}
+				}
+			}
+		})
 	}
 }

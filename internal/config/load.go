@@ -64,6 +64,9 @@ func Parse(data []byte, source string) (*Cluster, []Warning, error) {
 	} else if !errors.Is(err, io.EOF) {
 		return nil, nil, explainYAML(source, err)
 	}
+	if err := nullNodes(data, source); err != nil {
+		return nil, nil, err
+	}
 	c.SetDefaults()
 	warns, err := c.Validate()
 	if err != nil {
@@ -74,6 +77,42 @@ func Parse(data []byte, source string) (*Cluster, []Warning, error) {
 		return nil, warns, err
 	}
 	return &c, warns, nil
+}
+
+// nullNodes finds the entries of the top-level nodes list that are YAML
+// null ("- null", "- ~", a bare "-"): yaml.v3 leaves them out of the
+// decoded list without a word, so a node the user meant to write would
+// be missing. data must be YAML that decoded already. The error is a
+// *ValidationError with one FieldError per null entry, "nodes[N]" counted
+// in the file as written; the other checks do not run, since their
+// indices would skip the null entries.
+func nullNodes(data []byte, source string) error {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil
+	}
+	top := doc.Content[0]
+	ve := &ValidationError{Source: source}
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		if top.Content[i].Value != "nodes" || top.Content[i+1].Kind != yaml.SequenceNode {
+			continue
+		}
+		for j, item := range top.Content[i+1].Content {
+			n := item
+			if n.Kind == yaml.AliasNode && n.Alias != nil {
+				n = n.Alias
+			}
+			if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
+				ve.Errors = append(ve.Errors, &FieldError{Field: fmt.Sprintf("nodes[%d]", j),
+					Problem: fmt.Sprintf("is null (line %d), not a node: an empty list entry would be left out without a word", item.Line),
+					Fix:     "remove the line, or write the node there, as the others are, e.g. {name: w4, role: worker, ip: 192.168.122.24, podCIDR: 10.200.3.0/24}"})
+			}
+		}
+	}
+	if len(ve.Errors) > 0 {
+		return ve
+	}
+	return nil
 }
 
 // Load reads and parses path; see Parse. A file larger than MaxFileSize is
