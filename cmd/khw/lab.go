@@ -22,6 +22,7 @@ import (
 	"github.com/khw-dev/khw/internal/labs"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
+	"github.com/khw-dev/khw/internal/termtext"
 )
 
 type labOpts struct {
@@ -290,7 +291,8 @@ func labHint(a *app, id string) error {
 		return err
 	}
 	defer unlock()
-	return lab.NextHint(a.out, d, l)
+	// The hint quotes a finding read on the nodes.
+	return lab.NextHint(termtext.NewWriter(a.out), d, l)
 }
 
 func labCheck(parent context.Context, a *app, id string, hints bool) error {

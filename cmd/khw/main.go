@@ -7,12 +7,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
 	"github.com/khw-dev/khw/internal/components"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/jumpbox"
+	"github.com/khw-dev/khw/internal/termtext"
 )
 
 // Exit codes. They are part of the interface: scripts and the classroom
@@ -63,7 +65,14 @@ func main() {
 	cmd := newRootCmd(os.Stdout, os.Stderr)
 	err := cmd.Execute()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "Error:", err)
+		printError(os.Stderr, err)
 	}
 	os.Exit(exitCode(err))
+}
+
+// printError writes err as the last line(s) khw prints: "Error: " and its
+// text, control characters escaped (termtext.Escape), since the text may
+// quote a node (an ssh error, a unit's state, a file read there).
+func printError(w io.Writer, err error) {
+	fmt.Fprintln(w, "Error:", termtext.Escape(err.Error()))
 }

@@ -32,7 +32,7 @@ func run(t *testing.T, stateDir string, args ...string) (string, string, int) {
 	cmd.SetArgs(append([]string{"--state-dir", stateDir}, args...))
 	err := cmd.Execute()
 	if err != nil {
-		errOut.WriteString("Error: " + err.Error() + "\n")
+		printError(&errOut, err)
 	}
 	return out.String(), errOut.String(), exitCode(err)
 }

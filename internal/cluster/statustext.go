@@ -11,11 +11,18 @@ import (
 
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/health"
+	"github.com/khw-dev/khw/internal/termtext"
 )
 
 // statusPrinter writes one StatusReport as text, one method per section.
+// Unit states, errors and certificate subjects are text read on the
+// nodes, so everything goes through termtext: no control character of
+// theirs reaches the terminal.
 type statusPrinter struct {
+	// w is the caller's writer behind termtext; raw the caller's writer,
+	// under the tables' tabwriters (which get escaped text: tw).
 	w    io.Writer
+	raw  io.Writer
 	c    *config.Cluster
 	rep  StatusReport
 	now  time.Time
@@ -35,9 +42,19 @@ type StatusOptions struct {
 // in khw status even without --certs.
 const CertWarnDays = 30
 
-func (p *statusPrinter) tw() *tabwriter.Writer { return tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0) }
+// table is one aligned table: what is written to it is escaped
+// (termtext) before the tabwriter measures the columns.
+type table struct {
+	io.Writer
+	tw *tabwriter.Writer
+}
 
-func (p *statusPrinter) flush(t *tabwriter.Writer) { p.errs = append(p.errs, t.Flush()) }
+func (p *statusPrinter) tw() table {
+	t := tabwriter.NewWriter(p.raw, 0, 4, 2, ' ', 0)
+	return table{termtext.NewWriter(t), t}
+}
+
+func (p *statusPrinter) flush(t table) { p.errs = append(p.errs, t.tw.Flush()) }
 
 // sectionErr prints the error of a section, if it has one.
 func (p *statusPrinter) sectionErr(section string) {
@@ -53,14 +70,15 @@ func (p *statusPrinter) sectionErr(section string) {
 }
 
 // WriteStatusText writes rep as khw status's text, section by section (ages
-// relative to now); the error is the writer's.
+// relative to now), the nodes' text with its control characters escaped
+// (termtext.Escape); the error is the writer's.
 func WriteStatusText(w io.Writer, c *config.Cluster, rep StatusReport, now time.Time) error {
 	return WriteStatusTextWith(w, c, rep, now, StatusOptions{})
 }
 
 // WriteStatusTextWith is WriteStatusText with options.
 func WriteStatusTextWith(w io.Writer, c *config.Cluster, rep StatusReport, now time.Time, opts StatusOptions) error {
-	p := &statusPrinter{w: w, c: c, rep: rep, now: now, opts: opts}
+	p := &statusPrinter{w: termtext.NewWriter(w), raw: w, c: c, rep: rep, now: now, opts: opts}
 	if p.nodes() {
 		p.units()
 		p.etcd()

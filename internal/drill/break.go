@@ -11,6 +11,7 @@ import (
 
 	"github.com/khw-dev/khw/internal/smoketest"
 	"github.com/khw-dev/khw/internal/state"
+	"github.com/khw-dev/khw/internal/termtext"
 )
 
 // StoreOf is the drill store of state directory d: <state>/drills.
@@ -140,9 +141,11 @@ func signalList(p *Prober) string {
 
 // WriteSummary writes the end of a drill for the terminal: how long it was
 // broken, the failing signals, the raft term and Lease holders before and
-// after, the verdict and where the report is. The error says when an
-// expectation did not hold (or is the writer's).
+// after, the verdict and where the report is. Lease holders and evidence
+// come from the cluster, so control characters are escaped (termtext).
+// The error says when an expectation did not hold (or is the writer's).
 func WriteSummary(w io.Writer, store Store, rep Report) error {
+	w = termtext.NewWriter(w)
 	md, js := store.ReportPaths(rep.ID)
 	fmt.Fprintf(w, "\nDrill %s: broken for %s", rep.ID, rep.BrokenFor)
 	if rep.Recovery != nil {

@@ -36,3 +36,19 @@ func TestWriteSummary(t *testing.T) {
 		t.Errorf("all held: %v", err)
 	}
 }
+
+// The summary prints the cluster's own text (an expectation's evidence,
+// a Lease holder) with its control characters escaped.
+func TestWriteSummaryEscapesClusterText(t *testing.T) {
+	const nodeText, shown = "x\x1b[2J\ry", `x\x1b[2J\x0dy`
+	rep := Report{ID: "d1", BrokenFor: 20,
+		Leases:       []LeaseSummary{{Name: "kube-scheduler", HolderBefore: nodeText, HolderAfter: "cp2"}},
+		Expectations: []Expectation{{Text: "etcd elects a new leader", Result: Pass, Evidence: "seen: " + nodeText}}}
+	var b bytes.Buffer
+	if err := WriteSummary(&b, Store{Dir: t.TempDir()}, rep); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); strings.ContainsAny(out, "\x1b\r") || strings.Count(out, shown) != 2 {
+		t.Errorf("want the cluster's text escaped twice, no raw control character:\n%q", out)
+	}
+}

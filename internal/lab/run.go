@@ -14,6 +14,7 @@ import (
 
 	"github.com/khw-dev/khw/internal/labs"
 	"github.com/khw-dev/khw/internal/steps"
+	"github.com/khw-dev/khw/internal/termtext"
 	"github.com/khw-dev/khw/internal/vm"
 )
 
@@ -44,7 +45,12 @@ type UI struct {
 	Operate func(ctx context.Context, l Lab) error
 }
 
-func (u UI) say(format string, args ...any) { fmt.Fprintf(u.Out, format, args...) }
+// say prints to u.Out with control characters escaped (termtext.Escape):
+// what it prints holds text read on the nodes (findings, differences,
+// errors), which must not drive the terminal.
+func (u UI) say(format string, args ...any) {
+	io.WriteString(u.Out, termtext.Escape(fmt.Sprintf(format, args...)))
+}
 
 // ErrStopped is returned by Run when the user answered no before the
 // changes were applied.
@@ -522,7 +528,7 @@ func (c *Course) Check(ctx context.Context, l Lab, ui UI) error {
 		return fmt.Errorf("lab %s could not be checked: %s", l.ID, g.Status.Detail)
 	}
 	if ui.Hints && !g.Pass() {
-		n, err := g.writeFirstHints(ui.Out, c.S.Dir, l)
+		n, err := g.writeFirstHints(termtext.NewWriter(ui.Out), c.S.Dir, l)
 		if err != nil {
 			return err
 		}
@@ -570,8 +576,10 @@ func (c *Course) checkOperation(ctx context.Context, l Lab, ui UI) error {
 	return nil
 }
 
-// write prints g's findings for lab l, mistakes first.
+// write prints g's findings for lab l, mistakes first, with control
+// characters escaped (termtext): the findings hold text read on the nodes.
 func (g *Grade) write(w io.Writer, l Lab) {
+	w = termtext.NewWriter(w)
 	if g.Status.Status == Unknown {
 		fmt.Fprintf(w, "! the step's own check failed: %s\n", g.Status.Detail)
 	}
@@ -695,7 +703,8 @@ func (c *Course) settle(ctx context.Context, l Lab, limit, interval time.Duratio
 var ErrNoAnswer = errors.New("no answer (stdin closed): add --yes to reset without asking")
 
 // WriteList prints rows as khw lab list does: as JSON (indented), or as a
-// table LAB, STATUS, DETAIL (DETAIL cut at 110 characters).
+// table LAB, STATUS, DETAIL (DETAIL cut at 110 characters, control
+// characters of the nodes' text escaped before the columns are measured).
 func WriteList(w io.Writer, rows []LabStatus, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
@@ -703,13 +712,14 @@ func WriteList(w io.Writer, rows []LabStatus, asJSON bool) error {
 		return enc.Encode(rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "LAB\tSTATUS\tDETAIL")
+	t := termtext.NewWriter(tw)
+	fmt.Fprintln(t, "LAB\tSTATUS\tDETAIL")
 	for _, r := range rows {
 		detail := r.Detail
 		if len(detail) > 110 {
 			detail = detail[:110] + "…"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.ID, r.Status, detail)
+		fmt.Fprintf(t, "%s\t%s\t%s\n", r.ID, r.Status, detail)
 	}
 	return tw.Flush()
 }

@@ -5,12 +5,16 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/khw-dev/khw/internal/termtext"
 )
 
 // WriteCheck writes one check as khw smoke prints it: "✓ name  evidence (1.2s)", or
 // "✗ name  error" with the evidence on a second line; "- name …" when
-// skipped.
+// skipped. Evidence and error come from the cluster: their control
+// characters are escaped (termtext).
 func WriteCheck(w io.Writer, c Check) {
+	w = termtext.NewWriter(w)
 	mark, text := "✓", c.Evidence
 	switch {
 	case c.Skipped:

@@ -37,3 +37,15 @@ func TestSmokeOutput(t *testing.T) {
 		t.Errorf("all passed: %v %q", err, b.String())
 	}
 }
+
+// A check's error and evidence come from the cluster (a pod's output, a
+// node's answer): their control characters are escaped.
+func TestWriteCheckEscapesClusterText(t *testing.T) {
+	var b bytes.Buffer
+	WriteCheck(&b, Check{Name: CheckNodePort, Err: "w1 said x\x1b[2J\ry", Evidence: "w3: \x1b]0;owned\x07"})
+	want := "✗ nodeport           w1 said x\\x1b[2J\\x0dy (0s)\n" +
+		"                     seen: w3: \\x1b]0;owned\\x07\n"
+	if b.String() != want {
+		t.Errorf("output:\n%q\nwant:\n%q", b.String(), want)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/khw-dev/khw/internal/fsutil"
+	"github.com/khw-dev/khw/internal/termtext"
 )
 
 // Options select what Runner.Run does.
@@ -404,6 +405,8 @@ func (r *Runner) logf(format string, args ...any) {
 }
 
 // line prints a finished status line (ending the spinner's line on a TTY).
+// s holds text read on the nodes (differences, errors): its control
+// characters are escaped (termtext), the spinner's own are not.
 func (r *Runner) line(s string) {
 	if r.Out == nil {
 		return
@@ -413,7 +416,7 @@ func (r *Runner) line(s string) {
 	if r.TTY {
 		io.WriteString(r.Out, "\r\x1b[K")
 	}
-	io.WriteString(r.Out, s+"\n")
+	io.WriteString(r.Out, termtext.Escape(s)+"\n")
 }
 
 func diffList(diffs []Diff) string {
