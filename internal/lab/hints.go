@@ -90,17 +90,37 @@ func dropHints(d state.Dir, id string) error {
 }
 
 // loadHints reads the saved hint ladders of lab id. Errors: none saved
-// (fs.ErrNotExist), or a file that does not parse.
+// (fs.ErrNotExist), or a file that does not parse or does not hold what
+// writeFirstHints writes (see hintState.check); both name the file and
+// how to make it again.
 func loadHints(d state.Dir, id string) (hintState, error) {
 	var st hintState
-	data, err := os.ReadFile(hintPath(d, id))
+	p := hintPath(d, id)
+	data, err := os.ReadFile(p)
 	if err != nil {
 		return st, err
 	}
-	if err := json.Unmarshal(data, &st); err != nil || len(st.Given) != len(st.Findings) {
-		return st, fmt.Errorf("%s is damaged (%v): run khw lab check %s --hints again", hintPath(d, id), err, id)
+	if err := json.Unmarshal(data, &st); err != nil {
+		return hintState{}, fmt.Errorf("%s is damaged (%v): delete it, or run khw lab check %s --hints again to write it anew", p, err, id)
+	}
+	if err := st.check(); err != nil {
+		return hintState{}, fmt.Errorf("%s is damaged: %v; delete it, or run khw lab check %s --hints again to write it anew", p, err, id)
 	}
 	return st, nil
+}
+
+// check says what in st a ladder cannot be climbed with: one Given per
+// finding, each from 0 to grade.Rungs (it indexes the finding's ladder).
+func (st hintState) check() error {
+	if len(st.Given) != len(st.Findings) {
+		return fmt.Errorf("it counts hints for %d mistakes but lists %d", len(st.Given), len(st.Findings))
+	}
+	for i, g := range st.Given {
+		if g < 0 || g > grade.Rungs {
+			return fmt.Errorf("given[%d] is %d, not 0 to %d (the rungs of a mistake's ladder)", i, g, grade.Rungs)
+		}
+	}
+	return nil
 }
 
 // openHints says how many mistakes the saved hint ladders of lab id have,

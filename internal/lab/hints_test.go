@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -81,5 +82,41 @@ func TestHintLadder(t *testing.T) {
 	pn, _ := Lookup(labid.PodNetwork)
 	if fs := g.hintFindings(pn); len(fs) != 1 || fs[0].Lab != labid.PodNetwork || fs[0].Fix != "systemctl restart khw-pod-routes" {
 		t.Errorf("differences as findings: %+v", fs)
+	}
+}
+
+// TestNextHintRefusesDamagedState: a hints file whose counters cannot
+// index a ladder (a negative one, one past the last rung, a count for
+// another number of mistakes) is an error naming the file, what is wrong
+// and how to make it again, and the file is left as it was.
+func TestNextHintRefusesDamagedState(t *testing.T) {
+	l, err := Lookup(labid.ControlPlane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	finding := `{"lab": "05-control-plane", "node": "cp1", "what": "w", "fix": "f"}`
+	for _, tc := range []struct{ name, file, want string }{
+		{"negative", `{"findings": [` + finding + `], "given": [-1]}`, "given[0] is -1, not 0 to 3"},
+		{"past the last rung", `{"findings": [` + finding + `, ` + finding + `], "given": [3, 4]}`, "given[1] is 4, not 0 to 3"},
+		{"a count per mistake missing", `{"findings": [` + finding + `], "given": []}`, "it counts hints for 0 mistakes but lists 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := state.Dir{Root: t.TempDir(), Name: "t"}
+			p := hintPath(d, l.ID)
+			if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte(tc.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			err := NextHint(&out, d, l)
+			if err == nil || !strings.Contains(err.Error(), p+" is damaged: "+tc.want) || !strings.Contains(err.Error(), "khw lab check 05-control-plane --hints") {
+				t.Fatalf("NextHint: %v (printed %q); want an error naming %s, %q and the fix", err, out.String(), p, tc.want)
+			}
+			if data, _ := os.ReadFile(p); string(data) != tc.file {
+				t.Errorf("the file changed to %s", data)
+			}
+		})
 	}
 }

@@ -53,7 +53,9 @@ type Progress map[string]time.Time
 
 func progressPath(d state.Dir) string { return filepath.Join(d.Root, "labs", "progress.json") }
 
-// LoadProgress reads the progress file (empty when missing).
+// LoadProgress reads the progress file (empty when missing). Errors,
+// naming the file and saying to delete it: it is not a JSON object of lab
+// IDs to times (a JSON null too, which would leave no map to record in).
 func LoadProgress(d state.Dir) (Progress, error) {
 	data, err := os.ReadFile(progressPath(d))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -65,6 +67,9 @@ func LoadProgress(d state.Dir) (Progress, error) {
 	p := Progress{}
 	if err := json.Unmarshal(data, &p); err != nil {
 		return nil, fmt.Errorf("%s: %w (delete it to start the progress over)", progressPath(d), err)
+	}
+	if p == nil {
+		return nil, fmt.Errorf("%s holds null, not the labs done and when (delete it to start the progress over)", progressPath(d))
 	}
 	return p, nil
 }

@@ -279,3 +279,22 @@ func TestKeptSnapshot(t *testing.T) {
 		t.Error("a done lab keeps its old snapshot: running it again must take a new one")
 	}
 }
+
+// TestProgressRefusesNull: a progress file holding JSON null is an error
+// naming it and the fix, not a nil map that recording a lab panics on.
+func TestProgressRefusesNull(t *testing.T) {
+	d := state.Dir{Root: t.TempDir(), Name: "t"}
+	p := progressPath(d)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte("null\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := MarkDone(d, labid.ControlPlane); err == nil || !strings.Contains(err.Error(), p+" holds null") || !strings.Contains(err.Error(), "delete it to start the progress over") {
+		t.Fatalf("MarkDone over a null progress file: %v", err)
+	}
+	if data, _ := os.ReadFile(p); string(data) != "null\n" {
+		t.Errorf("the file changed to %s", data)
+	}
+}

@@ -52,12 +52,28 @@ type Start struct {
 	At       time.Time `json:"at"`
 }
 
+// Check says what in s Begin could not have recorded: a cluster ID that
+// is not hex, a revision below 1 (etcd's first), no time.
+func (s *Start) Check() error {
+	if _, err := strconv.ParseUint(s.ClusterID, 16, 64); err != nil {
+		return fmt.Errorf("clusterID %q is not etcd's hex cluster ID", s.ClusterID)
+	}
+	if s.Revision < 1 {
+		return fmt.Errorf("revision %d is below 1, etcd's first", s.Revision)
+	}
+	if s.At.IsZero() {
+		return fmt.Errorf("at is missing")
+	}
+	return nil
+}
+
 // StartPath is <state>/labs/13-etcd-backup-start.json.
 func StartPath(d state.Dir) string {
 	return labcheck.StartPath(d, labid.EtcdBackup)
 }
 
 // LoadStart reads the recorded Start; ok is false when the lab never began.
+// Errors: the file cannot be read, or does not hold a Start (Check).
 func LoadStart(d state.Dir) (s Start, ok bool, err error) {
 	ok, err = labcheck.LoadStart(d, labid.EtcdBackup, &s)
 	return s, ok, err

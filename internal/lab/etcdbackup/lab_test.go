@@ -209,3 +209,41 @@ func TestSnapshotsSince(t *testing.T) {
 		t.Errorf("probes %+v, want lab13-snapshot.db at 1200, then later.db at 1500", got)
 	}
 }
+
+// TestLoadStartRefusesWhatBeginCannotRecord: a start record read back
+// with a revision below 1, a cluster ID that is not hex or no time is an
+// error naming the file and the fix.
+func TestLoadStartRefusesWhatBeginCannotRecord(t *testing.T) {
+	for _, tc := range []struct{ name, file, want string }{
+		{"negative revision", `{"clusterID": "8e9e05c52164694d", "revision": -5, "at": "2026-12-05T03:00:00Z"}`, "revision -5 is below 1"},
+		{"cluster ID not hex", `{"clusterID": "../x", "revision": 1300, "at": "2026-12-05T03:00:00Z"}`, `clusterID "../x" is not etcd's hex cluster ID`},
+		{"null", `null`, `clusterID "" is not etcd's hex cluster ID`},
+		{"no time", `{"clusterID": "8e9e05c52164694d", "revision": 1300}`, "at is missing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := state.Dir{Root: t.TempDir(), Name: "t"}
+			p := StartPath(d)
+			if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte(tc.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s, ok, err := LoadStart(d)
+			if err == nil || !strings.Contains(err.Error(), p+" is damaged: "+tc.want) || !strings.Contains(err.Error(), "remove it and begin khw lab 13-etcd-backup again") {
+				t.Fatalf("LoadStart: %+v, %v, %v; want an error naming %s and %q", s, ok, err, p, tc.want)
+			}
+		})
+	}
+	d := state.Dir{Root: t.TempDir(), Name: "t"}
+	want := Start{ClusterID: "8e9e05c52164694d", Revision: 1300, At: time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)}
+	if err := os.MkdirAll(filepath.Dir(StartPath(d)), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(StartPath(d), []byte(`{"clusterID": "8e9e05c52164694d", "revision": 1300, "at": "2026-12-05T03:00:00Z"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s, ok, err := LoadStart(d); err != nil || !ok || s != want {
+		t.Errorf("LoadStart of a good record: %+v, %v, %v", s, ok, err)
+	}
+}

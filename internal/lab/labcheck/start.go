@@ -18,10 +18,17 @@ func StartPath(d state.Dir, id string) string {
 	return filepath.Join(d.Root, "labs", id+"-start.json")
 }
 
+// Checker is a start record that can say what is wrong with it once read
+// back (a value the lab could not have recorded).
+type Checker interface {
+	Check() error
+}
+
 // LoadStart reads lab id's start record into v (a pointer to the lab's
 // record type); ok is false when the lab has not begun. Errors: the file
-// cannot be read, or is not the record's JSON (the error says to remove
-// it and begin the lab again).
+// cannot be read, is not the record's JSON, or v is a Checker whose Check
+// fails (the error names the file and says to remove it and begin the lab
+// again).
 func LoadStart(d state.Dir, id string, v any) (ok bool, err error) {
 	data, err := os.ReadFile(StartPath(d, id))
 	if errors.Is(err, os.ErrNotExist) {
@@ -32,6 +39,11 @@ func LoadStart(d state.Dir, id string, v any) (ok bool, err error) {
 	}
 	if err := json.Unmarshal(data, v); err != nil {
 		return false, fmt.Errorf("%s: %w (remove it and begin khw lab %s again)", StartPath(d, id), err, id)
+	}
+	if c, is := v.(Checker); is {
+		if err := c.Check(); err != nil {
+			return false, fmt.Errorf("%s is damaged: %w (remove it and begin khw lab %s again)", StartPath(d, id), err, id)
+		}
 	}
 	return true, nil
 }
