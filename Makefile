@@ -92,7 +92,7 @@ e2e: deps mirror-deps
 ## the default version (by hand in khw shell, khw lab reset 15, then by khw
 ## upgrade), each checked with openssl, etcdctl, kubectl and a clean khw up
 ## afterwards (root); e2e-nspawn runs labs 13 and 14
-UPGRADE_FROM ?= v1.36.3
+UPGRADE_FROM ?= v1.36.5
 e2e-day2: deps mirror-deps
 	E2E_DAY2=1 E2E_FROM=$(UPGRADE_FROM) hack/e2e.sh
 

@@ -178,7 +178,7 @@ func TestFetchCommandFromDirectoryMirror(t *testing.T) {
 	t.Setenv(components.EnvMirror, mirror)
 	t.Setenv(components.EnvCacheDir, cache)
 	out, errOut, code = run(t, base, "fetch", "--only", "etcd")
-	if code != 0 || !regexp.MustCompile(`etcd\s+v3.7.3\s+amd64.*cached`).MatchString(out) {
+	if code != 0 || !regexp.MustCompile(`etcd\s+v3.7.4\s+amd64.*cached`).MatchString(out) {
 		t.Errorf("env: exit %d\n%s%s", code, out, errOut)
 	}
 }
@@ -260,7 +260,7 @@ func TestMirrorExportServeFetch(t *testing.T) {
 		t.Fatalf("export: exit %d\n%s\n%s", code, out, e)
 	}
 	for _, rel := range []string{"khw-mirror.json", "dl.k8s.io/release/v1.37.2/bin/linux/arm64/kubelet.sha256",
-		"github.com/opencontainers/runc/releases/download/v1.5.2/runc.sha256sum", "registry.k8s.io/coredns/coredns/v1.14.6/image-linux-arm64.tar"} {
+		"github.com/opencontainers/runc/releases/download/v1.5.3/runc.sha256sum", "registry.k8s.io/coredns/coredns/v1.14.7/image-linux-arm64.tar"} {
 		if _, err := os.Stat(filepath.Join(exported, rel)); err != nil {
 			t.Errorf("export lacks %s: %v", rel, err)
 		}
@@ -272,7 +272,7 @@ func TestMirrorExportServeFetch(t *testing.T) {
 		t.Fatalf("export did not print the manifest's digest sha256:%s:\n%s", hexSum(man), out)
 	}
 	pin := m[1]
-	if b, _ := os.ReadFile(filepath.Join(exported, "github.com/opencontainers/runc/releases/download/v1.5.2/runc.sha256sum")); string(b) != sums["runc"]+"  runc.arm64\n" {
+	if b, _ := os.ReadFile(filepath.Join(exported, "github.com/opencontainers/runc/releases/download/v1.5.3/runc.sha256sum")); string(b) != sums["runc"]+"  runc.arm64\n" {
 		t.Errorf("runc.sha256sum = %q", b)
 	}
 	if _, e, code := run(t, base, "mirror", "export", src, "--mirror", src); code != exitUsage || !strings.Contains(e, "both") {

@@ -124,13 +124,13 @@ func TestCatalogLayout(t *testing.T) {
 		}
 		want := map[string]string{
 			"kubectl":       "dl.k8s.io/release/v1.37.2/bin/linux/" + arch + "/kubectl",
-			"etcd":          "github.com/etcd-io/etcd/releases/download/v3.7.3/etcd-v3.7.3-linux-" + arch + ".tar.gz",
+			"etcd":          "github.com/etcd-io/etcd/releases/download/v3.7.4/etcd-v3.7.4-linux-" + arch + ".tar.gz",
 			"containerd":    "github.com/containerd/containerd/releases/download/v2.3.7/containerd-2.3.7-linux-" + arch + ".tar.gz",
-			"runc":          "github.com/opencontainers/runc/releases/download/v1.5.2/runc." + arch,
+			"runc":          "github.com/opencontainers/runc/releases/download/v1.5.3/runc." + arch,
 			"cni-plugins":   "github.com/containernetworking/plugins/releases/download/v1.9.1/cni-plugins-linux-" + arch + "-v1.9.1.tgz",
 			"crictl":        "github.com/kubernetes-sigs/cri-tools/releases/download/v1.37.0/crictl-v1.37.0-linux-" + arch + ".tar.gz",
 			"pause-image":   "registry.k8s.io/pause/3.10.2/image-linux-" + arch + ".tar",
-			"coredns-image": "registry.k8s.io/coredns/coredns/v1.14.6/image-linux-" + arch + ".tar",
+			"coredns-image": "registry.k8s.io/coredns/coredns/v1.14.7/image-linux-" + arch + ".tar",
 		}
 		for k, v := range want {
 			if got[k] != v {
@@ -139,8 +139,8 @@ func TestCatalogLayout(t *testing.T) {
 		}
 		wantSums := map[string]string{
 			"kubectl": "dl.k8s.io/release/v1.37.2/bin/linux/" + arch + "/kubectl.sha256",
-			"etcd":    "github.com/etcd-io/etcd/releases/download/v3.7.3/SHA256SUMS",
-			"runc":    "github.com/opencontainers/runc/releases/download/v1.5.2/runc.sha256sum",
+			"etcd":    "github.com/etcd-io/etcd/releases/download/v3.7.4/SHA256SUMS",
+			"runc":    "github.com/opencontainers/runc/releases/download/v1.5.3/runc.sha256sum",
 		}
 		for k, v := range wantSums {
 			if sums[k] != v {
@@ -255,7 +255,7 @@ func archiveFor(t *testing.T, dir string, a components.Resolved) []entry {
 func TestArchiveLayouts(t *testing.T) {
 	rs := resolveDefault(t, "arm64")
 	wantFirst := map[string][]string{
-		"etcd":        {"etcd-v3.7.3-linux-arm64/", "etcd-v3.7.3-linux-arm64/etcd", "etcd-v3.7.3-linux-arm64/etcdctl", "etcd-v3.7.3-linux-arm64/etcdutl", "etcd-v3.7.3-linux-arm64/README.md"},
+		"etcd":        {"etcd-v3.7.4-linux-arm64/", "etcd-v3.7.4-linux-arm64/etcd", "etcd-v3.7.4-linux-arm64/etcdctl", "etcd-v3.7.4-linux-arm64/etcdutl", "etcd-v3.7.4-linux-arm64/README.md"},
 		"containerd":  {"bin/", "bin/containerd", "bin/containerd-shim-runc-v2", "bin/containerd-stress", "bin/ctr"},
 		"cni-plugins": {"./", "./bridge", "./host-local", "./loopback", "./portmap", "./README.md"},
 		"crictl":      {"crictl"},
@@ -521,11 +521,11 @@ func TestAssembleAndVerify(t *testing.T) {
 		t.Errorf("%s is not a hard link to %s", products[0].Rel, products[0].Src)
 	}
 	// The shared etcd SHA256SUMS lists both arches.
-	sums, err := os.ReadFile(abs(root, "github.com/etcd-io/etcd/releases/download/v3.7.3/SHA256SUMS"))
+	sums, err := os.ReadFile(abs(root, "github.com/etcd-io/etcd/releases/download/v3.7.4/SHA256SUMS"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := sha256sumNames(sums); strings.Join(got, ",") != "etcd-v3.7.3-linux-amd64.tar.gz,etcd-v3.7.3-linux-arm64.tar.gz" {
+	if got := sha256sumNames(sums); strings.Join(got, ",") != "etcd-v3.7.4-linux-amd64.tar.gz,etcd-v3.7.4-linux-arm64.tar.gz" {
 		t.Errorf("SHA256SUMS names %v", got)
 	}
 

@@ -49,9 +49,9 @@ func TestCatalogResolvesForBothArches(t *testing.T) {
 		}
 		want := map[string]string{
 			"kube-apiserver": "https://dl.k8s.io/release/v1.37.2/bin/linux/" + arch + "/kube-apiserver",
-			"etcd":           "https://github.com/etcd-io/etcd/releases/download/v3.7.3/etcd-v3.7.3-linux-" + arch + ".tar.gz",
+			"etcd":           "https://github.com/etcd-io/etcd/releases/download/v3.7.4/etcd-v3.7.4-linux-" + arch + ".tar.gz",
 			"containerd":     "https://github.com/containerd/containerd/releases/download/v2.3.7/containerd-2.3.7-linux-" + arch + ".tar.gz",
-			"runc":           "https://github.com/opencontainers/runc/releases/download/v1.5.2/runc." + arch,
+			"runc":           "https://github.com/opencontainers/runc/releases/download/v1.5.3/runc." + arch,
 			"cni-plugins":    "https://github.com/containernetworking/plugins/releases/download/v1.9.1/cni-plugins-linux-" + arch + "-v1.9.1.tgz",
 			"crictl":         "https://github.com/kubernetes-sigs/cri-tools/releases/download/v1.37.0/crictl-v1.37.0-linux-" + arch + ".tar.gz",
 		}
@@ -63,7 +63,7 @@ func TestCatalogResolvesForBothArches(t *testing.T) {
 		if got := byName["pause-image"].Image; got != "registry.k8s.io/pause:3.10.2" {
 			t.Errorf("pause image %q", got)
 		}
-		if got := byName["etcd"].Files[0].Path; got != "etcd-v3.7.3-linux-"+arch+"/etcd" {
+		if got := byName["etcd"].Files[0].Path; got != "etcd-v3.7.4-linux-"+arch+"/etcd" {
 			t.Errorf("etcd archive path %q", got)
 		}
 		if len(ForRole(rs, config.RoleControlPlane)) != 5 || len(ForRole(rs, config.RoleWorker)) != 9 {

@@ -130,7 +130,7 @@ func TestExportThenFetchOffline(t *testing.T) {
 	}
 	check("dl.k8s.io/release/v1.37.2/bin/linux/amd64/kubectl", string(w.content[kubectl.URL]))
 	check("dl.k8s.io/release/v1.37.2/bin/linux/amd64/kubectl.sha256", sum256(w.content[kubectl.URL])+"\n")
-	check("github.com/etcd-io/etcd/releases/download/v3.7.3/SHA256SUMS", sum256(w.content[etcd.URL])+"  etcd-v3.7.3-linux-amd64.tar.gz\n")
+	check("github.com/etcd-io/etcd/releases/download/v3.7.4/SHA256SUMS", sum256(w.content[etcd.URL])+"  etcd-v3.7.4-linux-amd64.tar.gz\n")
 	pause := pick(w.rs[config.ArchAMD64], "pause-image")[0]
 	check("registry.k8s.io/pause/3.10.2/image-linux-amd64.tar.sha256", sum256(w.content[CacheKey(pause)])+"\n")
 	if st, err := os.Stat(filepath.Join(out, "dl.k8s.io")); err != nil || st.Mode().Perm() != 0o755 {
@@ -155,8 +155,8 @@ func TestExportThenFetchOffline(t *testing.T) {
 		t.Errorf("export's digest %s, the manifest's %s (%v)", rep.Digest, d, err)
 	}
 	etcdArm := pick(w.rs[config.ArchARM64], "etcd")[0]
-	check("github.com/etcd-io/etcd/releases/download/v3.7.3/SHA256SUMS",
-		sum256(w.content[etcd.URL])+"  etcd-v3.7.3-linux-amd64.tar.gz\n"+sum256(w.content[etcdArm.URL])+"  etcd-v3.7.3-linux-arm64.tar.gz\n")
+	check("github.com/etcd-io/etcd/releases/download/v3.7.4/SHA256SUMS",
+		sum256(w.content[etcd.URL])+"  etcd-v3.7.4-linux-amd64.tar.gz\n"+sum256(w.content[etcdArm.URL])+"  etcd-v3.7.4-linux-arm64.tar.gz\n")
 	var man MirrorManifest
 	if err := json.Unmarshal(readFile(t, filepath.Join(out, MirrorManifestFile)), &man); err != nil {
 		t.Fatal(err)

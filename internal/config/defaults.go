@@ -9,30 +9,36 @@ const DefaultName = "khw"
 // otherwise. The artifact catalog (internal/components) documents where each
 // version comes from and which Kubernetes release it is tested with.
 //
-// The set is the one Kubernetes v1.37 is released and tested with, etcd at
-// its newest 3.7 patch: Kubernetes pins 3.7.0 (build/dependencies.yaml and
-// kubeadm's DefaultEtcdVersion in k8s.io/kubernetes v1.37.2), 3.7.1 and 3.7.2
-// carry security fixes (GHSA-xg4h-6gfc-h4m8 among them); CoreDNS v1.14.6 and pause 3.10.2 (kubeadm's
-// CoreDNSVersion and PauseVersion, cmd/kubeadm/app/constants), CNI plugins
-// v1.9.1 (build/dependencies.yaml), crictl matching the Kubernetes minor
-// (cri-tools README), containerd 2.3 LTS (containerd RELEASES.md: Kubernetes
-// 1.37 needs 2.3.0+ or 2.4.0+) and the runc that containerd release tests.
+// The set is the one Kubernetes v1.37 is released and tested with, each
+// line at the newest patch the Go module proxy served on 2026-12-07 (the
+// mirror builds from those modules): etcd 3.7.4 (Kubernetes pins 3.7.0 in
+// build/dependencies.yaml and kubeadm's DefaultEtcdVersion of
+// k8s.io/kubernetes v1.37.2; 3.7.1 and later carry security fixes,
+// GHSA-xg4h-6gfc-h4m8 among them); CoreDNS v1.14.7, the newest patch of the
+// v1.14 line that kubeadm's CoreDNSVersion pins (v1.14.6), and pause 3.10.2
+// (kubeadm's PauseVersion, cmd/kubeadm/app/constants); CNI plugins v1.9.1
+// (build/dependencies.yaml; v1.10.0 is a new minor, not a patch); crictl
+// matching the Kubernetes minor (cri-tools README); containerd 2.3 LTS
+// (containerd RELEASES.md: Kubernetes 1.37 needs 2.3.0+ or 2.4.0+); runc
+// v1.5.3, the newest patch of the 1.5 line that containerd v2.3.7 tests
+// (v1.5.2). docs/catalog.md gives each line's source and the date checked.
 var DefaultVersions = Versions{
 	Kubernetes: "v1.37.2",
-	Etcd:       "v3.7.3",
+	Etcd:       "v3.7.4",
 	Containerd: "v2.3.7",
-	Runc:       "v1.5.2",
+	Runc:       "v1.5.3",
 	CNIPlugins: "v1.9.1",
 	Crictl:     "v1.37.0",
-	CoreDNS:    "v1.14.6",
+	CoreDNS:    "v1.14.7",
 	Pause:      "3.10.2",
 }
 
 // PreviousKubernetes is the newest patch of the minor before
-// DefaultVersions.Kubernetes that khw is tested with: make e2e-day2 builds
+// DefaultVersions.Kubernetes (the newest 1.36 patch of k8s.io/kubernetes that
+// the Go module proxy served on 2026-12-07), which khw is tested with: make e2e-day2 builds
 // a cluster at it and upgrades that to DefaultVersions.Kubernetes, and lab
 // 15-upgrade starts from a cluster at it (khw init --kubernetes-version).
-const PreviousKubernetes = "v1.36.3"
+const PreviousKubernetes = "v1.36.5"
 
 // Default returns the cluster of shared/design/cluster-facts.md: lb
 // 192.168.122.10, cp1-3 .11-.13, w1-3 .21-.23 with podCIDRs 10.200.{0,1,2}.0/24,
