@@ -94,6 +94,11 @@ type IndexEntry struct {
 	ImageDigest string `json:"imageDigest,omitempty"`
 	// ImageID is an image's config digest ("sha256:<hex>"), images only.
 	ImageID string `json:"imageID,omitempty"`
+	// SignedChecksum and ChecksumSignature are the digests (hex) of the
+	// blobs holding the checksum file and the detached signature that
+	// verified SHA256, as published; set only for a signed checksum file.
+	SignedChecksum    string `json:"signedChecksum,omitempty"`
+	ChecksumSignature string `json:"checksumSignature,omitempty"`
 	// Fetched is when the blob was stored (UTC).
 	Fetched time.Time `json:"fetched"`
 }

@@ -84,6 +84,18 @@ type Artifact struct {
 	// cannot be had (a dated release directory that upstream deleted); see
 	// Fetcher.
 	Fallback *Fallback `yaml:"fallback"`
+	// Archive, when set, is where upstream keeps URL's file once it moves it
+	// away (a dated release directory moved to an archive host): the same
+	// file, so only a pinned digest (Checksum.SHA256 or SHA256ByArch) vouches
+	// for it; Fetcher tries it before Fallback. Only Archive.URL is read.
+	Archive *Fallback `yaml:"archive"`
+	// Redirects, when set, are the only hosts besides the requested URL's own
+	// that a download of this artifact (URL, Archive, Fallback and their
+	// checksum and signature files) may be redirected to; a redirect from
+	// https to plain http is followed only to one of them, and only for a
+	// pinned digest. Unset: any https host (the release CDNs of dl.k8s.io and
+	// github.com), never plain http.
+	Redirects []string `yaml:"redirects"`
 	// MaxMiB bounds the download in MiB: a transfer that brings more is cut
 	// off (a broken or hostile mirror cannot fill the disk). Set with room
 	// (about 3× the release's size) so a patch release does not hit it.
@@ -101,6 +113,18 @@ type Checksum struct {
 	// SHA256ByArch pins the digest (hex) per arch (amd64, arm64), for a
 	// URL whose file differs by arch; it wins over SHA256.
 	SHA256ByArch map[string]string `yaml:"sha256ByArch"`
+	// Signature, when set, is the checksum file's detached OpenPGP
+	// signature: a checksum file that it does not verify is refused.
+	Signature *Signature `yaml:"signature"`
+}
+
+// Signature locates a checksum file's detached OpenPGP signature (RFC 4880
+// §11.4, binary or ASCII-armoured, e.g. Ubuntu's SHA256SUMS.gpg) and names
+// the keys that may have made it: fingerprints (40 hex digits, spaces
+// allowed) of primary keys in khw's embedded keyring (keys/*.asc).
+type Signature struct {
+	URL  string   `yaml:"url"`
+	Keys []string `yaml:"keys"`
 }
 
 // Fallback is an artifact's second source: a URL template and its checksum,
@@ -161,6 +185,16 @@ type Resolved struct {
 	// artifact with URL, checksum and FileName of the second source, and no
 	// Fallback of its own.
 	Fallback *Resolved
+	// Archive is the resolved Artifact.Archive (nil without one): the same
+	// artifact and pinned digest at the archive URL, with no checksum file,
+	// Archive or Fallback of its own.
+	Archive *Resolved
+	// SignatureURL and SignatureKeys are the resolved Checksum.Signature
+	// ("" and nil without one).
+	SignatureURL  string
+	SignatureKeys []string
+	// Redirects is Artifact.Redirects.
+	Redirects []string
 }
 
 // VersionOf returns the version cluster.yaml sets for a versions key
@@ -227,6 +261,13 @@ func (cat *Catalog) Resolve(c *config.Cluster, arch string) ([]Resolved, error) 
 			if v, ok := a.Checksum.SHA256ByArch[arch]; ok {
 				r.SHA256 = v
 			}
+			r.Redirects = a.Redirects
+			if sig := a.Checksum.Signature; sig != nil {
+				if r.SignatureURL, err = expand(sig.URL); err != nil {
+					return nil, err
+				}
+				r.SignatureKeys = sig.Keys
+			}
 			if r.URL != "" {
 				r.FileName = r.URL[strings.LastIndex(r.URL, "/")+1:]
 			}
@@ -249,8 +290,27 @@ func (cat *Catalog) Resolve(c *config.Cluster, arch string) ([]Resolved, error) 
 				if s.ChecksumURL, err = expand(fb.Checksum.URL); err != nil {
 					return nil, err
 				}
+				s.SignatureURL, s.SignatureKeys = "", nil
+				if sig := fb.Checksum.Signature; sig != nil {
+					if s.SignatureURL, err = expand(sig.URL); err != nil {
+						return nil, err
+					}
+					s.SignatureKeys = sig.Keys
+				}
 				s.FileName = s.URL[strings.LastIndex(s.URL, "/")+1:]
 				r.Fallback = &s
+			}
+			if ar := a.Archive; ar != nil {
+				if r.SHA256 == "" {
+					return nil, fmt.Errorf("catalog: %s: archive %s needs a pinned sha256: the archive host publishes no checksum file of its own", a.Name, ar.URL)
+				}
+				s := r
+				s.Fallback, s.ChecksumURL, s.SignatureURL, s.SignatureKeys = nil, "", "", nil
+				if s.URL, err = expand(ar.URL); err != nil {
+					return nil, err
+				}
+				s.FileName = s.URL[strings.LastIndex(s.URL, "/")+1:]
+				r.Archive = &s
 			}
 			out = append(out, r)
 		}

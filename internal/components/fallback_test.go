@@ -28,19 +28,39 @@ func ubuntuImage(t *testing.T, arch string) Resolved {
 	if len(imgs) != 1 {
 		t.Fatalf("catalog has %d vm-image artifacts", len(imgs))
 	}
-	return imgs[0]
+	return testSigned(imgs[0])
+}
+
+// testSigned is r with its fallback's checksum file signed by the tests'
+// key (testSigner) instead of Ubuntu's, which no test can sign with.
+func testSigned(r Resolved) Resolved {
+	if r.Fallback != nil && r.Fallback.SignatureURL != "" {
+		fb := *r.Fallback
+		fb.SignatureKeys = []string{testSigner.fingerprint}
+		r.Fallback = &fb
+	}
+	return r
 }
 
 func TestCatalogPinsUbuntuImageWithFallback(t *testing.T) {
-	// lima-vm/lima templates/_images/ubuntu-24.04.yaml.
+	// The digests are release-20260725's as Ubuntu signed them
+	// (TestUbuntuPinIsWhatUbuntuSigned).
 	want := map[string]string{
-		config.ArchAMD64: "bc471ca49de03b5129c65b70f9862b7f4b5e721622fd34ade78132f6f7999e2d",
-		config.ArchARM64: "05317c8ea0f973af351e4e1da9c4cba82991c94d2529b4c7af09e88091f518c5",
+		config.ArchAMD64: "d1940f7d69d343355e183dff1e08a59852d32e7309baa7a4bad8365b11b005ac",
+		config.ArchARM64: "2eaec7286c49fdea713dddabcf5012cafa7097a658e916acb48f4bc5fdc8e419",
 	}
 	for arch, sum := range want {
 		r := ubuntuImage(t, arch)
-		if r.URL != "https://cloud-images.ubuntu.com/releases/noble/release-20250430/ubuntu-24.04-server-cloudimg-"+arch+".img" || r.SHA256 != sum {
-			t.Errorf("%s: %s pinned %q, want release-20250430 pinned %s", arch, r.URL, r.SHA256, sum)
+		if r.URL != "https://cloud-images.ubuntu.com/releases/noble/release-20260725/ubuntu-24.04-server-cloudimg-"+arch+".img" || r.SHA256 != sum {
+			t.Errorf("%s: %s pinned %q, want release-20260725 pinned %s", arch, r.URL, r.SHA256, sum)
+		}
+		ar := r.Archive
+		if ar == nil || ar.URL != "http://cloud-images-archive.ubuntu.com/releases/noble/release-20260725/ubuntu-24.04-server-cloudimg-"+arch+".img" ||
+			ar.SHA256 != sum || ar.ChecksumURL != "" || ar.Fallback != nil || ar.Archive != nil {
+			t.Errorf("%s: archive %+v, want the same pinned file on cloud-images-archive.ubuntu.com", arch, ar)
+		}
+		if strings.Join(r.Redirects, ",") != "cloud-images-archive.ubuntu.com" {
+			t.Errorf("%s: redirects %v, want the archive host only", arch, r.Redirects)
 		}
 		fb := r.Fallback
 		if fb == nil {
@@ -48,7 +68,8 @@ func TestCatalogPinsUbuntuImageWithFallback(t *testing.T) {
 		}
 		if fb.URL != "https://cloud-images.ubuntu.com/releases/noble/release/ubuntu-24.04-server-cloudimg-"+arch+".img" ||
 			fb.ChecksumURL != "https://cloud-images.ubuntu.com/releases/noble/release/SHA256SUMS" || fb.ChecksumFormat != ChecksumSHA256Sum ||
-			fb.SHA256 != "" || fb.FileName != "ubuntu-24.04-server-cloudimg-"+arch+".img" || fb.Fallback != nil || fb.Arch != arch {
+			fb.SignatureURL != "https://cloud-images.ubuntu.com/releases/noble/release/SHA256SUMS.gpg" ||
+			fb.SHA256 != "" || fb.FileName != "ubuntu-24.04-server-cloudimg-"+arch+".img" || fb.Fallback != nil || fb.Archive != nil || fb.Arch != arch {
 			t.Errorf("%s: fallback %+v", arch, fb)
 		}
 	}
@@ -73,7 +94,12 @@ func ubuntuDir(t *testing.T, r Resolved, dated, current []byte) string {
 		p, _, _ := MirrorLocation(root, s.r.URL)
 		writeFile(t, p, s.data)
 		sums, _, _ := MirrorLocation(root, s.r.ChecksumURL)
-		writeFile(t, sums, []byte(sum256([]byte("other"))+" *ubuntu-24.04-server-cloudimg-riscv64.img\n"+sum256(s.data)+" *"+s.r.FileName+"\n"))
+		list := []byte(sum256([]byte("other")) + " *ubuntu-24.04-server-cloudimg-riscv64.img\n" + sum256(s.data) + " *" + s.r.FileName + "\n")
+		writeFile(t, sums, list)
+		if s.r.SignatureURL != "" {
+			sig, _, _ := MirrorLocation(root, s.r.SignatureURL)
+			writeFile(t, sig, testSigner.sign(t, list))
+		}
 		rel, _ := mirrorRel(s.r.URL)
 		es = append(es, MirrorEntry{Path: rel, Name: s.r.Artifact.Name, Version: s.r.Version, Arch: s.r.Arch, URL: s.r.URL, SHA256: sum256(s.data), Size: int64(len(s.data))})
 	}
@@ -133,9 +159,13 @@ func TestFetchFallsBackWhenMirrorLacksDatedRelease(t *testing.T) {
 			if !bytes.Equal(readFile(t, p), current) {
 				t.Errorf("export did not write the fallback at %s", p)
 			}
-			sums, _, _ := MirrorLocation(out, r.Fallback.ChecksumURL)
-			if s := string(readFile(t, sums)); !strings.Contains(s, sum256(current)+"  "+r.Fallback.FileName) {
-				t.Errorf("exported %s: %q", sums, s)
+			// The signed list and its signature, as the mirror had them.
+			for _, u := range []string{r.Fallback.ChecksumURL, r.Fallback.SignatureURL} {
+				src, _, _ := MirrorLocation(root, u)
+				dst, _, _ := MirrorLocation(out, u)
+				if !bytes.Equal(readFile(t, dst), readFile(t, src)) {
+					t.Errorf("exported %s differs from the signed original", dst)
+				}
 			}
 		})
 	}
@@ -179,7 +209,7 @@ func TestFetchFallbackOfficial(t *testing.T) {
 		}
 		got := res[0]
 		if !got.Fallback || !strings.Contains(got.FallbackReason, "404") || got.Trust != TrustOfficial ||
-			got.VerifiedBy != "checksum file "+r.Fallback.ChecksumURL || got.SHA256 != sum256(current) {
+			got.VerifiedBy != "checksum file "+r.Fallback.ChecksumURL+", signed by "+testSigner.fingerprint+" ("+r.Fallback.SignatureURL+")" || got.SHA256 != sum256(current) {
 			t.Errorf("fetched %+v; want the fallback verified by its SHA256SUMS after a 404", got)
 		}
 		if srv.count(urlPath(r.URL)) != 1 || srv.count(urlPath(r.Fallback.ChecksumURL)) != 1 {

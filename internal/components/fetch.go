@@ -121,6 +121,14 @@ type Fetched struct {
 	// source, or that the fallback was in the cache already).
 	Fallback       bool
 	FallbackReason string
+	// Archive is true when Path holds Resolved.Archive (its own URL could not
+	// be had); ArchiveReason then says why.
+	Archive       bool
+	ArchiveReason string
+	// SignedChecksum and ChecksumSignature are the cache's copies of the
+	// checksum file and its detached signature that verified the download,
+	// as published ("" unless the catalog's checksum is signed).
+	SignedChecksum, ChecksumSignature string
 	// Err is this artifact's error; the other fields except Resolved are then
 	// zero.
 	Err error
@@ -168,6 +176,9 @@ type fetchRun struct {
 	manifest     *pinnedManifest
 	manifestErr  error
 	pin          string
+	// finals maps a requested URL to the URL that answered it after
+	// redirects.
+	finals map[string]string
 }
 
 type sumCall struct {
@@ -206,7 +217,7 @@ func (f *Fetcher) Fetch(ctx context.Context, rs []Resolved) ([]Fetched, error) {
 			return nil, fmt.Errorf("mirror %s: not a directory or an http(s) URL (fix: point --mirror / %s at a directory made by `khw mirror export`, or at the URL `khw mirror serve` prints)", f.Mirror, EnvMirror)
 		}
 	}
-	run := &fetchRun{cache: c, client: f.client(), sums: map[string]*sumCall{}}
+	run := &fetchRun{cache: c, client: withRedirectPolicy(f.client()), sums: map[string]*sumCall{}}
 	if f.Mirror != "" {
 		if strings.TrimSpace(f.MirrorDigest) == "" {
 			return nil, NewMirrorPinError(f.Mirror)
@@ -321,8 +332,14 @@ func (run *fetchRun) lock(ctx context.Context, key string) (func(), error) {
 
 // cachedResult turns an index entry into a Fetched.
 func (run *fetchRun) cachedResult(r Resolved, e IndexEntry) Fetched {
-	return Fetched{Resolved: r, Path: run.cache.blobPath(e.SHA256), SHA256: e.SHA256, Size: e.Size,
+	res := Fetched{Resolved: r, Path: run.cache.blobPath(e.SHA256), SHA256: e.SHA256, Size: e.Size,
 		ImageDigest: e.ImageDigest, ImageID: e.ImageID, Cached: true, Source: e.Source, VerifiedBy: e.VerifiedBy, Trust: e.Trust}
+	if e.SignedChecksum != "" {
+		if _, _, ok := run.cache.readSigned(e.SignedChecksum, e.ChecksumSignature); ok {
+			res.SignedChecksum, res.ChecksumSignature = run.cache.blobPath(e.SignedChecksum), run.cache.blobPath(e.ChecksumSignature)
+		}
+	}
+	return res
 }
 
 // fromCache returns the cached blob for key if the index has it, its digest
@@ -354,6 +371,7 @@ func (f *Fetcher) fetchURL(ctx context.Context, run *fetchRun, r Resolved, it *p
 		}
 		pinned = p
 	}
+	ctx = withRedirects(ctx, r, pinned != "")
 	if res, ok := run.fromCache(r, key, pinned); ok {
 		return res, nil
 	}
@@ -377,9 +395,19 @@ func (f *Fetcher) fetchURL(ctx context.Context, run *fetchRun, r Resolved, it *p
 		if pinned != "" && e.SHA256 != pinned {
 			return Fetched{}, pinConflictError{fmt.Errorf("the mirror manifest %s lists %s with sha256 %s, but the catalog pins %s: the mirror holds another file (fix: export the mirror again from a verified source)", man.loc, r.URL, e.SHA256, pinned)}
 		}
-		return f.downloadVerified(ctx, run, r, key, r.URL, loc, isFile, download{want: e.SHA256, verifiedBy: man.verifiedBy(), trust: TrustMirror, limit: limit}, nil, it)
+		dl := download{want: e.SHA256, verifiedBy: man.verifiedBy(), trust: TrustMirror, limit: limit}
+		if r.SignatureURL != "" {
+			extra, signed, err := f.mirrorSignature(ctx, run, r, e.SHA256)
+			if err != nil {
+				return Fetched{}, fmt.Errorf("verify %s: %w", r.URL, err)
+			}
+			dl.verifiedBy += extra
+			dl.signed = signed
+		}
+		return f.downloadVerified(ctx, run, r, key, r.URL, loc, isFile, dl, nil, it)
 	}
 	want, verifiedBy, trust := pinned, "pinned in catalog", TrustCatalog
+	var signed *signedSums
 	if want == "" {
 		if r.ChecksumURL == "" {
 			return Fetched{}, fmt.Errorf("%s has no checksum URL and no pinned sha256 in the catalog; khw never uses an unverified download (fix: add checksum.url or checksum.sha256 to catalog.yaml)", r.URL)
@@ -391,43 +419,71 @@ func (f *Fetcher) fetchURL(ctx context.Context, run *fetchRun, r Resolved, it *p
 		if err != nil {
 			return Fetched{}, fmt.Errorf("verify %s: %w", r.URL, err)
 		}
+		verifiedBy, trust = "checksum file "+r.ChecksumURL, TrustOfficial
+		if r.SignatureURL != "" {
+			if signed, err = f.verifySums(ctx, run, r, data, r.SignatureURL, false); err != nil {
+				return Fetched{}, fmt.Errorf("verify %s: %w", r.URL, err)
+			}
+			verifiedBy = signed.signedBy(r)
+		}
 		want, err = ParseChecksum(data, r.ChecksumFormat, r.FileName)
 		if err != nil {
 			return Fetched{}, fmt.Errorf("verify %s: %s: %w", r.URL, r.ChecksumURL, err)
 		}
-		verifiedBy, trust = "checksum file "+r.ChecksumURL, TrustOfficial
 	}
-	return f.downloadVerified(ctx, run, r, key, r.URL, loc, isFile, download{want: want, verifiedBy: verifiedBy, trust: trust, limit: r.MaxSize}, nil, it)
+	return f.downloadVerified(ctx, run, r, key, r.URL, loc, isFile, download{want: want, verifiedBy: verifiedBy, trust: trust, limit: r.MaxSize, signed: signed}, nil, it)
 }
 
-// fetchWithFallback fetches r, or r.Fallback when r's own URL cannot be had:
-// upstream deleted it (HTTP 404), the mirror does not hold or list it, the
-// host cannot be reached. It does not fall back when r's source answered
-// with the wrong file (a digest mismatch, or a mirror manifest that
-// contradicts the catalog pin): that is a broken or hostile source, not a
-// missing file, and is reported. A fallback already in the cache is taken
-// before the network is tried for r, when r itself is not cached: r was gone
-// when that copy was fetched (dated releases do not come back), and reusing
-// it keeps a cluster on one base image. The error when both fail names both.
+// fetchWithFallback fetches r; when r's own URL cannot be had (upstream
+// moved or deleted it: HTTP 404, a redirect the catalog does not allow; the
+// mirror does not hold or list it; the host cannot be reached) it tries
+// r.Archive, the same pinned file where upstream keeps it afterwards, then
+// r.Fallback. It does not go on when a source answered with the wrong file
+// (a digest mismatch, or a mirror manifest that contradicts the catalog
+// pin): that is a broken or hostile source, not a missing file, and is
+// reported. A fallback already in the cache is taken before the network is
+// tried for r, when r itself is not cached: r was gone when that copy was
+// fetched (dated releases do not come back), and reusing it keeps a cluster
+// on one base image. The error when every source fails names each.
 func (f *Fetcher) fetchWithFallback(ctx context.Context, run *fetchRun, r Resolved, it *pitem) (Fetched, error) {
-	if r.Fallback == nil {
+	if r.Fallback == nil && r.Archive == nil {
 		return f.fetchURL(ctx, run, r, it)
 	}
-	fb := *r.Fallback
-	if _, ok := run.cache.lookup(CacheKey(r)); !ok {
-		if res, ok := run.fromCache(fb, CacheKey(fb), ""); ok {
-			res.Fallback, res.FallbackReason = true, "the cache holds the fallback "+fb.URL+" (fetched when "+r.URL+" could not be had) and not "+r.URL
-			return res, nil
+	if fb := r.Fallback; fb != nil {
+		if _, ok := run.cache.lookup(CacheKey(r)); !ok {
+			if res, ok := run.fromCache(*fb, CacheKey(*fb), ""); ok {
+				res.Fallback, res.FallbackReason = true, "the cache holds the fallback "+fb.URL+" (fetched when "+r.URL+" could not be had) and not "+r.URL
+				return res, nil
+			}
 		}
 	}
+	final := func(err error) bool {
+		var mm *DigestMismatchError
+		var pc pinConflictError
+		return err == nil || ctx.Err() != nil || errors.As(err, &mm) || errors.As(err, &pc)
+	}
 	res, err := f.fetchURL(ctx, run, r, it)
-	var mm *DigestMismatchError
-	var pc pinConflictError
-	if err == nil || ctx.Err() != nil || errors.As(err, &mm) || errors.As(err, &pc) {
+	if final(err) {
 		return res, err
 	}
+	if ar := r.Archive; ar != nil {
+		run.prog.note(fmt.Sprintf("%s %s: %v; trying the archive %s", r.Artifact.Name, r.Version, err, ar.URL))
+		res, aerr := f.fetchURL(ctx, run, *ar, it)
+		if aerr == nil {
+			res.Archive, res.ArchiveReason = true, err.Error()
+			return res, nil
+		}
+		err = fmt.Errorf("%w; and the archive %s: %w", err, ar.URL, aerr)
+		if final(aerr) {
+			return Fetched{}, err
+		}
+	}
+	fb := r.Fallback
+	if fb == nil {
+		return Fetched{}, err
+	}
 	run.prog.note(fmt.Sprintf("%s %s: %v; trying the fallback %s", r.Artifact.Name, r.Version, err, fb.URL))
-	res, ferr := f.fetchURL(ctx, run, fb, it)
+	res, ferr := f.fetchURL(ctx, run, *fb, it)
 	if ferr != nil {
 		return Fetched{}, fmt.Errorf("%w; and the fallback %s: %w", err, fb.URL, ferr)
 	}
@@ -447,6 +503,9 @@ func (e pinConflictError) Unwrap() error { return e.error }
 type download struct {
 	want, verifiedBy, trust string
 	limit                   int64
+	// signed is the signed checksum file that named want, if any: the cache
+	// keeps it for export.
+	signed *signedSums
 }
 
 // manifestEntry is the pinned manifest's entry for r and the byte bound of
@@ -505,7 +564,13 @@ func (f *Fetcher) downloadVerified(ctx context.Context, run *fetchRun, r Resolve
 				return Fetched{}, err
 			}
 		}
-		e := IndexEntry{SHA256: want, Size: size, Source: loc, VerifiedBy: verifiedBy, Trust: dl.trust, ImageDigest: info.digest, ImageID: info.id, Fetched: time.Now().UTC()}
+		e := IndexEntry{SHA256: want, Size: size, Source: run.source(loc), VerifiedBy: verifiedBy, Trust: dl.trust, ImageDigest: info.digest, ImageID: info.id, Fetched: time.Now().UTC()}
+		if dl.signed != nil {
+			var err error
+			if e.SignedChecksum, e.ChecksumSignature, err = run.cache.storeSigned(dl.signed); err != nil {
+				return Fetched{}, err
+			}
+		}
 		if err := run.cache.update(key, &e); err != nil {
 			return Fetched{}, err
 		}

@@ -130,8 +130,11 @@ func Export(ctx context.Context, fetched []Fetched, dir string) (ExportReport, e
 		if f.Err != nil {
 			return rep, fmt.Errorf("export %s: it was not fetched: %w", r.Artifact.Name, f.Err)
 		}
-		if f.Fallback && r.Fallback != nil {
+		switch {
+		case f.Fallback && r.Fallback != nil:
 			r = *r.Fallback // the mirror holds what was fetched, where it came from
+		case f.Archive && r.Archive != nil:
+			r = *r.Archive
 		}
 		rel, err := r.mirrorPath()
 		if err != nil {
@@ -151,6 +154,16 @@ func Export(ctx context.Context, fetched []Fetched, dir string) (ExportReport, e
 				return rep, err
 			}
 			note(rel+".sha256", w)
+		case f.SignedChecksum != "" && r.SignatureURL != "":
+			// The list and its signature as published: merged lines
+			// would no longer verify.
+			ws, err := exportSigned(abs, r, f)
+			if err != nil {
+				return rep, err
+			}
+			for rel, w := range ws {
+				note(rel, w)
+			}
 		case r.ChecksumURL != "":
 			srel, err := mirrorRel(r.ChecksumURL)
 			if err != nil {
@@ -205,6 +218,9 @@ func ManifestFromDir(dir string, rs []Resolved) (digest string, err error) {
 		all = append(all, r)
 		if r.Fallback != nil {
 			all = append(all, *r.Fallback)
+		}
+		if r.Archive != nil {
+			all = append(all, *r.Archive)
 		}
 	}
 	for _, r := range all {
@@ -419,7 +435,11 @@ func mirrorHosts() []string {
 	if cat, err := Load(); err == nil {
 		for _, c := range cat.Components {
 			for _, a := range c.Artifacts {
-				for _, s := range []string{a.URL, a.Checksum.URL} {
+				urls := []string{a.URL, a.Checksum.URL}
+				if a.Archive != nil {
+					urls = append(urls, a.Archive.URL)
+				}
+				for _, s := range urls {
 					if u, err := url.Parse(s); err == nil && u.Host != "" {
 						set[u.Host] = true
 					}

@@ -68,9 +68,10 @@ func (f *Fetcher) getBounded(ctx context.Context, run *fetchRun, loc string, isF
 		req.Header.Set("User-Agent", userAgent)
 		resp, err := run.client.Do(req)
 		if err != nil {
-			return fmt.Errorf("GET %s: %w", loc, err)
+			return redirectErr(loc, err)
 		}
 		defer resp.Body.Close()
+		run.noteFinal(loc, resp)
 		if err := statusError(loc, resp); err != nil {
 			return err
 		}
@@ -194,9 +195,10 @@ func (f *Fetcher) attempt(ctx context.Context, run *fetchRun, loc, part string, 
 	}
 	resp, err := run.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("GET %s: %w", loc, err)
+		return redirectErr(loc, err)
 	}
 	defer resp.Body.Close()
+	run.noteFinal(loc, resp)
 	flags := os.O_WRONLY | os.O_CREATE
 	switch resp.StatusCode {
 	case http.StatusOK:

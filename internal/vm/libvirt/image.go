@@ -23,11 +23,13 @@ const EnvNetns = "KHW_LIBVIRT_NETNS"
 // as components.Fetcher verifies every download, progress to progress. The
 // cloud image boots from its own disk (no direct kernel boot).
 //
-// The catalog pins a dated release; Ubuntu deletes dated directories after
-// some months, so when it cannot be had the fetcher falls back to
-// releases/noble/release/ (verified by that directory's SHA256SUMS, or by
-// the pinned mirror manifest). One line to progress says which image was
-// used and, for the fallback, why. When neither can be had the error says
+// The catalog pins a dated release; Ubuntu moves dated directories to its
+// archive host after some months, so when it cannot be had the fetcher
+// takes the same pinned file from there, and then falls back to
+// releases/noble/release/ (verified by that directory's SHA256SUMS and
+// Ubuntu's signature over it, or by the pinned mirror manifest). One line to
+// progress says which image was used, where its bytes came from and, for the
+// archive or the fallback, why. When neither can be had the error says
 // so and names the two ways out: libvirt.image in cluster.yaml, or
 // a mirror that holds the image (KHW_MIRROR and its pin; khw fetch --mirror).
 func CatalogImage(c *config.Cluster, from components.Fetcher, progress io.Writer) func(ctx context.Context) (Image, error) {
@@ -66,8 +68,12 @@ func CatalogImage(c *config.Cluster, from components.Fetcher, progress io.Writer
 			return Image{}, fmt.Errorf("base image for %s: %s: %w (fix: set libvirt.image in cluster.yaml to a local qcow2 cloud image with cloud-init, %s)", c.Arch, what, err, mirror)
 		}
 		res := got[0]
-		src := fmt.Sprintf("%s (the pinned %s, sha256 %s, verified by %s)", r.URL, r.Version, res.SHA256, res.VerifiedBy)
-		if res.Fallback {
+		src := fmt.Sprintf("%s (the pinned %s, sha256 %s, verified by %s)", res.Source, r.Version, res.SHA256, res.VerifiedBy)
+		switch {
+		case res.Archive:
+			src = fmt.Sprintf("%s (the pinned %s from Ubuntu's archive host, sha256 %s, verified by %s); %s: %s",
+				res.Source, r.Version, res.SHA256, res.VerifiedBy, r.URL, res.ArchiveReason)
+		case res.Fallback:
 			src = fmt.Sprintf("%s (the current noble release, sha256 %s, verified by %s); not the pinned %s %s: %s",
 				r.Fallback.URL, res.SHA256, res.VerifiedBy, r.Version, r.URL, res.FallbackReason)
 		}

@@ -1,0 +1,124 @@
+package components
+
+import (
+	"bytes"
+	"encoding/hex"
+	"strings"
+	"testing"
+
+	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/ProtonMail/go-crypto/openpgp/armor"
+)
+
+// testKey is an OpenPGP key the tests sign checksum files with, added to
+// signingKeyring by init.
+type testKey struct {
+	entity      *openpgp.Entity
+	fingerprint string
+	armored     []byte
+}
+
+var testSigner, otherSigner testKey
+
+func newTestKey(name string) testKey {
+	e, err := openpgp.NewEntity(name, "", name+"@example.invalid", nil)
+	if err != nil {
+		panic(err)
+	}
+	var b bytes.Buffer
+	w, err := armor.Encode(&b, openpgp.PublicKeyType, nil)
+	if err != nil {
+		panic(err)
+	}
+	if err := e.Serialize(w); err != nil {
+		panic(err)
+	}
+	w.Close()
+	return testKey{entity: e, fingerprint: strings.ToUpper(hex.EncodeToString(e.PrimaryKey.Fingerprint)), armored: b.Bytes()}
+}
+
+// init makes testSigner (trusted: in signingKeyring) and otherSigner (not
+// in it) for this package's tests.
+func init() {
+	testSigner, otherSigner = newTestKey("khw test signer"), newTestKey("someone else")
+	signingKeyring = append(append(append([]byte{}, signingKeyring...), '\n'), testSigner.armored...)
+}
+
+// sign is k's armoured detached signature over data, as SHA256SUMS.gpg.
+func (k testKey) sign(t *testing.T, data []byte) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := openpgp.ArmoredDetachSign(&b, k.entity, bytes.NewReader(data), nil); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// The pinned release is Ubuntu's: testdata holds release-20260725's
+// SHA256SUMS and SHA256SUMS.gpg as cloud-images.ubuntu.com published them;
+// the signature verifies with the key khw embeds, only for that key's
+// fingerprint, and only for the list as published; the catalog pins the
+// digests that list gives for both arches.
+func TestUbuntuPinIsWhatUbuntuSigned(t *testing.T) {
+	sums := readFile(t, "testdata/ubuntu-release-20260725/SHA256SUMS")
+	sig := readFile(t, "testdata/ubuntu-release-20260725/SHA256SUMS.gpg")
+	const uec = "D2EB44626FDDC30B513D5BB71A5D6C4C7DB87C81"
+	cat, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, c := range cat.Components {
+		for _, a := range c.Artifacts {
+			if a.Fallback != nil && a.Fallback.Checksum.Signature != nil {
+				keys = a.Fallback.Checksum.Signature.Keys
+			}
+		}
+	}
+	if len(keys) != 1 || normalizeFingerprint(keys[0]) != strings.ToLower(uec) {
+		t.Fatalf("catalog signature keys %v, want only the UEC Image Automatic Signing Key %s", keys, uec)
+	}
+	signer, err := VerifyDetached(signingKeyring, sums, sig, keys)
+	if err != nil || signer != uec {
+		t.Fatalf("Ubuntu's signature over release-20260725's SHA256SUMS: signer %q, %v; want %s", signer, err, uec)
+	}
+	if _, err := VerifyDetached(signingKeyring, sums, sig, []string{testSigner.fingerprint}); err == nil {
+		t.Error("the signature verified for a key the caller did not name")
+	}
+	tampered := bytes.Replace(sums, []byte("d1940f7d"), []byte("d1940f7e"), 1)
+	if _, err := VerifyDetached(signingKeyring, tampered, sig, keys); err == nil {
+		t.Error("a list changed after signing verified")
+	}
+	for _, arch := range []string{"amd64", "arm64"} {
+		r := ubuntuImage(t, arch)
+		want, err := ParseChecksum(sums, ChecksumSHA256Sum, r.FileName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.SHA256 != want || !strings.Contains(r.URL, "/releases/noble/release-20260725/") {
+			t.Errorf("%s: catalog pins %s at %s; Ubuntu signed %s for release-20260725", arch, r.SHA256, r.URL, want)
+		}
+	}
+}
+
+// VerifyDetached refuses a signature by a key outside the keyring, garbage,
+// and a keyring without the named key; it accepts a binary signature too.
+func TestVerifyDetached(t *testing.T) {
+	data := []byte("abc *file\n")
+	if _, err := VerifyDetached(signingKeyring, data, otherSigner.sign(t, data), []string{testSigner.fingerprint}); err == nil {
+		t.Error("a signature by another key verified")
+	}
+	if _, err := VerifyDetached(signingKeyring, data, []byte("not a signature"), []string{testSigner.fingerprint}); err == nil {
+		t.Error("garbage verified")
+	}
+	if _, err := VerifyDetached(otherSigner.armored, data, testSigner.sign(t, data), []string{testSigner.fingerprint}); err == nil || !strings.Contains(err.Error(), "none of the keys") {
+		t.Errorf("keyring without the key: %v", err)
+	}
+	var bin bytes.Buffer
+	if err := openpgp.DetachSign(&bin, testSigner.entity, bytes.NewReader(data), nil); err != nil {
+		t.Fatal(err)
+	}
+	if fp, err := VerifyDetached(signingKeyring, data, bin.Bytes(), []string{testSigner.fingerprint}); err != nil || fp != testSigner.fingerprint {
+		t.Errorf("binary signature: %q, %v", fp, err)
+	}
+}
