@@ -1,6 +1,7 @@
 package drill
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -443,5 +444,80 @@ func TestLiveTimelineInTimeOrder(t *testing.T) {
 	}
 	if _, ok := p.InFlightSince(); ok {
 		t.Errorf("the observed probe is still in flight: %v", p.flights)
+	}
+}
+
+// TestActiveRefusesIDsOutsideTheStore: an active file holding a path
+// ("../..", "a/b") or anything NewID cannot make is an error naming the
+// file and the fix, and no drill.json outside the store is read; a
+// drill.json naming another drill, or with more actions applied than it
+// has (heal takes Actions[:Applied]), is refused too.
+func TestActiveRefusesIDsOutsideTheStore(t *testing.T) {
+	root := t.TempDir()
+	st := Store{Dir: filepath.Join(root, "state", "drills")}
+	// A Record two levels up, where "../.." leads.
+	outside := &Record{ID: "..", Cluster: "outside"}
+	data, _ := json.Marshal(outside)
+	if err := os.WriteFile(filepath.Join(root, "drill.json"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "state", "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	data, _ = json.Marshal(&Record{ID: "../x", Cluster: "outside"})
+	if err := os.WriteFile(filepath.Join(root, "state", "x", "drill.json"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	active := filepath.Join(st.Dir, "active")
+	for _, id := range []string{"../..", "../x", "/etc", "20261129-230000-etcd-2/../..", "20261129-230000-Etcd", "20261129-230000-etcd-", "", strings.Repeat("1", 200)} {
+		if err := os.MkdirAll(st.Dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(active, []byte(id+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := st.Active()
+		if err == nil || !strings.Contains(err.Error(), active+" holds ") || !strings.Contains(err.Error(), "write the ID of the broken drill there") {
+			t.Errorf("active %q: %+v, %v; want an error naming %s and the fix", id, rec, err, active)
+		}
+	}
+
+	// drill.json must name its own drill and apply at most its actions.
+	id := "20261129-230000-node-w1"
+	for _, tc := range []struct {
+		rec  Record
+		want string
+	}{
+		{Record{ID: "20261129-230000-node-w2"}, `holds drill "20261129-230000-node-w2", not ` + id},
+		{Record{ID: id, Actions: []Action{{Node: "w1"}}, Applied: 2}, "applied is 2, not 0 to its 1 actions"},
+		{Record{ID: id, Applied: -1}, "applied is -1, not 0 to its 0 actions"},
+	} {
+		if err := os.MkdirAll(filepath.Join(st.Dir, id), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		data, _ := json.Marshal(tc.rec)
+		if err := os.WriteFile(filepath.Join(st.Dir, id, "drill.json"), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetActive(id); err != nil {
+			t.Fatal(err)
+		}
+		if rec, err := st.Active(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("drill.json %+v: %+v, %v; want %q", tc.rec, rec, err, tc.want)
+		}
+	}
+
+	// The IDs khw makes pass.
+	t0 := time.Date(2026, 11, 29, 23, 0, 0, 0, time.UTC)
+	for _, made := range []string{
+		NewID(t0, Spec{Kind: KindEtcd}, []Action{{}, {}}),
+		NewID(t0, Spec{Kind: KindLB}, nil),
+		NewID(t0, Spec{Kind: KindNode}, []Action{{Node: "worker--1"}}),
+		NewID(t0, Spec{Kind: KindKubelet}, []Action{{Node: strings.Repeat("w", 63)}}),
+		"20261129-230000-pki-renew",
+	} {
+		if err := CheckID(made); err != nil {
+			t.Errorf("CheckID(%q): %v", made, err)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -83,17 +84,58 @@ func (s Store) Save(rec *Record) error {
 	return fsutil.WriteFileAtomic(filepath.Join(s.dir(rec.ID), "drill.json"), append(data, '\n'), fsutil.SecretMode)
 }
 
-// Load reads drill id's Record.
+// Load reads drill id's Record. Errors: the file cannot be read, is not a
+// Record's JSON, or holds one another drill's ID or an Applied outside
+// 0..len(Actions) (heal takes Actions[:Applied]); each names the file.
 func (s Store) Load(id string) (*Record, error) {
-	data, err := os.ReadFile(filepath.Join(s.dir(id), "drill.json"))
+	p := filepath.Join(s.dir(id), "drill.json")
+	data, err := os.ReadFile(p)
 	if err != nil {
 		return nil, err
 	}
 	var rec Record
 	if err := json.Unmarshal(data, &rec); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(s.dir(id), "drill.json"), err)
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	if rec.ID != id {
+		return nil, fmt.Errorf("%s is damaged: it holds drill %s, not %s", p, quoteClip(rec.ID), id)
+	}
+	if rec.Applied < 0 || rec.Applied > len(rec.Actions) {
+		return nil, fmt.Errorf("%s is damaged: applied is %d, not 0 to its %d actions", p, rec.Applied, len(rec.Actions))
 	}
 	return &rec, nil
+}
+
+// MaxIDLen is the longest drill or operation ID, in bytes: the time, the
+// kind and a node name (at most 63) fit well below it.
+const MaxIDLen = 128
+
+// CheckID says what is wrong with id as a drill's or an operation's ID,
+// nil when nothing is. NewID and StartWatch make "<UTC time
+// 20060102-150405>-<rest>", the rest of lowercase letters, digits and '-'
+// (a kind, a count, a node name, an operation's words), beginning and
+// ending with a letter or digit, at most MaxIDLen bytes in all. So an ID
+// is one path element of the store: never '/', "..", or anything else
+// that would name a file outside it.
+func CheckID(id string) error {
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("is %d bytes, over the %d of an ID", len(id), MaxIDLen)
+	}
+	if !idRE.MatchString(id) {
+		return errors.New("is not an ID khw makes (YYYYMMDD-HHMMSS-kind…: digits, lowercase letters and '-' only)")
+	}
+	return nil
+}
+
+var idRE = regexp.MustCompile(`^[0-9]{8}-[0-9]{6}-[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// quoteClip is s quoted, cut to 80 bytes: an ID read from a damaged file
+// may be anything.
+func quoteClip(s string) string {
+	if len(s) > 80 {
+		return fmt.Sprintf("%q… (%d bytes)", s[:80], len(s))
+	}
+	return fmt.Sprintf("%q", s)
 }
 
 // SetActive marks drill id as the active one.
@@ -114,9 +156,12 @@ func (s Store) ClearActive() error {
 }
 
 // Active returns the active drill's Record, or an error wrapping
-// ErrNoActive.
+// ErrNoActive. Errors: the active file holds what is not an ID (CheckID),
+// which is never used as a path, or the drill's Record cannot be read
+// (Load); both name the file and the fix.
 func (s Store) Active() (*Record, error) {
-	data, err := os.ReadFile(filepath.Join(s.Dir, "active"))
+	active := filepath.Join(s.Dir, "active")
+	data, err := os.ReadFile(active)
 	if os.IsNotExist(err) {
 		return nil, ErrNoActive
 	}
@@ -124,9 +169,12 @@ func (s Store) Active() (*Record, error) {
 		return nil, err
 	}
 	id := strings.TrimSpace(string(data))
+	if err := CheckID(id); err != nil {
+		return nil, fmt.Errorf("%s holds %s, which %v: write the ID of the broken drill there (a directory name in %s), or remove it to forget the drill and check the cluster with khw status", active, quoteClip(id), err, s.Dir)
+	}
 	rec, err := s.Load(id)
 	if err != nil {
-		return nil, fmt.Errorf("the active drill %s cannot be read: %w (remove %s to forget it)", id, err, filepath.Join(s.Dir, "active"))
+		return nil, fmt.Errorf("the active drill %s cannot be read: %w (remove %s to forget it)", id, err, active)
 	}
 	return rec, nil
 }
