@@ -152,13 +152,81 @@ func (f *Fetcher) loadPinnedManifest(ctx context.Context, run *fetchRun, pin str
 	return m, nil
 }
 
+// PinnedDigest is what a pinned mirror manifest says of one artifact.
+type PinnedDigest struct {
+	// SHA256 is the lower-case hex digest the manifest lists: the one Fetch
+	// requires of the file it takes from the mirror ("" when Err is set).
+	SHA256 string
+	// Err says why there is none: the manifest does not list the artifact,
+	// or lists another digest than the catalog pins.
+	Err error
+}
+
+// PinnedDigests reads f.Mirror's manifest, checks it against the pin
+// (f.MirrorDigest) as Fetch does, and returns for each of rs, in order,
+// the digest it lists; from says where that comes from (the manifest's
+// location, without any credentials, and the pin). It downloads nothing
+// else: it is how khw tells a learner which digest to check a file they
+// download by hand against, in place of the checksum files the mirror
+// serves. Errors: no mirror set, the mirror unpinned or its manifest not
+// matching the pin, unreadable or not a mirror manifest.
+func (f *Fetcher) PinnedDigests(ctx context.Context, rs []Resolved) (sums []PinnedDigest, from string, err error) {
+	if f.Mirror == "" {
+		return nil, "", fmt.Errorf("no mirror is set (%s): there is no mirror manifest to read", EnvMirror)
+	}
+	ff := f
+	if isURLMirror(f.Mirror) {
+		if ff, err = f.withMirrorCredentials(); err != nil {
+			return nil, "", err
+		}
+	}
+	if strings.TrimSpace(ff.MirrorDigest) == "" {
+		return nil, "", NewMirrorPinError(f.Mirror)
+	}
+	pin, err := ParseMirrorDigest(ff.MirrorDigest)
+	if err != nil {
+		return nil, "", err
+	}
+	man, err := ff.loadPinnedManifest(ctx, &fetchRun{client: ff.client()}, pin)
+	if err != nil {
+		return nil, "", err
+	}
+	sums = make([]PinnedDigest, len(rs))
+	for i, r := range rs {
+		e, err := man.lookup(r)
+		switch {
+		case err != nil:
+			sums[i].Err = err
+		case r.SHA256 != "" && !strings.EqualFold(r.SHA256, e.SHA256):
+			sums[i].Err = fmt.Errorf("the mirror manifest %s lists %s with sha256 %s, but the catalog pins %s: the mirror holds another file (fix: export the mirror again from a verified source)", man.loc, r.URL, e.SHA256, r.SHA256)
+		default:
+			sums[i].SHA256 = strings.ToLower(e.SHA256)
+		}
+	}
+	return sums, man.verifiedBy(), nil
+}
+
+// RedactMirror is mirror as it may be shown: an http(s) URL with its
+// password replaced by "xxxxx" (url.URL.Redacted); anything else as it is.
+func RedactMirror(mirror string) string {
+	if u, err := url.Parse(mirror); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return mirror
+}
+
+// MirrorHasCredentials reports whether mirror is a URL with user
+// information (https://user:password@host/): such a mirror is never
+// written into a command or a file khw shows.
+func MirrorHasCredentials(mirror string) bool {
+	u, err := url.Parse(mirror)
+	return err == nil && u.User != nil
+}
+
 // NewMirrorPinError is the refusal of a mirror without a pin: it says why
 // and how to get and give the pin.
 func NewMirrorPinError(mirror string) error {
-	shown := mirror
-	if u, err := url.Parse(mirror); err == nil && u.User != nil {
-		shown = u.Redacted()
-	}
+	shown := RedactMirror(mirror)
 	how := "run `sha256sum " + filepath.Join(mirrorDir(mirror), MirrorManifestFile) + "` where the mirror was made"
 	if isURLMirror(mirror) {
 		how = "ask whoever serves it: `khw mirror export` and `khw mirror serve` print it"

@@ -101,7 +101,7 @@ type Lab struct {
 	// stops every apiserver); the others keep it serving.
 	stopsAPI bool
 	passed   string
-	byHand   func(c *config.Cluster, d state.Dir) []steps.Command
+	byHand   func(ctx context.Context, c *config.Cluster, d state.Dir) []steps.Command
 	grade    func(ctx context.Context, s *cluster.Session) ([]grade.Finding, error)
 }
 
@@ -177,7 +177,7 @@ var catalogue = []Lab{
 			_, err := etcdbackup.Begin(ctx, s.Target(), s.Dir, again)
 			return err
 		},
-		byHand: etcdbackup.ByHandCommands,
+		byHand: withoutCtx(etcdbackup.ByHandCommands),
 		grade:  etcdbackup.Grade,
 		passed: "every etcd member in one new cluster, past every revision of the old one, and the snapshot's objects as they were"},
 	{ID: labid.CertRenewal, Kind: Operation, title: "Renew the certificates while the cluster serves",
@@ -186,7 +186,7 @@ var catalogue = []Lab{
 			_, err := certrenew.Begin(ctx, s, again)
 			return err
 		},
-		byHand: certrenew.ByHandCommands,
+		byHand: withoutCtx(certrenew.ByHandCommands),
 		grade:  certrenew.Grade,
 		passed: "every renewed certificate on its nodes and in use, the TLS-bootstrap worker's new serving certificate approved, and the cluster serving"},
 	{ID: labid.Upgrade, Kind: Operation, title: "Upgrade Kubernetes one node at a time while the cluster serves",
@@ -198,6 +198,12 @@ var catalogue = []Lab{
 		byHand: upgrade.ByHandCommands,
 		grade:  upgrade.Grade,
 		passed: "every apiserver, controller-manager, scheduler, kubectl, kubelet and kube-proxy at the new release and restarted onto it, each worker drained before its kubelet changed and none left cordoned, cluster.yaml naming the release, and the cluster serving"},
+}
+
+// withoutCtx adapts the commands of an Operation that reads nothing
+// slow while it writes them to Lab.byHand's form.
+func withoutCtx(f func(c *config.Cluster, d state.Dir) []steps.Command) func(context.Context, *config.Cluster, state.Dir) []steps.Command {
+	return func(_ context.Context, c *config.Cluster, d state.Dir) []steps.Command { return f(c, d) }
 }
 
 // All returns every lab in the order of the course.

@@ -27,7 +27,7 @@ func fakeOperation(t *testing.T, begins *[]bool, mistakes *[]grade.Finding) Lab 
 		*begins = append(*begins, again)
 		return nil
 	}
-	l.byHand = func(*config.Cluster, state.Dir) []steps.Command {
+	l.byHand = func(context.Context, *config.Cluster, state.Dir) []steps.Command {
 		return []steps.Command{{Why: "part 1", Shell: "kubectl create namespace khw-lab13"}}
 	}
 	l.grade = func(context.Context, *cluster.Session) ([]grade.Finding, error) { return *mistakes, nil }

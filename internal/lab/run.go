@@ -214,7 +214,7 @@ func (c *Course) runOperation(ctx context.Context, l Lab, t labs.Lab, ui UI) err
 		return err
 	}
 	if ui.ByHand {
-		cmds := l.byHand(c.S.Config, c.S.Dir)
+		cmds := l.byHand(ctx, c.S.Config, c.S.Dir)
 		path, err := writeByHand(c.S.Dir, l.ID, cmds)
 		if err != nil {
 			return err

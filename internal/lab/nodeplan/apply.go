@@ -241,6 +241,10 @@ func journalTail(ctx context.Context, m *Machines, node config.Node, unit string
 	return "journalctl -u " + unit + " says:\n" + s
 }
 
+// downloadWhy explains the download commands of binaries (newBinaryFile).
+const downloadWhy = "download the release binaries and check each against the SHA-256 in the command: the one khw verified when it fetched the file, or the one the pinned mirror manifest lists (khw-mirror.json, whose digest is $KHW_MIRROR_DIGEST); " +
+	"without a mirror, the project's checksum file over HTTPS. Never a checksum file the mirror serves: whoever can change the mirror can change those too"
+
 // fileCommands is the shell a learner types to put w's files and units in
 // place: copy each file from the jumpbox, install it with mode and owner,
 // then reload, enable and restart the units. With only != nil, only the
@@ -295,7 +299,7 @@ func fileCommands(w *NodeWant, only, fetched map[string]bool) []steps.Command {
 		installs = append(installs, "rm -f "+strings.Join(copied, " "))
 	}
 	if len(fetches) > 0 {
-		cmds = append(cmds, steps.Command{Why: "download the release binaries and check each against the SHA-256 listed beside it: the project's own, or with $KHW_MIRROR the mirror's (khw trusts a mirror through its pin, $KHW_MIRROR_DIGEST)", Shell: strings.Join(fetches, "\n")})
+		cmds = append(cmds, steps.Command{Why: downloadWhy, Shell: strings.Join(fetches, "\n")})
 	}
 	if len(copies) > 0 {
 		cmds = append(cmds,

@@ -25,6 +25,67 @@ type artifacts struct {
 
 	mu    sync.Mutex
 	files map[string][]*wantFile // by artifact name
+	urls  map[string]string      // by artifact name: the URL files holds
+	// pinned is what the pinned mirror manifest lists, by
+	// components.CacheKey, read once per run for the commands of files
+	// not fetched in it.
+	pinned map[string]expected
+}
+
+// fetcher is a.Fetcher, else one configured from the environment.
+func (a *artifacts) fetcher() *components.Fetcher {
+	if a.Fetcher != nil {
+		return a.Fetcher
+	}
+	f := components.EnvFetcher()
+	return &f
+}
+
+// expected is the digest a download typed by hand is checked against.
+type expected struct {
+	// sum is the hex SHA-256 khw verified the file with when it fetched it,
+	// or the one the pinned mirror manifest lists for it.
+	sum string
+	// missing says why there is none although a mirror is set (the
+	// manifest does not list the file, cannot be read or does not match
+	// the pin); the check then fails. Both empty without a mirror: the
+	// project's checksum file, over HTTPS, gives the digest.
+	missing string
+}
+
+// expectedOf returns what the pinned mirror manifest lists for each of rs,
+// by components.CacheKey, reading it at most once per run; nothing
+// without a mirror. The caller holds a.mu.
+func (a *artifacts) expectedOf(ctx context.Context, rs []components.Resolved) map[string]expected {
+	f := a.fetcher()
+	if f.Mirror == "" {
+		return nil
+	}
+	if a.pinned == nil {
+		a.pinned = map[string]expected{}
+	}
+	var todo []components.Resolved
+	for _, r := range rs {
+		if _, ok := a.pinned[components.CacheKey(r)]; !ok {
+			todo = append(todo, r)
+		}
+	}
+	if len(todo) > 0 {
+		sums, _, err := f.PinnedDigests(ctx, todo)
+		for i, r := range todo {
+			var e expected
+			switch {
+			case err != nil:
+				e.missing = err.Error()
+			case sums[i].Err != nil:
+				e.missing = sums[i].Err.Error()
+			default:
+				e.sum = sums[i].SHA256
+			}
+			a.pinned[components.CacheKey(r)] = e
+		}
+	}
+	return a.pinned
 }
 
 // binaries returns the files of the named catalog artifacts (e.g. "etcd",
@@ -92,23 +153,34 @@ func nodeArch(c *config.Cluster) string {
 }
 
 // describe returns the named artifacts' files as binaries() does, but
-// without fetching: the content is there only when binaries() already
-// fetched it in this run. For shell equivalents.
-func (a *artifacts) describe(c *config.Cluster, names ...string) ([]*wantFile, error) {
+// without fetching them: the content is there only when binaries()
+// already fetched it in this run. For shell equivalents: the download
+// commands of a file fetched in this run check the digest khw verified,
+// the others the one the pinned mirror manifest lists (read here, once
+// per run), or without a mirror the project's published one.
+func (a *artifacts) describe(ctx context.Context, c *config.Cluster, names ...string) ([]*wantFile, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	sel, err := resolve(c, names)
 	if err != nil {
 		return nil, err
 	}
+	var todo []components.Resolved
+	for _, r := range sel {
+		if _, ok := a.files[r.Artifact.Name]; !ok || a.urls[r.Artifact.Name] != r.URL {
+			todo = append(todo, r)
+		}
+	}
+	exp := a.expectedOf(ctx, todo)
+	mirror := a.fetcher().Mirror
 	var out []*wantFile
 	for _, r := range sel {
-		if fs, ok := a.files[r.Artifact.Name]; ok {
+		if fs, ok := a.files[r.Artifact.Name]; ok && a.urls[r.Artifact.Name] == r.URL {
 			out = append(out, fs...)
 			continue
 		}
 		for _, file := range r.Files {
-			out = append(out, newBinaryFile(r, file))
+			out = append(out, newBinaryFile(mirror, r, file, exp[components.CacheKey(r)]))
 		}
 	}
 	return out, nil
@@ -130,13 +202,12 @@ func downloadCommand(mirror, url string) string {
 }
 
 // newBinaryFile is file of the resolved artifact r as a wantFile whose
-// Fetch downloads r, checks it against its published SHA-256 and, for an
-// archive, extracts the file.
-func newBinaryFile(r components.Resolved, file components.File) *wantFile {
+// Fetch downloads r (from mirror's copy when mirror is set), checks it
+// against exp (verifyCommands) and, for an archive, extracts the file.
+func newBinaryFile(mirror string, r components.Resolved, file components.File, exp expected) *wantFile {
 	wf := &wantFile{What: fmt.Sprintf("%s %s %s binary", path.Base(file.Target), r.Version, r.Arch), Src: path.Base(file.Target)}
 	if r.URL != "" {
-		mirror := components.DefaultMirror()
-		lines := append([]string{downloadCommand(mirror, r.URL)}, verifyCommands(mirror, r)...)
+		lines := append([]string{downloadCommand(mirror, r.URL)}, verifyCommands(mirror, r, exp)...)
 		if file.Path != "" {
 			lines = append(lines, "tar -xzf "+r.FileName+" --strip-components="+fmt.Sprint(len(splitPath(file.Path))-1)+" "+file.Path)
 			wf.Src = path.Base(file.Path)
@@ -149,22 +220,42 @@ func newBinaryFile(r components.Resolved, file components.File) *wantFile {
 	return wf
 }
 
-// verifyCommands is the shell that checks the download of r against the
-// digest its project publishes, with sha256sum -c as the install pages of
-// kubectl and etcd do: a file with only the digest (format hex), a
-// sha256sum list (only the files present are checked), or the catalog's
-// pinned digest.
-func verifyCommands(mirror string, r components.Resolved) []string {
+// verifyCommands is the shell that checks the download of r, with
+// sha256sum -c as the install pages of kubectl and etcd do, against the
+// digest khw trusts for it: exp.sum (verified by khw's fetch, or listed in
+// the pinned mirror manifest) when there is one. With a mirror and none,
+// a command that fails and says why: a mirror's own checksum files prove
+// nothing, since whoever can change a file there can change them too.
+// Without a mirror, the catalog's pinned digest, else the project's
+// checksum file fetched from its own HTTPS site (a file with only the
+// digest, format hex, or a sha256sum list of which only the files present
+// are checked).
+func verifyCommands(mirror string, r components.Resolved, exp expected) []string {
 	switch {
-	case r.ChecksumURL != "" && r.ChecksumFormat == components.ChecksumHex:
-		return []string{downloadCommand(mirror, r.ChecksumURL),
-			fmt.Sprintf(`echo "$(cat %s)  %s" | sha256sum -c`, path.Base(r.ChecksumURL), r.FileName)}
-	case r.ChecksumURL != "":
-		return []string{downloadCommand(mirror, r.ChecksumURL), "sha256sum -c --ignore-missing " + path.Base(r.ChecksumURL)}
+	case exp.sum != "":
+		return []string{fmt.Sprintf("echo '%s  %s' | sha256sum -c -", exp.sum, r.FileName)}
+	case mirror != "":
+		why := exp.missing
+		if why == "" {
+			why = "khw has not read the pinned mirror manifest"
+		}
+		return []string{refuseCommand(r.FileName + ": no SHA-256 khw trusts to check it against: " + why)}
 	case r.SHA256 != "":
-		return []string{fmt.Sprintf("echo '%s  %s' | sha256sum -c", r.SHA256, r.FileName)}
+		return []string{fmt.Sprintf("echo '%s  %s' | sha256sum -c -", r.SHA256, r.FileName)}
+	case strings.HasPrefix(r.ChecksumURL, "https://") && r.ChecksumFormat == components.ChecksumHex:
+		return []string{downloadCommand("", r.ChecksumURL),
+			fmt.Sprintf(`echo "$(cat %s)  %s" | sha256sum -c -`, path.Base(r.ChecksumURL), r.FileName)}
+	case strings.HasPrefix(r.ChecksumURL, "https://"):
+		return []string{downloadCommand("", r.ChecksumURL), "sha256sum -c --ignore-missing " + path.Base(r.ChecksumURL)}
 	}
-	return nil
+	return []string{refuseCommand(r.FileName + ": the catalog names no HTTPS checksum file and no digest for it")}
+}
+
+// refuseCommand is a command that prints msg on stderr and fails: where a
+// check cannot be written, the commands stop (set -e) rather than go on
+// unchecked.
+func refuseCommand(msg string) string {
+	return "echo " + quote(msg) + " >&2; false"
 }
 
 // fetchNamed resolves the named artifacts for the cluster and fetches them
@@ -175,12 +266,7 @@ func (a *artifacts) fetchNamed(ctx context.Context, env *steps.Env, names []stri
 	if err != nil {
 		return nil, err
 	}
-	f := a.Fetcher
-	if f == nil {
-		ef := components.EnvFetcher()
-		f = &ef
-	}
-	fc := *f
+	fc := *a.fetcher()
 	if fc.Progress == nil {
 		fc.Progress = env.NodeLog("")
 	}
@@ -196,10 +282,7 @@ func (a *artifacts) fetch(ctx context.Context, env *steps.Env, names []string) e
 	if err != nil {
 		return err
 	}
-	f := a.Fetcher
-	if f == nil {
-		f = &components.Fetcher{}
-	}
+	f := a.fetcher()
 	memoPath := filepath.Join(cacheDir(f), "member-sums.json")
 	memo := readMemo(memoPath)
 	memoChanged := false
@@ -210,7 +293,8 @@ func (a *artifacts) fetch(ctx context.Context, env *steps.Env, names []string) e
 		}
 		var files []*wantFile
 		for _, file := range r.Files {
-			wf := newBinaryFile(r, file)
+			// The commands check the digest this fetch verified.
+			wf := newBinaryFile(f.Mirror, r, file, expected{sum: ft.SHA256})
 			wf.load = func() ([]byte, error) {
 				var buf bytes.Buffer
 				if _, err := ft.WriteFile(file, &buf); err != nil {
@@ -234,6 +318,10 @@ func (a *artifacts) fetch(ctx context.Context, env *steps.Env, names []string) e
 			files = append(files, wf)
 		}
 		a.files[r.Artifact.Name] = files
+		if a.urls == nil {
+			a.urls = map[string]string{}
+		}
+		a.urls[r.Artifact.Name] = r.URL
 	}
 	if memoChanged {
 		// Best effort: without the memo the next run extracts again.
@@ -281,19 +369,28 @@ func readFile(p string) ([]byte, error) { return os.ReadFile(p) }
 // DownloadCommands is the shell that puts the files of the catalog
 // artifacts names, at c's versions, in the current directory as a person
 // would get them: each downloaded (from $KHW_MIRROR's copy when there is
-// one), checked with sha256sum -c against the digest its project
-// publishes, an archive's file extracted. Errors: a name not in the
-// catalog, or a version it cannot resolve.
-func DownloadCommands(c *config.Cluster, names ...string) (string, error) {
-	sel, err := resolve(c, names)
+// one), checked with sha256sum -c against the digest khw trusts for it
+// (the one it verified when FetchBinaries fetched it in this run, else
+// the one the pinned mirror manifest lists, read now; without a mirror,
+// the project's checksum file over HTTPS), an archive's file extracted.
+// With a mirror and no such digest the check is a command that fails and
+// says why. A line two files share (an archive's download) comes once.
+// Errors: a name not in the catalog, or a version it cannot resolve.
+func (m *Machines) DownloadCommands(ctx context.Context, c *config.Cluster, names ...string) (string, error) {
+	files, err := m.Art.describe(ctx, c, names...)
 	if err != nil {
 		return "", err
 	}
 	var lines []string
-	for _, r := range sel {
-		for _, file := range r.Files {
-			if wf := newBinaryFile(r, file); wf.Fetch != "" {
-				lines = append(lines, wf.Fetch)
+	seen := map[string]bool{}
+	for _, wf := range files {
+		if wf.Fetch == "" {
+			continue
+		}
+		for _, l := range strings.Split(wf.Fetch, "\n") {
+			if !seen[l] {
+				seen[l] = true
+				lines = append(lines, l)
 			}
 		}
 	}

@@ -156,7 +156,7 @@ func (m *Machines) ComponentWants(ctx context.Context, env *steps.Env, spec *Com
 		}
 	}
 	if offline {
-		bins, err = m.Art.describe(env.Cluster, spec.Binaries...)
+		bins, err = m.Art.describe(ctx, env.Cluster, spec.Binaries...)
 	} else {
 		bins, err = m.Art.binaries(ctx, env, spec.Binaries...)
 	}

@@ -74,20 +74,29 @@ func (m *Machines) ImagesExtra(c *config.Cluster) NodeExtra {
 			}
 			return nil
 		},
-		Commands: func(w *NodeWant) []steps.Command { return imageCommands(c, w) },
+		Commands: func(w *NodeWant) []steps.Command { return m.Art.imageCommands(context.Background(), c, w) },
 	}
 }
 
 // imageCommands is the shell equivalent of the images' Fix on w's node:
 // with a mirror, each image tarball copied from it to the jumpbox,
-// checked against the digest the mirror lists beside it, copied to the
+// checked against the digest the pinned mirror manifest lists for it (not
+// the .sha256 file beside it, which whoever controls the mirror could
+// change too; no digest: a check that fails and says why), copied to the
 // node and imported; without one, each image pulled by the node itself.
-func imageCommands(c *config.Cluster, w *NodeWant) []steps.Command {
+func (a *artifacts) imageCommands(ctx context.Context, c *config.Cluster, w *NodeWant) []steps.Command {
 	rs, err := resolve(c, workerImages)
 	if err != nil {
 		return nil
 	}
-	node, arch, mirror := w.Node.Name, nodeArch(c), components.DefaultMirror()
+	mirror := a.fetcher().Mirror
+	var exp map[string]expected
+	if mirror != "" {
+		a.mu.Lock()
+		exp = a.expectedOf(ctx, rs)
+		a.mu.Unlock()
+	}
+	node, arch := w.Node.Name, nodeArch(c)
 	var jump, copies, imports []string
 	for _, r := range rs {
 		p, err := components.ImageMirrorPath(r.Image, arch)
@@ -97,11 +106,15 @@ func imageCommands(c *config.Cluster, w *NodeWant) []steps.Command {
 			continue
 		}
 		tar := strings.ReplaceAll(path.Base(r.Image), ":", "_") + ".tar"
-		get, sum := "curl -fL -o "+tar+" "+loc, "curl -fsS "+loc+".sha256"
+		get := "curl -fL -o " + tar + " " + loc
 		if isFile {
-			get, sum = "cp "+loc+" "+tar, "cat "+loc+".sha256"
+			get = "cp " + loc + " " + tar
 		}
-		jump = append(jump, get, `echo "$(`+sum+`)  `+tar+`" | sha256sum -c`)
+		check := refuseCommand(tar + " (" + r.Image + "): no SHA-256 khw trusts to check it against: " + exp[components.CacheKey(r)].missing)
+		if sum := exp[components.CacheKey(r)].sum; sum != "" {
+			check = fmt.Sprintf("echo '%s  %s' | sha256sum -c -", sum, tar)
+		}
+		jump = append(jump, get, check)
 		copies = append(copies, fmt.Sprintf(`scp -F "$KHW_SSH_CONFIG" %s %s:`, path.Join(w.Downloads, tar), node))
 		imports = append(imports, "sudo ctr -n k8s.io images import "+tar+" && rm -f "+tar)
 	}
@@ -111,7 +124,7 @@ func imageCommands(c *config.Cluster, w *NodeWant) []steps.Command {
 			jump = append([]string{"mkdir -p " + w.Downloads, "cd " + w.Downloads}, jump...)
 		}
 		cmds = append(cmds,
-			steps.Command{Why: "the node pulls nothing: take each image's tarball from the mirror and check it against the digest listed beside it", Shell: strings.Join(jump, "\n")},
+			steps.Command{Why: "the node pulls nothing: take each image's tarball from the mirror and check it against the SHA-256 in the command, the one the pinned mirror manifest lists (khw-mirror.json, whose digest is $KHW_MIRROR_DIGEST), as khw does; never the .sha256 file beside it, which whoever can change the mirror can change too", Shell: strings.Join(jump, "\n")},
 			steps.Command{Why: fmt.Sprintf("copy the %d image(s) to %s", len(copies), node), Shell: strings.Join(copies, "\n")})
 	}
 	return append(cmds, steps.Command{Node: node, Why: "import the images into containerd's k8s.io namespace, the one the kubelet's CRI uses",

@@ -1,8 +1,7 @@
 package nodeplan
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,14 +9,16 @@ import (
 	"testing"
 
 	"github.com/khw-dev/khw/internal/components"
+	"github.com/khw-dev/khw/internal/components/mirrortest"
 	"github.com/khw-dev/khw/internal/config"
 )
 
 // TestImageCommands: with a directory mirror, the jumpbox part of the
 // shown image commands copies each tarball from the mirror's layout and
-// checks it with sha256sum -c against the digest beside it (run here with
-// bash: a tarball that does not match stops them); without a mirror the
-// node pulls each image itself.
+// checks it with sha256sum -c against the digest the pinned manifest
+// lists (run here with bash); after a tarball and the .sha256 beside it
+// are swapped for a consistent pair, the commands printed before and after
+// stop. Without a mirror the node pulls each image itself.
 func TestImageCommands(t *testing.T) {
 	c := config.Default("t", config.ArchARM64, config.ProviderNspawn)
 	w1, _ := c.Node("w1")
@@ -25,30 +26,13 @@ func TestImageCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mirror, dl := t.TempDir(), t.TempDir()
-	for _, ref := range refs {
-		p, err := components.ImageMirrorPath(ref, config.ArchARM64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		data := []byte("tarball of " + ref)
-		sum := sha256.Sum256(data)
-		dst := filepath.Join(mirror, filepath.FromSlash(p))
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(dst, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(dst+".sha256", []byte(hex.EncodeToString(sum[:])+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Setenv(components.EnvMirror, mirror)
+	mir := mirrortest.New(t, c, workerImages...)
+	mir.Use(t)
+	dl := t.TempDir()
 	w := &NodeWant{Node: w1, Downloads: dl}
 	jump := func() (string, string) {
 		var script, shown string
-		for _, cmd := range imageCommands(c, w) {
+		for _, cmd := range (&artifacts{}).imageCommands(context.Background(), c, w) {
 			shown += cmd.String() + "\n"
 			if cmd.Node == "" && !strings.HasPrefix(cmd.Shell, "scp ") {
 				script += cmd.Shell + "\n"
@@ -65,16 +49,20 @@ func TestImageCommands(t *testing.T) {
 			t.Errorf("commands lack %q:\n%s", want, shown)
 		}
 	}
+	if strings.Contains(script, ".sha256") {
+		t.Errorf("the commands read a checksum file of the mirror:\n%s", script)
+	}
 	if _, err := os.Stat(filepath.Join(dl, strings.ReplaceAll(filepath.Base(refs[0]), ":", "_")+".tar")); err != nil {
 		t.Errorf("no tarball in the downloads directory: %v", err)
 	}
-	// A tarball that is not what the mirror lists is refused.
-	p, _ := components.ImageMirrorPath(refs[0], config.ArchARM64)
-	if err := os.WriteFile(filepath.Join(mirror, filepath.FromSlash(p)), []byte("tampered"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("bash", "-c", script).CombinedOutput(); err == nil || !strings.Contains(string(out), "FAILED") {
-		t.Errorf("a tampered tarball passed the commands' check: %v\n%s", err, out)
+	// A tarball that is not what the pinned manifest lists is refused,
+	// though the .sha256 beside it agrees with it.
+	mir.Tamper(t, "pause-image")
+	after, _ := jump()
+	for when, sh := range map[string]string{"before": script, "after": after} {
+		if out, err := exec.Command("bash", "-c", sh).CombinedOutput(); err == nil || !strings.Contains(string(out), "FAILED") {
+			t.Errorf("the commands printed %s the mirror changed accept a tampered tarball: %v\n%s", when, err, out)
+		}
 	}
 
 	t.Setenv(components.EnvMirror, "")

@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -12,7 +13,9 @@ import (
 // ByHand is the upgrade of cluster c (as cluster.yaml has it now) to
 // release to, as a person types it, node by node in the policy's order,
 // each node waited for before the next: the new binaries downloaded into
-// dir on the jumpbox and checked against their published digests, then
+// dir on the jumpbox and each checked against the digest khw trusts for it
+// (Machines.DownloadCommands: the one m verified if it fetched them, else
+// the pinned mirror manifest's), then
 // kube-apiserver on each control plane (until its /readyz is ok), then
 // kube-controller-manager, kube-scheduler and kubectl on each control
 // plane (until both answer /healthz, then until both Leases are renewed),
@@ -21,10 +24,10 @@ import (
 // keeps the new release instead of putting the old one back. kubeconfig
 // is the admin kubeconfig ("": kubectl's own, as in khw shell). Errors:
 // DownloadCommands'.
-func ByHand(c *config.Cluster, to, dir, kubeconfig string) ([]steps.Command, error) {
+func ByHand(ctx context.Context, m *nodeplan.Machines, c *config.Cluster, to, dir, kubeconfig string) ([]steps.Command, error) {
 	target := *c
 	target.Versions.Kubernetes = to
-	download, err := nodeplan.DownloadCommands(&target, Binaries...)
+	download, err := m.DownloadCommands(ctx, &target, Binaries...)
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +47,7 @@ func ByHand(c *config.Cluster, to, dir, kubeconfig string) ([]steps.Command, err
 					"\nsudo systemctl restart " + strings.Join(units(bins), " ")},
 		}
 	}
-	cmds := []steps.Command{{Why: "the " + to + " binaries in " + dir + ", each checked against the SHA-256 its project publishes (sha256sum -c must say OK for every file)",
+	cmds := []steps.Command{{Why: "the " + to + " binaries in " + dir + ", each checked against the SHA-256 in the command, the one khw verified or the pinned mirror manifest lists (sha256sum -c must say OK for every file); never a checksum file the mirror serves, which whoever can change the mirror can change too",
 		Shell: "mkdir -p " + dir + " && cd " + dir + "\n" + download}}
 	// A wait that runs out fails (false: set -e stops the by-hand script
 	// and the node's commands there; typed by hand, it only prints why and

@@ -105,13 +105,14 @@ func AllAt(r Running, v string) bool {
 
 // ByHandCommands is lab 15 as the student types it in khw shell: ByHand
 // from the start record's versions, the binaries downloaded under the
-// state directory.
-func ByHandCommands(c *config.Cluster, d state.Dir) []steps.Command {
+// state directory, each checked against the digest the pinned mirror
+// manifest lists (read with ctx) or, without a mirror, its project's.
+func ByHandCommands(ctx context.Context, c *config.Cluster, d state.Dir) []steps.Command {
 	to := LabTarget
 	if st, ok, err := LoadStart(d); err == nil && ok {
 		to = st.To
 	}
-	cmds, err := ByHand(c, to, `"$KHW_STATE_DIR/$KHW_CLUSTER"/downloads/`+to, "")
+	cmds, err := ByHand(ctx, &nodeplan.Machines{}, c, to, `"$KHW_STATE_DIR/$KHW_CLUSTER"/downloads/`+to, "")
 	if err != nil {
 		return []steps.Command{{Why: "khw cannot write the commands: " + err.Error(), Shell: "khw upgrade --to " + to + " --dry-run"}}
 	}

@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,10 +11,15 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/khw-dev/khw/internal/components"
+	"github.com/khw-dev/khw/internal/components/mirrortest"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/health"
 	"github.com/khw-dev/khw/internal/lab/grade"
+	"github.com/khw-dev/khw/internal/lab/nodeplan"
 	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/state"
+	"github.com/khw-dev/khw/internal/steps"
 )
 
 // upgraded is what ObserveLab reads on the default cluster after a
@@ -144,9 +150,10 @@ func TestJudgeUpgrade(t *testing.T) {
 // and uncordon it after; the last one, run by bash on a copy of a real
 // cluster.yaml, makes it say the new release and nothing else.
 func TestByHandOrderAndClusterYAML(t *testing.T) {
+	t.Setenv(components.EnvMirror, "") // the project's checksum files: no mirror to read
 	c := config.Default("lab", config.ArchAMD64, config.ProviderNspawn)
 	c.Versions.Kubernetes = "v1.36.3"
-	cmds, err := ByHand(c, "v1.37.2", "/dl", "")
+	cmds, err := ByHand(context.Background(), &nodeplan.Machines{}, c, "v1.37.2", "/dl", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,5 +206,59 @@ func TestByHandOrderAndClusterYAML(t *testing.T) {
 	after, _ := os.ReadFile(path)
 	if strings.Replace(string(before), "v1.36.3", "v1.37.2", 1) != string(after) {
 		t.Errorf("the edit changed more than the version:\n%s", after)
+	}
+}
+
+// TestByHandDownloadsCheckThePinnedDigest: the download command of lab 15
+// by hand and of khw upgrade --dry-run (after its fetch) passes against
+// the genuine mirror, and stops once kubectl and kubectl.sha256 in the
+// mirror were swapped for a consistent pair that the pinned manifest does
+// not list, as khw's own fetch does.
+func TestByHandDownloadsCheckThePinnedDigest(t *testing.T) {
+	c := config.Default("lab", config.ArchAMD64, config.ProviderNspawn)
+	c.Versions.Kubernetes = config.PreviousKubernetes
+	target := *c
+	target.Versions.Kubernetes = LabTarget
+	mir := mirrortest.New(t, &target, Binaries...)
+	mir.Use(t)
+	base := t.TempDir()
+	d := state.New(base, "lab")
+	ctx := context.Background()
+	run := func(sh string) (string, error) {
+		cmd := exec.Command("bash", "-c", "set -euo pipefail\n"+sh)
+		cmd.Dir = t.TempDir()
+		cmd.Env = append(os.Environ(), "KHW_STATE_DIR="+base, "KHW_CLUSTER=lab")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	lab := ByHandCommands(ctx, c, d)[0].Shell
+	env := steps.NewEnv(&target, d)
+	defer env.Close()
+	m := &nodeplan.Machines{}
+	if err := m.FetchBinaries(ctx, env, Binaries...); err != nil {
+		t.Fatal(err)
+	}
+	cmds, err := ByHand(ctx, m, c, LabTarget, filepath.Join(base, "dry-run"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dryRun := cmds[0].Shell
+	for what, sh := range map[string]string{"lab 15 by hand": lab, "khw upgrade --dry-run": dryRun} {
+		if out, err := run(sh); err != nil || !strings.Contains(out, "kubectl: OK") {
+			t.Errorf("%s: against the genuine mirror: %v\n%s\ncommands:\n%s", what, err, out, sh)
+		}
+		if strings.Contains(sh, ".sha256") {
+			t.Errorf("%s: the commands read a checksum file of the mirror:\n%s", what, sh)
+		}
+	}
+	mir.Tamper(t, "kubectl")
+	t.Setenv(components.EnvCacheDir, t.TempDir()) // what khw fetched before the swap does not count
+	if err := (&nodeplan.Machines{}).FetchBinaries(ctx, env, "kubectl"); err == nil {
+		t.Fatal("khw's fetch accepted the tampered kubectl")
+	}
+	for what, sh := range map[string]string{"lab 15 by hand": lab, "khw upgrade --dry-run": dryRun} {
+		if out, err := run(sh); err == nil || !strings.Contains(out, "kubectl: FAILED") {
+			t.Errorf("%s: the commands accept the tampered kubectl (%v):\n%s", what, err, out)
+		}
 	}
 }
