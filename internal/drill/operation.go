@@ -202,28 +202,24 @@ func (r OpReport) Markdown() string {
 	if r.Err != "" {
 		verdict = "FAILED"
 	}
-	p("# %s — %s\n\n", r.title(), verdict)
-	p("Cluster `%s`: `%s`, started %s UTC, took %s", r.Cluster, r.Command, r.StartedAt.UTC().Format("2006-01-02 15:04:05.0"), r.Took)
+	p("# %s — %s\n\n", mdText(r.title()), verdict)
+	p("Cluster %s: %s, started %s UTC, took %s", mdCode(r.Cluster), mdCode(r.Command), r.StartedAt.UTC().Format("2006-01-02 15:04:05.0"), r.Took)
 	if r.Recovery != nil {
 		p(", every signal healthy again %s after it", *r.Recovery)
 	}
 	p(".\n\n")
 	if r.Err != "" {
-		p("Error: %s\n\n", mdCell(r.Err))
+		p("Error: %s\n\n", mdText(r.Err))
 	}
 	p("%s", r.stepTable().markdown())
 	if len(r.Facts) > 0 {
 		p("\n## Results\n\n")
 		for _, f := range r.Facts {
-			p("- %s: %s\n", f.Name, f.Value)
+			p("- %s: %s\n", mdText(f.Name), mdText(f.Value))
 		}
 	}
 	p("\n%s", r.signalTable().markdown())
-	p("\n## Timeline\n\n```\n")
-	for _, e := range r.Timeline {
-		p("%s\n", e.Line(r.StartedAt))
-	}
-	p("```\n")
+	p("\n## Timeline\n\n%s", mdTimeline(r.Timeline, r.StartedAt))
 	return b.String()
 }
 
