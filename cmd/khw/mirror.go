@@ -100,6 +100,7 @@ func newMirrorExportCmd(a *app) *cobra.Command {
 			}
 			fmt.Fprintf(a.out, "Exported %d artifacts (%s, linux/%s) to %s: %d files written, %d unchanged\n",
 				len(res), components.HumanBytes(total), strings.Join(arches, ", linux/"), dir, len(rep.Written), len(rep.Unchanged))
+			components.WriteDropped(a.errOut, filepath.Join(dir, components.MirrorManifestFile), rep.Dropped)
 			if nodeDebs != "" {
 				if rep.Digest, err = f.ExportNodeDebsPlans(ctx, a.out, dir, plans); err != nil {
 					return err

@@ -14,6 +14,9 @@ type NodeDebsReport struct {
 	Debs []DebPackage
 	// Written and Unchanged are mirror-relative paths.
 	Written, Unchanged []string
+	// Dropped are the entries of dir/khw-mirror.json left out of the new
+	// one because they did not hold (checkMirrorEntry), as "<path>: <why>".
+	Dropped []string
 	// Digest is the new pin of the mirror.
 	Digest string
 }
@@ -23,7 +26,8 @@ type NodeDebsReport struct {
 // manifest imageManifest (InstalledFromManifest): the closure of NodeDebs
 // and extra for arch minus the image's packages, with each suite's InRelease
 // (as published), Release (its verified text) and Packages index, and merges
-// them into dir/khw-mirror.json. It downloads from the official archive:
+// them into dir/khw-mirror.json (its entries that no longer hold are left
+// out and listed in Dropped). It downloads from the official archive:
 // each InRelease must carry a signature by one of a.Keys found in keyring
 // (VerifyInRelease), the Packages index must match the Release file, each
 // .deb its Packages entry. f must have no mirror (a mirror's archive copy is
@@ -137,7 +141,7 @@ func (f *Fetcher) ExportNodeDebs(ctx context.Context, dir string, a DebArchive, 
 			entries = append(entries, MirrorEntry{Path: rel, Name: fl.name, Version: fl.ver, Arch: arch, URL: fl.url, SHA256: sha256Hex(fl.data), Size: int64(len(fl.data))})
 		}
 	}
-	if rep.Digest, err = MergeMirrorManifest(dir, entries); err != nil {
+	if rep.Digest, rep.Dropped, err = mergeMirrorManifest(ctx, dir, entries, true); err != nil {
 		return rep, err
 	}
 	rep.Debs = closure

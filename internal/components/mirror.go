@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -71,6 +72,10 @@ const mirrorFormat = "khw-mirror/v1"
 type ExportReport struct {
 	Written   []string
 	Unchanged []string
+	// Dropped are the entries of the manifest already in the mirror that
+	// were left out of the new one (checkMirrorEntry), as "<path>: <why>";
+	// their files, if any, stay but are no longer pinned.
+	Dropped []string
 	// Digest is "sha256:<hex>" of the khw-mirror.json written: what a user of
 	// the mirror pins (--mirror-digest).
 	Digest string
@@ -89,7 +94,11 @@ type ExportReport struct {
 //     to the fallback URL's path, with the fallback's checksum file;
 //   - an image goes to dir/ImageMirrorPath(ref, arch) with a ".sha256" file
 //     (hex) next to it;
-//   - dir/khw-mirror.json lists every artifact (merged with an earlier one).
+//   - dir/khw-mirror.json lists every artifact, merged with the entries
+//     of an earlier one that this export does not replace and that still
+//     hold (checkMirrorEntry: a clean relative path, a 64-hex SHA-256, a
+//     size above 0, the file there with that digest and size); the others
+//     are left out and listed in ExportReport.Dropped.
 //
 // Files already present with the right content are left alone. Files are
 // written to a temporary name and renamed, so a reader never sees half a
@@ -112,9 +121,6 @@ func Export(ctx context.Context, fetched []Fetched, dir string) (ExportReport, e
 		return rep, err
 	}
 	entries := map[string]MirrorEntry{}
-	for _, e := range man.Artifacts {
-		entries[e.Path] = e
-	}
 	note := func(rel string, written bool) {
 		if written {
 			rep.Written = append(rep.Written, rel)
@@ -190,11 +196,16 @@ func Export(ctx context.Context, fetched []Fetched, dir string) (ExportReport, e
 		entries[rel] = MirrorEntry{Path: rel, Name: r.Artifact.Name, Version: r.Version, Arch: r.Arch, URL: r.URL, Image: r.Image,
 			SHA256: f.SHA256, Size: f.Size, ImageDigest: f.ImageDigest, ImageID: f.ImageID}
 	}
-	list := make([]MirrorEntry, 0, len(entries))
+	list := make([]MirrorEntry, 0, len(entries)+len(man.Artifacts))
 	for _, e := range entries {
 		list = append(list, e)
 	}
-	w, digest, err := WriteMirrorManifest(abs, list)
+	kept, dropped, err := keptMirrorEntries(ctx, abs, man.Artifacts, entries)
+	if err != nil {
+		return rep, err
+	}
+	rep.Dropped = dropped
+	w, digest, err := WriteMirrorManifest(abs, append(list, kept...))
 	if err != nil {
 		return rep, err
 	}
@@ -277,25 +288,140 @@ func WriteMirrorManifest(dir string, entries []MirrorEntry) (written bool, diges
 // MergeMirrorManifest adds entries to dir/khw-mirror.json (an entry with
 // the Path of an existing one replaces it; the others are kept) and returns
 // the new pin, "sha256:<hex>". It is how the mirror builder adds files that
-// are not catalog artifacts (node packages) after ManifestFromDir.
+// are not catalog artifacts (node packages) after ManifestFromDir. Errors:
+// an existing entry that is not replaced fails checkMirrorEntry (each is
+// named with why; nothing is written), or a file-system error.
 func MergeMirrorManifest(dir string, entries []MirrorEntry) (digest string, err error) {
+	digest, dropped, err := mergeMirrorManifest(context.Background(), dir, entries, false)
+	if err == nil && len(dropped) > 0 {
+		err = fmt.Errorf("%s lists entries that do not hold, so it was not changed:\n  - %s\n(fix: export into an empty directory, or remove those entries from it)",
+			filepath.Join(dir, MirrorManifestFile), strings.Join(dropped, "\n  - "))
+	}
+	return digest, err
+}
+
+// mergeMirrorManifest is MergeMirrorManifest; with drop, the existing
+// entries that fail checkMirrorEntry are left out of the new manifest and
+// returned as "<path>: <why>", without drop they are returned and nothing
+// is written.
+func mergeMirrorManifest(ctx context.Context, dir string, entries []MirrorEntry, drop bool) (digest string, dropped []string, err error) {
 	man, err := readMirrorManifest(dir)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	byPath := map[string]MirrorEntry{}
-	for _, e := range man.Artifacts {
-		byPath[e.Path] = e
-	}
 	for _, e := range entries {
 		byPath[e.Path] = e
 	}
-	list := make([]MirrorEntry, 0, len(byPath))
+	kept, dropped, err := keptMirrorEntries(ctx, dir, man.Artifacts, byPath)
+	if err != nil || (len(dropped) > 0 && !drop) {
+		return "", dropped, err
+	}
+	list := make([]MirrorEntry, 0, len(byPath)+len(kept))
 	for _, e := range byPath {
 		list = append(list, e)
 	}
-	_, digest, err = WriteMirrorManifest(dir, list)
-	return digest, err
+	_, digest, err = WriteMirrorManifest(dir, append(list, kept...))
+	return digest, dropped, err
+}
+
+// keptMirrorEntries returns the entries of old (the manifest already in
+// the mirror dir) that a new manifest keeps: those not replaced (no entry
+// of replacing has their Path) that pass checkMirrorEntry. dropped lists
+// the others as "<path>: <why>". Errors: ctx is done (checking hashes each
+// file).
+func keptMirrorEntries(ctx context.Context, dir string, old []MirrorEntry, replacing map[string]MirrorEntry) (kept []MirrorEntry, dropped []string, err error) {
+	seen := map[string]bool{}
+	for _, e := range old {
+		if _, ok := replacing[e.Path]; ok {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, nil, fmt.Errorf("checking the entries of %s stopped: %w", filepath.Join(dir, MirrorManifestFile), err)
+		}
+		why := checkMirrorEntry(dir, e)
+		if why == "" && seen[e.Path] {
+			why = "listed twice"
+		}
+		if why != "" {
+			dropped = append(dropped, fmt.Sprintf("%s: %s", abbrev(e.Path, 200), why))
+			continue
+		}
+		seen[e.Path] = true
+		kept = append(kept, e)
+	}
+	return kept, dropped, nil
+}
+
+// checkMirrorEntry says why e, an entry of the manifest in the mirror
+// dir, cannot be pinned again ("" when it can): its Path must be clean,
+// relative and slash-separated (fs.ValidPath, no backslash) and not the
+// manifest itself; it must name a URL or an image (what a Fetcher looks
+// it up by); its SHA256 must be 64 lower-case hex digits and its Size
+// above 0; and the file must be there, a regular file reached without a
+// symbolic link (what khw mirror serve serves), with that size and
+// digest.
+func checkMirrorEntry(dir string, e MirrorEntry) string {
+	switch {
+	case !fs.ValidPath(e.Path) || e.Path == "." || strings.Contains(e.Path, "\\"):
+		return "its path is not a clean relative path inside the mirror"
+	case e.Path == MirrorManifestFile:
+		return "it lists the manifest itself"
+	case e.URL == "" && e.Image == "":
+		return "it names neither a URL nor an image, so nothing would look it up"
+	case !sha256HexRE.MatchString(e.SHA256):
+		return fmt.Sprintf("its sha256 %q is not 64 lower-case hex digits", abbrev(e.SHA256, 80))
+	case e.Size <= 0:
+		return fmt.Sprintf("its size is %d bytes, not above 0", e.Size)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Sprintf("the mirror cannot be read: %v", err)
+	}
+	defer root.Close()
+	elems := strings.Split(e.Path, "/")
+	for i := range elems {
+		st, err := root.Lstat(strings.Join(elems[:i+1], "/"))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return "its file is not in the mirror"
+		case err != nil:
+			return fmt.Sprintf("its file cannot be read: %v", err)
+		case st.Mode()&fs.ModeSymlink != 0:
+			return fmt.Sprintf("%s is a symbolic link, which khw mirror serve does not follow", strings.Join(elems[:i+1], "/"))
+		case i == len(elems)-1 && !st.Mode().IsRegular():
+			return "its file is not a regular file"
+		}
+	}
+	f, err := root.Open(e.Path)
+	if err != nil {
+		return fmt.Sprintf("its file cannot be read: %v", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	switch got := hex.EncodeToString(h.Sum(nil)); {
+	case err != nil:
+		return fmt.Sprintf("its file cannot be read: %v", err)
+	case n != e.Size || got != e.SHA256:
+		return fmt.Sprintf("its file has %d bytes and sha256 %s, not the %d bytes and %s listed", n, got, e.Size, e.SHA256)
+	}
+	return ""
+}
+
+var sha256HexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// WriteDropped writes to w, one line each, the entries of manifest (a
+// khw-mirror.json) that an export left out (ExportReport.Dropped,
+// NodeDebsReport.Dropped), with why; nothing when there are none.
+func WriteDropped(w io.Writer, manifest string, dropped []string) {
+	if len(dropped) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "khw: warning: left out of %s, so no longer pinned (a file of one stays where it is; exporting its artifact again lists it again):\n", manifest)
+	for _, d := range dropped {
+		fmt.Fprintf(w, "  - %s\n", d)
+	}
 }
 
 // isImage reports whether r is a container image rather than a download.

@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -318,5 +320,135 @@ func TestExportStopsWhenCanceled(t *testing.T) {
 	})
 	if len(files) != 0 {
 		t.Fatalf("a canceled export wrote %v", files)
+	}
+}
+
+// TestExportDropsOldEntriesThatDoNotHold: entries of the manifest already
+// in the mirror that a new export does not replace are pinned again only
+// when they hold (a clean relative path, a 64-hex SHA-256, a size above
+// 0, the file there with that digest, no symbolic link, a URL or image to
+// be looked up by); the others are left out and named with why, and the
+// entries that hold are kept. MergeMirrorManifest refuses such a manifest
+// without changing it.
+func TestExportDropsOldEntriesThatDoNotHold(t *testing.T) {
+	w := newWorld(t, config.ArchAMD64, config.ArchARM64)
+	f := testFetcher(t, w.root)
+	amd, err := f.Fetch(context.Background(), w.rs[config.ArchAMD64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	arm, err := f.Fetch(context.Background(), w.rs[config.ArchARM64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := t.TempDir()
+	out := filepath.Join(top, "mirror")
+	if _, err := Export(context.Background(), amd, out); err != nil {
+		t.Fatal(err)
+	}
+	var man MirrorManifest
+	if err := json.Unmarshal(readFile(t, filepath.Join(out, MirrorManifestFile)), &man); err != nil {
+		t.Fatal(err)
+	}
+	good := man.Artifacts
+	// One exported file changed since; files for the hand-made entries.
+	changed := good[0]
+	if err := os.WriteFile(filepath.Join(out, filepath.FromSlash(changed.Path)), []byte("changed"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	content := []byte("some release file\n")
+	sum := sum256(content)
+	for _, p := range []string{filepath.Join(top, "outside"), filepath.Join(out, "example.org", "real"), filepath.Join(out, "example.org", "empty")} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		data := content
+		if filepath.Base(p) == "empty" {
+			data = nil
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("real", filepath.Join(out, "example.org", "link")); err != nil {
+		t.Fatal(err)
+	}
+	entry := func(path, sha string, size int64) MirrorEntry {
+		return MirrorEntry{Path: path, Name: "x", Version: "v1", Arch: "amd64", URL: "https://" + path, SHA256: sha, Size: size}
+	}
+	noURL := entry("example.org/real", sum, int64(len(content)))
+	noURL.URL = ""
+	bad := map[string]string{
+		"../outside":        "its path is not a clean relative path inside the mirror",
+		"example.org/./x":   "its path is not a clean relative path inside the mirror",
+		"example.org/upper": `its sha256 "` + strings.ToUpper(sum) + `" is not 64 lower-case hex digits`,
+		"example.org/empty": "its size is 0 bytes, not above 0",
+		"example.org/gone":  "its file is not in the mirror",
+		"example.org/link":  "example.org/link is a symbolic link, which khw mirror serve does not follow",
+		changed.Path:        fmt.Sprintf("its file has 7 bytes and sha256 %s, not the %d bytes and %s listed", sum256([]byte("changed")), changed.Size, changed.SHA256),
+		"example.org/real":  "it names neither a URL nor an image, so nothing would look it up",
+	}
+	man.Artifacts = append(man.Artifacts,
+		entry("../outside", sum, int64(len(content))),
+		entry("example.org/./x", sum, int64(len(content))),
+		entry("example.org/upper", strings.ToUpper(sum), int64(len(content))),
+		entry("example.org/empty", sum256(nil), 0),
+		entry("example.org/gone", sum, int64(len(content))),
+		entry("example.org/link", sum, int64(len(content))),
+		noURL)
+	data, err := json.MarshalIndent(man, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(out, MirrorManifestFile), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// The mirror builder's merge refuses it and leaves it as it was.
+	if _, err := MergeMirrorManifest(out, nil); err == nil || !strings.Contains(err.Error(), "../outside: its path is not a clean relative path") || !strings.Contains(err.Error(), "fix: ") {
+		t.Errorf("MergeMirrorManifest: %v", err)
+	}
+	if got := readFile(t, filepath.Join(out, MirrorManifestFile)); !bytes.Equal(got, data) {
+		t.Errorf("MergeMirrorManifest changed the manifest it refused")
+	}
+
+	// An export of the other arch keeps the entries that hold.
+	rep, err := Export(context.Background(), arm, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var after MirrorManifest
+	if err := json.Unmarshal(readFile(t, filepath.Join(out, MirrorManifestFile)), &after); err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]MirrorEntry{}
+	for _, e := range after.Artifacts {
+		listed[e.Path] = e
+	}
+	for p := range bad {
+		if e, ok := listed[p]; ok {
+			t.Errorf("the new manifest still lists %s: %+v", p, e)
+		}
+	}
+	for _, e := range good[1:] {
+		if listed[e.Path] != e {
+			t.Errorf("the new manifest lost %s, which holds", e.Path)
+		}
+	}
+	if len(after.Artifacts) != len(good)-1+len(arm) {
+		t.Errorf("the new manifest lists %d entries, want %d", len(after.Artifacts), len(good)-1+len(arm))
+	}
+	if len(rep.Dropped) != len(bad) {
+		t.Errorf("dropped %d entries, want %d:\n%s", len(rep.Dropped), len(bad), strings.Join(rep.Dropped, "\n"))
+	}
+	for p, why := range bad {
+		if !slices.Contains(rep.Dropped, p+": "+why) {
+			t.Errorf("Dropped lacks %q:\n%s", p+": "+why, strings.Join(rep.Dropped, "\n"))
+		}
+	}
+	var warn bytes.Buffer
+	WriteDropped(&warn, "m/khw-mirror.json", rep.Dropped)
+	if !strings.HasPrefix(warn.String(), "khw: warning: left out of m/khw-mirror.json, so no longer pinned") || !strings.Contains(warn.String(), "\n  - ../outside: ") {
+		t.Errorf("warning:\n%s", warn.String())
 	}
 }

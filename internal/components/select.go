@@ -237,6 +237,7 @@ func (f *Fetcher) ExportNodeDebsPlans(ctx context.Context, w io.Writer, dir stri
 		}
 		fmt.Fprintf(w, "Exported %d node package(s) (%s, %s %s: %s) to %s: %d files written, %d unchanged\n",
 			len(rep.Debs), HumanBytes(size), pl.Archive, pl.Arch, strings.Join(names, " "), dir, len(rep.Written), len(rep.Unchanged))
+		WriteDropped(w, filepath.Join(dir, MirrorManifestFile), rep.Dropped)
 		digest = rep.Digest
 	}
 	return digest, nil
