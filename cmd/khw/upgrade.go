@@ -158,7 +158,7 @@ func runUpgrade(parent context.Context, a *app, o upgradeOptions, in io.Reader) 
 	fmt.Fprintf(a.out, "  then khw up's %s check the result, and the smoke tests run again.\n", strings.Join(afterUpgrade[:len(afterUpgrade)-1], ", "))
 	if o.dryRun {
 		fmt.Fprintln(a.out, "\nBy hand, one node at a time in that order (in khw shell):")
-		cmds, err := upgrade.ByHand(ctx, m, c, o.to, filepath.Join(d.Root, "downloads", o.to), nodeplan.AdminKubeconfig(tenv))
+		cmds, err := upgrade.ByHand(ctx, m, c, o.to, steps.Quote(filepath.Join(d.Root, "downloads", o.to)), nodeplan.AdminKubeconfig(tenv))
 		if err != nil {
 			return err
 		}

@@ -70,7 +70,7 @@ func NewStep(m *nodeplan.Machines) steps.Step {
 				Shell: steps.WaitLoop(60, 1, "curl -fsS --cacert /var/lib/kubernetes/ca.pem https://127.0.0.1:6443/readyz") + "\n" +
 					"curl --cacert /var/lib/kubernetes/ca.pem https://127.0.0.1:6443/readyz?verbose"},
 			{Why: "copy the RBAC that lets the apiserver (user kubernetes) reach the kubelets to " + n,
-				Shell: `scp -F "$KHW_SSH_CONFIG" ` + filepath.Join(env.State.ManifestsDir(), nodeplan.RBACManifest) + " " + n + ":"},
+				Shell: `scp -F "$KHW_SSH_CONFIG" ` + steps.Quote(filepath.Join(env.State.ManifestsDir(), nodeplan.RBACManifest)) + " " + n + ":"},
 			{Node: n, Why: "apply it: logs, exec and port-forward go through the kubelets",
 				Shell: kubectl + "apply --server-side -f " + nodeplan.RBACManifest + "\nrm -f " + nodeplan.RBACManifest},
 			{Node: n, Why: "one controller-manager and one scheduler lead; the Lease names the holder (the first takes a few seconds)",

@@ -315,8 +315,8 @@ func waitCoreDNS(ctx context.Context, cs kubernetes.Interface, wait, poll time.D
 const dnsClusterIPSubject = "Service " + coreDNSNamespace + "/" + coreDNSService + " clusterIP"
 
 func (s *coreDNSStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {
-	kc := nodeplan.AdminKubeconfig(env)
-	manifest := filepath.Join(env.State.ManifestsDir(), coreDNSManifest)
+	kc := steps.Quote(nodeplan.AdminKubeconfig(env))
+	manifest := steps.Quote(filepath.Join(env.State.ManifestsDir(), coreDNSManifest))
 	var cmds []steps.Command
 	for _, d := range diffs {
 		if d.Subject == dnsClusterIPSubject {

@@ -192,7 +192,7 @@ func ByHandCommands(c *config.Cluster, d state.Dir) []steps.Command {
 		{Node: cp, Why: "part 1: the same SHA-256 as on the jumpbox? Then off the node", Shell: "sudo sha256sum " + byHandOnNode + "\nsudo rm -f " + byHandOnNode},
 		ChangeCommand(),
 		{Why: "part 3: the restore's commands for your file (they hold its SHA-256), printed by khw; type them phase by phase",
-			Shell: "khw etcd restore " + filepath.Join(SnapshotsDir(d), byHandFile) + " --dry-run"},
+			Shell: "khw etcd restore " + steps.Quote(filepath.Join(SnapshotsDir(d), byHandFile)) + " --dry-run"},
 	}
 }
 

@@ -166,7 +166,7 @@ func (r *Restore) Phases() []Phase {
 	var copyCmds []steps.Command
 	for _, n := range cps {
 		copyCmds = append(copyCmds, steps.Command{Why: "copy the snapshot to " + n.Name,
-			Shell: `scp -F "$KHW_SSH_CONFIG" ` + shellQuote(r.File) + " " + n.Name + ":snapshot.db"})
+			Shell: `scp -F "$KHW_SSH_CONFIG" ` + steps.Quote(r.File) + " " + n.Name + ":snapshot.db"})
 	}
 	copyCmds = append(copyCmds, onEach(cps, "put it where only root reads it",
 		"sudo install -D -m 0600 snapshot.db "+RemoteSnapshot+" && rm -f snapshot.db")...)
@@ -410,11 +410,4 @@ func waitAPIServers(ctx context.Context, _ *Restore, rn *Runner) error {
 		case <-time.After(time.Second):
 		}
 	}
-}
-
-func shellQuote(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=@%+,") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -186,7 +186,7 @@ func (s *Step) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {
 	}
 	cmds := []steps.Command{
 		{Why: "one kubeconfig per identity (khw uses client-go's clientcmd), in " + env.State.Root + "/" + kubeconfig.DirName + "; the bootstrap kubeconfig's token is a placeholder that no apiserver accepts, until lab 10 makes the bootstrap token",
-			Shell: "cd " + env.State.Root + "\nmkdir -p -m 0700 " + kubeconfig.DirName + "\n" + strings.Join(kc, "\n")},
+			Shell: "cd " + steps.Quote(env.State.Root) + "\nmkdir -p -m 0700 " + kubeconfig.DirName + "\n" + strings.Join(kc, "\n")},
 		{Why: "the key that encrypts Secrets in etcd: 32 random bytes, aescbc first, identity last (reads old plain Secrets); only you may read it (0600)",
 			Shell: "install -m 0600 /dev/null encryption-config.yaml\ncat > encryption-config.yaml <<EOF\napiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n  - resources: [secrets]\n    providers:\n      - aescbc:\n          keys:\n            - name: key1\n              secret: $(head -c 32 /dev/urandom | base64)\n      - identity: {}\nEOF"},
 	}

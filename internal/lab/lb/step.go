@@ -54,7 +54,7 @@ func NewStep(m *nodeplan.Machines) steps.Step {
 	}
 	s.ExtraCommands = func(env *steps.Env) []steps.Command {
 		return []steps.Command{{Why: "from the jumpbox, through the load balancer, as admin",
-			Shell: "kubectl --kubeconfig " + nodeplan.AdminKubeconfig(env) + " get --raw='/readyz?verbose'"}}
+			Shell: "kubectl --kubeconfig " + steps.Quote(nodeplan.AdminKubeconfig(env)) + " get --raw='/readyz?verbose'"}}
 	}
 	return s
 }

@@ -361,20 +361,20 @@ func (s *Step) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {
 			hk := filepath.Join(cluster.HostKeyDir(env.State, n.Name), remote.HostKeyFile)
 			cmds = append(cmds, hostKeyCommand(env, n), steps.Command{
 				Why: n.Name + ": its own root file system, copied from the Debian image without the image's SSH host keys, then the generated one as its only one (khw also seeds hostname, /etc/hosts, a static IP and user ubuntu with " + key + ".pub)",
-				Shell: fmt.Sprintf("cp -a --reflink=auto %s %s\nrm -f %s/etc/ssh/ssh_host_*\ninstall -m 0600 -o root -g root %s %s/etc/ssh/\ninstall -m 0644 -o root -g root %s.pub %s/etc/ssh/\necho 'HostKey /etc/ssh/%s' > %s/etc/ssh/sshd_config.d/khw-hostkey.conf",
-					image, root, root, hk, root, hk, root, remote.HostKeyFile, root),
+				Shell: fmt.Sprintf("cp -a --reflink=auto %s %s\nrm -f %s/etc/ssh/ssh_host_*\ninstall -m 0600 -o root -g root %s %s/etc/ssh/\ninstall -m 0644 -o root -g root %s %s/etc/ssh/\necho 'HostKey /etc/ssh/%s' > %s/etc/ssh/sshd_config.d/khw-hostkey.conf",
+					steps.Quote(image), steps.Quote(root), steps.Quote(root), steps.Quote(hk), steps.Quote(root), steps.Quote(hk+".pub"), steps.Quote(root), remote.HostKeyFile, steps.Quote(root)),
 			})
 		}
 		if boot[n.Name] {
 			cmds = append(cmds, steps.Command{
 				Why: n.Name + ": boot it (systemd as PID 1) on the bridge, in the background",
 				Shell: fmt.Sprintf("nsenter --net=%s systemd-nspawn --register=no --keep-unit -M %s -D %s --boot --network-bridge=%s --console=read-only --capability=all --bind=/dev/kmsg &",
-					vm.NetnsPath(c.Name), machine, root, vm.BridgeName),
+					steps.Quote(vm.NetnsPath(c.Name)), steps.Quote(machine), steps.Quote(root), vm.BridgeName),
 			})
 		}
 		cmds = append(cmds, steps.Command{
 			Why:   n.Name + ": it is up when SSH answers",
-			Shell: fmt.Sprintf("ip netns exec %s ssh -i %s %s %s@%s true", ns, key, pinnedSSHOptions(env), remote.DefaultUser, n.IP),
+			Shell: fmt.Sprintf("ip netns exec %s ssh -i %s %s %s@%s true", ns, steps.Quote(key), pinnedSSHOptions(env), remote.DefaultUser, n.IP),
 		})
 	}
 	return cmds
@@ -421,16 +421,16 @@ func libvirtCommands(env *steps.Env, nodes, create, boot map[string]bool) []step
 			cmds = append(cmds, hostKeyCommand(env, n),
 				steps.Command{
 					Why:   n.Name + ": its disk, a qcow2 overlay of " + fmt.Sprint(n.DiskGiB) + " GiB on the base image (copy-on-write: the base stays untouched)",
-					Shell: virsh + " vol-create " + libvirt.DefaultPool + " " + filepath.Join(files, "disk-volume.xml"),
+					Shell: virsh + " vol-create " + libvirt.DefaultPool + " " + steps.Quote(filepath.Join(files, "disk-volume.xml")),
 				},
 				steps.Command{
 					Why: n.Name + ": the cloud-init NoCloud seed (ISO labelled cidata): hostname, /etc/hosts, user ubuntu with " + key + ".pub and sudo, static IP " + n.IP + ", the generated SSH host key as the only one (ssh_keys, ssh_deletekeys, ssh_genkeytypes: [])",
 					Shell: fmt.Sprintf("cloud-localds --network-config=%s %s %s %s\n%s pool-refresh %s",
-						filepath.Join(files, libvirt.SeedNetworkConfig), seed, filepath.Join(files, libvirt.SeedUserData), filepath.Join(files, libvirt.SeedMetaData), virsh, libvirt.DefaultPool),
+						steps.Quote(filepath.Join(files, libvirt.SeedNetworkConfig)), steps.Quote(seed), steps.Quote(filepath.Join(files, libvirt.SeedUserData)), steps.Quote(filepath.Join(files, libvirt.SeedMetaData)), virsh, libvirt.DefaultPool),
 				},
 				steps.Command{
 					Why:   n.Name + ": define the VM (" + fmt.Sprint(n.CPUs) + " vCPU, " + fmt.Sprint(n.MemoryMiB) + " MiB, virtio disk and NIC, serial console)",
-					Shell: virsh + " define " + filepath.Join(files, "domain.xml"),
+					Shell: virsh + " define " + steps.Quote(filepath.Join(files, "domain.xml")),
 				},
 			)
 		}
@@ -442,7 +442,7 @@ func libvirtCommands(env *steps.Env, nodes, create, boot map[string]bool) []step
 		}
 		cmds = append(cmds, steps.Command{
 			Why:   n.Name + ": it is up when SSH answers and cloud-init has finished (it writes " + cloudInitFinished + " last)",
-			Shell: fmt.Sprintf("ssh -i %s %s %s@%s %s", key, pinnedSSHOptions(env), remote.DefaultUser, n.IP, cloudInitDone),
+			Shell: fmt.Sprintf("ssh -i %s %s %s@%s %s", steps.Quote(key), pinnedSSHOptions(env), remote.DefaultUser, n.IP, cloudInitDone),
 		})
 	}
 	return cmds
@@ -454,14 +454,20 @@ func hostKeyCommand(env *steps.Env, n config.Node) steps.Command {
 	hk := filepath.Join(cluster.HostKeyDir(env.State, n.Name), remote.HostKeyFile)
 	return steps.Command{
 		Why: n.Name + ": its SSH host key, made on the jumpbox and pinned before the node ever runs (no trust on first use)",
-		Shell: fmt.Sprintf("mkdir -p -m 0700 %s\ntest -e %s || ssh-keygen -q -t ed25519 -N '' -C root@%s -f %s\necho \"%s $(cut -d' ' -f1,2 %s.pub)\" >> %s",
-			filepath.Dir(hk), hk, n.Name, hk, n.IP, hk, cluster.KnownHostsPath(env.State)),
+		Shell: fmt.Sprintf("mkdir -p -m 0700 %s\ntest -e %s || ssh-keygen -q -t ed25519 -N '' -C root@%s -f %s\necho \"%s $(cut -d' ' -f1,2 %s)\" >> %s",
+			steps.Quote(filepath.Dir(hk)), steps.Quote(hk), n.Name, steps.Quote(hk), n.IP, steps.Quote(hk+".pub"), steps.Quote(cluster.KnownHostsPath(env.State))),
 	}
 }
 
 // pinnedSSHOptions are the OpenSSH options that accept only the pinned key.
+// The known-hosts path is one shell word, and in double quotes for ssh
+// when it has a space (ssh splits an option's value at spaces).
 func pinnedSSHOptions(env *steps.Env) string {
-	return "-o UserKnownHostsFile=" + cluster.KnownHostsPath(env.State) + " -o StrictHostKeyChecking=yes -o HostKeyAlgorithms=ssh-ed25519"
+	known := cluster.KnownHostsPath(env.State)
+	if strings.ContainsAny(known, " \t") {
+		known = `"` + known + `"`
+	}
+	return "-o " + steps.Quote("UserKnownHostsFile="+known) + " -o StrictHostKeyChecking=yes -o HostKeyAlgorithms=ssh-ed25519"
 }
 
 func anyTrue(m map[string]bool) bool {

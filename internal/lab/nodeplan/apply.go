@@ -272,7 +272,7 @@ func fileCommands(w *NodeWant, only, fetched map[string]bool) []steps.Command {
 		if f.Fetch != "" {
 			lines := strings.Split(f.Fetch, "\n")
 			if w.Downloads != "" {
-				lines = append([]string{"mkdir -p " + w.Downloads, "cd " + w.Downloads}, lines...)
+				lines = append([]string{"mkdir -p " + steps.Quote(w.Downloads), "cd " + steps.Quote(w.Downloads)}, lines...)
 				src = path.Join(w.Downloads, f.Src)
 			}
 			for _, l := range lines {
@@ -289,9 +289,9 @@ func fileCommands(w *NodeWant, only, fetched map[string]bool) []steps.Command {
 		if bases[base] > 1 {
 			base = strings.ReplaceAll(strings.TrimPrefix(f.Path, "/"), "/", "_")
 		}
-		copies = append(copies, fmt.Sprintf(`scp -F "$KHW_SSH_CONFIG" %s %s:%s`, src, node, base))
-		installs = append(installs, fmt.Sprintf("sudo install -D -m %04o -o %s -g %s %s %s", fileMode(f.Mode), orRoot(f.Owner), orRoot(f.Group), base, f.Path))
-		copied = append(copied, base)
+		copies = append(copies, fmt.Sprintf(`scp -F "$KHW_SSH_CONFIG" %s %s:%s`, steps.Quote(src), node, steps.Quote(base)))
+		installs = append(installs, fmt.Sprintf("sudo install -D -m %04o -o %s -g %s %s %s", fileMode(f.Mode), steps.Quote(orRoot(f.Owner)), steps.Quote(orRoot(f.Group)), steps.Quote(base), steps.Quote(f.Path)))
+		copied = append(copied, steps.Quote(base))
 	}
 	if len(copied) > 0 {
 		// The copies in the SSH user's home would outlive the lab there,
@@ -299,7 +299,8 @@ func fileCommands(w *NodeWant, only, fetched map[string]bool) []steps.Command {
 		installs = append(installs, "rm -f "+strings.Join(copied, " "))
 	}
 	if len(fetches) > 0 {
-		cmds = append(cmds, steps.Command{Why: downloadWhy, Shell: strings.Join(fetches, "\n")})
+		sh := strings.Join(fetches, "\n")
+		cmds = append(cmds, steps.Command{Why: downloadWhy + MirrorCredentialsNote(sh), Shell: sh})
 	}
 	if len(copies) > 0 {
 		cmds = append(cmds,

@@ -187,18 +187,62 @@ func (a *artifacts) describe(ctx context.Context, c *config.Cluster, names ...st
 }
 
 // downloadCommand is the shell that puts the file at url into the current
-// directory: curl from the official URL, or, with a mirror ($KHW_MIRROR),
-// from the mirror's copy (same layout, components.MirrorLocation): cp for a
-// directory mirror, curl for an http(s) one.
+// directory: curl from the official URL, or, with a mirror, from the
+// mirror's copy (mirrorSource): cp for a directory mirror, curl for an
+// http(s) one.
 func downloadCommand(mirror, url string) string {
-	loc, isFile, err := components.MirrorLocation(mirror, url)
+	src, isFile, err := mirrorSource(mirror, url)
 	switch {
-	case err != nil || loc == url:
-		return "curl -fLO " + url
+	case err != nil:
+		return "curl -fLO " + steps.Quote(url)
 	case isFile:
-		return "cp " + loc + " ."
+		return "cp " + src + " ."
 	}
-	return "curl -fLO " + loc
+	return "curl -fLO " + src
+}
+
+// mirrorEnvURL is how a command names a mirror whose URL has a user and a
+// password: by $KHW_MIRROR (one trailing / dropped), so that they are
+// never written into a command or a by-hand script; curl takes them from
+// the URL the variable holds.
+const mirrorEnvURL = `"${KHW_MIRROR%/}"`
+
+// mirrorSource is official's copy in mirror (components.MirrorLocation)
+// as one shell word: a directory mirror's file as an absolute path (the
+// commands cd elsewhere first), an http(s) mirror's URL, or for one with
+// credentials mirrorEnvURL and the path. isFile is true for a directory
+// mirror. Errors: no mirror, or official cannot be mapped into one.
+func mirrorSource(mirror, official string) (src string, isFile bool, err error) {
+	if mirror == "" {
+		return "", false, fmt.Errorf("no mirror")
+	}
+	if components.MirrorHasCredentials(mirror) {
+		rel, err := components.Resolved{URL: official}.MirrorPath()
+		if err != nil {
+			return "", false, err
+		}
+		return mirrorEnvURL + "/" + steps.Quote(rel), false, nil
+	}
+	loc, isFile, err := components.MirrorLocation(mirror, official)
+	if err != nil {
+		return "", false, err
+	}
+	if isFile {
+		if abs, err := filepath.Abs(loc); err == nil {
+			loc = abs
+		}
+	}
+	return steps.Quote(loc), isFile, nil
+}
+
+// MirrorCredentialsNote is what the explanation of commands that download
+// from the mirror adds when shell names it by $KHW_MIRROR because its URL
+// has a user and a password ("" otherwise).
+func MirrorCredentialsNote(shell string) string {
+	if !strings.Contains(shell, mirrorEnvURL) {
+		return ""
+	}
+	return " (the mirror's URL has a user and a password, which khw never writes into a command: curl takes them from $KHW_MIRROR, so set it in this shell as you did for khw, or put them in ~/.netrc and $KHW_MIRROR without them)"
 }
 
 // newBinaryFile is file of the resolved artifact r as a wantFile whose
@@ -209,7 +253,7 @@ func newBinaryFile(mirror string, r components.Resolved, file components.File, e
 	if r.URL != "" {
 		lines := append([]string{downloadCommand(mirror, r.URL)}, verifyCommands(mirror, r, exp)...)
 		if file.Path != "" {
-			lines = append(lines, "tar -xzf "+r.FileName+" --strip-components="+fmt.Sprint(len(splitPath(file.Path))-1)+" "+file.Path)
+			lines = append(lines, "tar -xzf "+steps.Quote(r.FileName)+" --strip-components="+fmt.Sprint(len(splitPath(file.Path))-1)+" "+steps.Quote(file.Path))
 			wf.Src = path.Base(file.Path)
 		} else if r.FileName != "" {
 			wf.Src = r.FileName // runc.amd64 becomes /usr/local/bin/runc
@@ -233,7 +277,7 @@ func newBinaryFile(mirror string, r components.Resolved, file components.File, e
 func verifyCommands(mirror string, r components.Resolved, exp expected) []string {
 	switch {
 	case exp.sum != "":
-		return []string{fmt.Sprintf("echo '%s  %s' | sha256sum -c -", exp.sum, r.FileName)}
+		return []string{checkCommand(exp.sum, r.FileName)}
 	case mirror != "":
 		why := exp.missing
 		if why == "" {
@@ -241,21 +285,27 @@ func verifyCommands(mirror string, r components.Resolved, exp expected) []string
 		}
 		return []string{refuseCommand(r.FileName + ": no SHA-256 khw trusts to check it against: " + why)}
 	case r.SHA256 != "":
-		return []string{fmt.Sprintf("echo '%s  %s' | sha256sum -c -", r.SHA256, r.FileName)}
+		return []string{checkCommand(r.SHA256, r.FileName)}
 	case strings.HasPrefix(r.ChecksumURL, "https://") && r.ChecksumFormat == components.ChecksumHex:
 		return []string{downloadCommand("", r.ChecksumURL),
-			fmt.Sprintf(`echo "$(cat %s)  %s" | sha256sum -c -`, path.Base(r.ChecksumURL), r.FileName)}
+			fmt.Sprintf(`echo "$(cat %s)  %s" | sha256sum -c -`, steps.Quote(path.Base(r.ChecksumURL)), r.FileName)}
 	case strings.HasPrefix(r.ChecksumURL, "https://"):
-		return []string{downloadCommand("", r.ChecksumURL), "sha256sum -c --ignore-missing " + path.Base(r.ChecksumURL)}
+		return []string{downloadCommand("", r.ChecksumURL), "sha256sum -c --ignore-missing " + steps.Quote(path.Base(r.ChecksumURL))}
 	}
 	return []string{refuseCommand(r.FileName + ": the catalog names no HTTPS checksum file and no digest for it")}
+}
+
+// checkCommand is sha256sum -c of file against sum (hex), the digest
+// written into the command.
+func checkCommand(sum, file string) string {
+	return "echo " + steps.Quote(sum+"  "+file) + " | sha256sum -c -"
 }
 
 // refuseCommand is a command that prints msg on stderr and fails: where a
 // check cannot be written, the commands stop (set -e) rather than go on
 // unchecked.
 func refuseCommand(msg string) string {
-	return "echo " + quote(msg) + " >&2; false"
+	return "echo " + steps.Quote(msg) + " >&2; false"
 }
 
 // fetchNamed resolves the named artifacts for the cluster and fetches them

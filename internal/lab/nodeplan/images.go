@@ -100,31 +100,33 @@ func (a *artifacts) imageCommands(ctx context.Context, c *config.Cluster, w *Nod
 	var jump, copies, imports []string
 	for _, r := range rs {
 		p, err := components.ImageMirrorPath(r.Image, arch)
-		loc, isFile, merr := components.MirrorLocation(mirror, "https://"+p)
+		src, isFile, merr := mirrorSource(mirror, "https://"+p)
 		if mirror == "" || err != nil || merr != nil {
-			imports = append(imports, "sudo ctr -n k8s.io images pull --platform linux/"+arch+" "+r.Image)
+			imports = append(imports, "sudo ctr -n k8s.io images pull --platform linux/"+arch+" "+steps.Quote(r.Image))
 			continue
 		}
-		tar := strings.ReplaceAll(path.Base(r.Image), ":", "_") + ".tar"
-		get := "curl -fL -o " + tar + " " + loc
+		name := strings.ReplaceAll(path.Base(r.Image), ":", "_") + ".tar"
+		tar := steps.Quote(name)
+		get := "curl -fL -o " + tar + " " + src
 		if isFile {
-			get = "cp " + loc + " " + tar
+			get = "cp " + src + " " + tar
 		}
-		check := refuseCommand(tar + " (" + r.Image + "): no SHA-256 khw trusts to check it against: " + exp[components.CacheKey(r)].missing)
+		check := refuseCommand(name + " (" + r.Image + "): no SHA-256 khw trusts to check it against: " + exp[components.CacheKey(r)].missing)
 		if sum := exp[components.CacheKey(r)].sum; sum != "" {
-			check = fmt.Sprintf("echo '%s  %s' | sha256sum -c -", sum, tar)
+			check = checkCommand(sum, name)
 		}
 		jump = append(jump, get, check)
-		copies = append(copies, fmt.Sprintf(`scp -F "$KHW_SSH_CONFIG" %s %s:`, path.Join(w.Downloads, tar), node))
+		copies = append(copies, fmt.Sprintf(`scp -F "$KHW_SSH_CONFIG" %s %s:`, steps.Quote(path.Join(w.Downloads, name)), node))
 		imports = append(imports, "sudo ctr -n k8s.io images import "+tar+" && rm -f "+tar)
 	}
 	var cmds []steps.Command
 	if len(jump) > 0 {
 		if w.Downloads != "" {
-			jump = append([]string{"mkdir -p " + w.Downloads, "cd " + w.Downloads}, jump...)
+			jump = append([]string{"mkdir -p " + steps.Quote(w.Downloads), "cd " + steps.Quote(w.Downloads)}, jump...)
 		}
+		sh := strings.Join(jump, "\n")
 		cmds = append(cmds,
-			steps.Command{Why: "the node pulls nothing: take each image's tarball from the mirror and check it against the SHA-256 in the command, the one the pinned mirror manifest lists (khw-mirror.json, whose digest is $KHW_MIRROR_DIGEST), as khw does; never the .sha256 file beside it, which whoever can change the mirror can change too", Shell: strings.Join(jump, "\n")},
+			steps.Command{Why: "the node pulls nothing: take each image's tarball from the mirror and check it against the SHA-256 in the command, the one the pinned mirror manifest lists (khw-mirror.json, whose digest is $KHW_MIRROR_DIGEST), as khw does; never the .sha256 file beside it, which whoever can change the mirror can change too" + MirrorCredentialsNote(sh), Shell: sh},
 			steps.Command{Why: fmt.Sprintf("copy the %d image(s) to %s", len(copies), node), Shell: strings.Join(copies, "\n")})
 	}
 	return append(cmds, steps.Command{Node: node, Why: "import the images into containerd's k8s.io namespace, the one the kubelet's CRI uses",

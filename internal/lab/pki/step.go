@@ -128,7 +128,7 @@ func (s *Step) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {
 			Why:   "cfssl and cfssljson: the command-line tools of cfssl, the library khw uses (Debian and Ubuntu: sudo apt install golang-cfssl)",
 			Shell: "command -v cfssl cfssljson || { echo 'install cfssl first: sudo apt install golang-cfssl' >&2; false; }",
 		},
-		{Why: "the PKI directory on the jumpbox: only you may read it (0700)", Shell: "mkdir -p -m 0700 " + dir + "\ncd " + dir},
+		{Why: "the PKI directory on the jumpbox: only you may read it (0700)", Shell: "mkdir -p -m 0700 " + steps.Quote(dir) + "\ncd " + steps.Quote(dir)},
 	}
 	var files []string
 	for _, f := range pki.InputFiles(env.Cluster) {

@@ -170,7 +170,7 @@ func (s *smokeStep) Apply(ctx context.Context, env *steps.Env, diffs []steps.Dif
 
 func (s *smokeStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {
 	c := env.Cluster
-	k := "kubectl --kubeconfig " + nodeplan.AdminKubeconfig(env)
+	k := "kubectl --kubeconfig " + steps.Quote(nodeplan.AdminKubeconfig(env))
 	kn := k + " -n " + smoketest.Namespace
 	img, err := smoketest.AgnhostImage(c)
 	if err != nil {
@@ -208,7 +208,7 @@ func (s *smokeStep) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command
 				kn + " wait --for=condition=Ready pod/" + pod + " --timeout=2m\n" +
 				kn + " logs " + pod + "\n" +
 				kn + " exec " + pod + " -- cat /etc/hostname\n" +
-				"openssl s_client -connect " + bw.IP + ":10250 -CAfile " + env.State.PKIDir() + "/ca.pem -verify_return_error </dev/null | grep -E 'subject|Verify return code'"})
+				"openssl s_client -connect " + bw.IP + ":10250 -CAfile " + steps.Quote(env.State.PKIDir()+"/ca.pem") + " -verify_return_error </dev/null | grep -E 'subject|Verify return code'"})
 	}
 	return append(cmds, steps.Command{Why: "clean up", Shell: k + " delete namespace " + smoketest.Namespace + " --wait --timeout=2m"})
 }

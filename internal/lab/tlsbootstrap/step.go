@@ -517,20 +517,20 @@ func csrOfNode(csr *certsv1.CertificateSigningRequest, node string) bool {
 // setup, and the CSRs to watch and approve.
 func (s *Step) Commands(env *steps.Env, diffs []steps.Diff) []steps.Command {
 	var cmds []steps.Command
-	kubectl := "kubectl --kubeconfig " + nodeplan.AdminKubeconfig(env)
+	kubectl := "kubectl --kubeconfig " + steps.Quote(nodeplan.AdminKubeconfig(env))
 	for _, n := range bootstrapNodes(env.Cluster) {
 		boot := filepath.Join(env.State.KubeconfigDir(), n.Name+"-bootstrap.kubeconfig")
 		cmds = append(cmds,
 			steps.Command{Why: "who may bootstrap: create node CSRs, and have client CSRs approved automatically",
-				Shell: kubectl + " apply --server-side -f " + filepath.Join(env.State.ManifestsDir(), tlsBootstrapRBAC)},
+				Shell: kubectl + " apply --server-side -f " + steps.Quote(filepath.Join(env.State.ManifestsDir(), tlsBootstrapRBAC))},
 			steps.Command{Why: "a bootstrap token: a Secret in kube-system (id [a-z0-9]{6}, secret [a-z0-9]{16}, an expiration)",
 				Shell: "ID=$(openssl rand -hex 3); SECRET=$(openssl rand -hex 8)\n" +
 					kubectl + " -n kube-system create secret generic bootstrap-token-$ID --type bootstrap.kubernetes.io/token \\\n" +
 					"  --from-literal token-id=$ID --from-literal token-secret=$SECRET --from-literal usage-bootstrap-authentication=true \\\n" +
 					"  --from-literal expiration=$(date -u -d +1hour +%Y-%m-%dT%H:%M:%SZ) --from-literal description='" + tokenDescription(n.Name) + "'"},
 			steps.Command{Why: n.Name + " gets a kubeconfig holding only the token: lab 03's, with the token in place of its placeholder",
-				Shell: "kubectl config set-credentials " + kubeconfig.BootstrapUser + " --token=$ID.$SECRET --kubeconfig " + boot + "\n" +
-					"scp -F \"$KHW_SSH_CONFIG\" " + boot + " " + n.Name + ":\nssh -F \"$KHW_SSH_CONFIG\" " + n.Name + " 'sudo install -D -m 0600 " + filepath.Base(boot) + " " + bootstrapKubeconfig + " && rm -f " + filepath.Base(boot) + "'"},
+				Shell: "kubectl config set-credentials " + kubeconfig.BootstrapUser + " --token=$ID.$SECRET --kubeconfig " + steps.Quote(boot) + "\n" +
+					"scp -F \"$KHW_SSH_CONFIG\" " + steps.Quote(boot) + " " + n.Name + ":\nssh -F \"$KHW_SSH_CONFIG\" " + n.Name + " 'sudo install -D -m 0600 " + filepath.Base(boot) + " " + bootstrapKubeconfig + " && rm -f " + filepath.Base(boot) + "'"},
 		)
 	}
 	cmds = append(cmds, s.inner.Commands(env, diffs)...)

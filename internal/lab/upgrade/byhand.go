@@ -21,8 +21,10 @@ import (
 // plane (until both answer /healthz, then until both Leases are renewed),
 // then each worker drained, kubelet and kube-proxy, Ready,
 // uncordoned; last, versions.kubernetes in cluster.yaml, so that khw up
-// keeps the new release instead of putting the old one back. kubeconfig
-// is the admin kubeconfig ("": kubectl's own, as in khw shell). Errors:
+// keeps the new release instead of putting the old one back. dir is a
+// shell word as it goes into the commands: a path through steps.Quote, or
+// one built of variables in double quotes. kubeconfig is the admin
+// kubeconfig's path ("": kubectl's own, as in khw shell). Errors:
 // DownloadCommands'.
 func ByHand(ctx context.Context, m *nodeplan.Machines, c *config.Cluster, to, dir, kubeconfig string) ([]steps.Command, error) {
 	target := *c
@@ -33,7 +35,7 @@ func ByHand(ctx context.Context, m *nodeplan.Machines, c *config.Cluster, to, di
 	}
 	kubectl := "kubectl"
 	if kubeconfig != "" {
-		kubectl += " --kubeconfig " + kubeconfig
+		kubectl += " --kubeconfig " + steps.Quote(kubeconfig)
 	}
 	install := func(node string, bins ...string) []steps.Command {
 		var paths []string
@@ -47,7 +49,7 @@ func ByHand(ctx context.Context, m *nodeplan.Machines, c *config.Cluster, to, di
 					"\nsudo systemctl restart " + strings.Join(units(bins), " ")},
 		}
 	}
-	cmds := []steps.Command{{Why: "the " + to + " binaries in " + dir + ", each checked against the SHA-256 in the command, the one khw verified or the pinned mirror manifest lists (sha256sum -c must say OK for every file); never a checksum file the mirror serves, which whoever can change the mirror can change too",
+	cmds := []steps.Command{{Why: "the " + to + " binaries in " + dir + ", each checked against the SHA-256 in the command, the one khw verified or the pinned mirror manifest lists (sha256sum -c must say OK for every file); never a checksum file the mirror serves, which whoever can change the mirror can change too" + nodeplan.MirrorCredentialsNote(download),
 		Shell: "mkdir -p " + dir + " && cd " + dir + "\n" + download}}
 	// A wait that runs out fails (false: set -e stops the by-hand script
 	// and the node's commands there; typed by hand, it only prints why and

@@ -2,6 +2,7 @@ package upgrade
 
 import (
 	"context"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -259,6 +260,62 @@ func TestByHandDownloadsCheckThePinnedDigest(t *testing.T) {
 	for what, sh := range map[string]string{"lab 15 by hand": lab, "khw upgrade --dry-run": dryRun} {
 		if out, err := run(sh); err == nil || !strings.Contains(out, "kubectl: FAILED") {
 			t.Errorf("%s: the commands accept the tampered kubectl (%v):\n%s", what, err, out)
+		}
+	}
+}
+
+// TestByHandQuotesPaths: khw upgrade --dry-run's commands with a state
+// directory whose path holds a space and a command substitution parse,
+// and run in a sandbox (every program but touch and seq a no-op) they
+// never run the substitution; the path reaches each program as one word.
+func TestByHandQuotesPaths(t *testing.T) {
+	t.Setenv(components.EnvMirror, "")
+	root := t.TempDir()
+	d := state.New(filepath.Join(root, "a b", "$(touch pwned)"), "lab")
+	c := config.Default("lab", config.ArchAMD64, config.ProviderNspawn)
+	c.Versions.Kubernetes = config.PreviousKubernetes
+	cmds, err := ByHand(context.Background(), &nodeplan.Machines{}, c, LabTarget, steps.Quote(filepath.Join(d.Root, "downloads", LabTarget)), filepath.Join(d.Root, "kubeconfigs", "admin.kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var script strings.Builder
+	for _, cmd := range cmds {
+		if cmd.Node == "" {
+			script.WriteString(cmd.Shell + "\n")
+		}
+	}
+	if out, err := exec.Command("bash", "-n", "-c", script.String()).CombinedOutput(); err != nil {
+		t.Fatalf("the commands do not parse: %v\n%s\n%s", err, out, script.String())
+	}
+	bin := t.TempDir()
+	for _, prog := range []string{"touch", "seq"} {
+		p, err := exec.LookPath(prog)
+		if err != nil {
+			t.Skipf("no %s", prog)
+		}
+		if err := os.Symlink(p, filepath.Join(bin, prog)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// kubectl and mkdir record their arguments, one per line.
+	args := filepath.Join(root, "args")
+	stub := `command_not_found_handle() { case "$1" in kubectl|mkdir) shift; printf '%s\n' "$@" >> "$ARGS";; esac; return 0; }` + "\n"
+	cmd := exec.Command("bash", "-c", stub+script.String())
+	cmd.Env = []string{"PATH=" + bin, "HOME=" + root, "ARGS=" + args}
+	cmd.Dir = t.TempDir()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Logf("sandboxed commands: %v\n%s", err, out)
+	}
+	filepath.WalkDir(filepath.Dir(root), func(p string, e fs.DirEntry, err error) error {
+		if err == nil && e.Name() == "pwned" {
+			t.Errorf("a command substitution in the state directory's path ran: %s", p)
+		}
+		return nil
+	})
+	got, _ := os.ReadFile(args)
+	for _, want := range []string{filepath.Join(d.Root, "downloads", LabTarget), filepath.Join(d.Root, "kubeconfigs", "admin.kubeconfig")} {
+		if !strings.Contains(string(got), "\n"+want+"\n") && !strings.HasPrefix(string(got), want+"\n") {
+			t.Errorf("no program got %q as one argument; they got:\n%s", want, got)
 		}
 	}
 }

@@ -246,7 +246,7 @@ func NewStep(m *nodeplan.Machines, c *config.Cluster) steps.Step {
 		return NodesReady(ctx, m, env, names)
 	}
 	s.ExtraCommands = func(env *steps.Env) []steps.Command {
-		kubectl := "kubectl --kubeconfig " + nodeplan.AdminKubeconfig(env)
+		kubectl := "kubectl --kubeconfig " + steps.Quote(nodeplan.AdminKubeconfig(env))
 		var nodes []string
 		for _, n := range env.Cluster.Workers() {
 			if !n.TLSBootstrap {
