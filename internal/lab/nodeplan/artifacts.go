@@ -28,8 +28,10 @@ type artifacts struct {
 	urls  map[string]string      // by artifact name: the URL files holds
 	// pinned is what the pinned mirror manifest lists, by
 	// components.CacheKey, read once per run for the commands of files
-	// not fetched in it.
-	pinned map[string]expected
+	// not fetched in it; pinnedErr is why it could not be read (then it
+	// is not tried again in the run).
+	pinned    map[string]expected
+	pinnedErr string
 }
 
 // fetcher is a.Fetcher, else one configured from the environment.
@@ -54,7 +56,8 @@ type expected struct {
 }
 
 // expectedOf returns what the pinned mirror manifest lists for each of rs,
-// by components.CacheKey, reading it at most once per run; nothing
+// by components.CacheKey: the manifest is read for the artifacts not asked
+// for before in the run, and not again once it could not be read. Nothing
 // without a mirror. The caller holds a.mu.
 func (a *artifacts) expectedOf(ctx context.Context, rs []components.Resolved) map[string]expected {
 	f := a.fetcher()
@@ -71,12 +74,18 @@ func (a *artifacts) expectedOf(ctx context.Context, rs []components.Resolved) ma
 		}
 	}
 	if len(todo) > 0 {
-		sums, _, err := f.PinnedDigests(ctx, todo)
+		var sums []components.PinnedDigest
+		if a.pinnedErr == "" {
+			var err error
+			if sums, _, err = f.PinnedDigests(ctx, todo); err != nil {
+				a.pinnedErr = err.Error()
+			}
+		}
 		for i, r := range todo {
 			var e expected
 			switch {
-			case err != nil:
-				e.missing = err.Error()
+			case a.pinnedErr != "":
+				e.missing = a.pinnedErr
 			case sums[i].Err != nil:
 				e.missing = sums[i].Err.Error()
 			default:

@@ -2,10 +2,14 @@ package nodeplan
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/khw-dev/khw/internal/components"
 	"github.com/khw-dev/khw/internal/components/mirrortest"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/state"
@@ -70,5 +74,38 @@ func TestDownloadCommandsCheckThePinnedDigest(t *testing.T) {
 		if strings.Contains(sh, ".sha256") || strings.Contains(sh, "SHA256SUMS") || strings.Contains(sh, "sha256sum -c --ignore-missing") {
 			t.Errorf("the commands read a checksum file of the mirror:\n%s", sh)
 		}
+	}
+}
+
+// TestDownloadCommandsWithoutAReadableManifest: with a mirror whose
+// manifest cannot be read, each download's check is a command that fails
+// and says why; the manifest is asked for once in the run, not once per
+// step that prints commands.
+func TestDownloadCommandsWithoutAReadableManifest(t *testing.T) {
+	var asked atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/"+components.MirrorManifestFile {
+			w.Write([]byte("a file")) // the downloads work
+			return
+		}
+		asked.Add(1)
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	c := config.Default("t", config.ArchAMD64, config.ProviderNspawn)
+	m := &Machines{}
+	m.Art.Fetcher = &components.Fetcher{Mirror: srv.URL, MirrorDigest: "sha256:" + strings.Repeat("a", 64), CacheDir: t.TempDir(), Retries: -1}
+	for _, names := range [][]string{{"kubectl"}, {"etcd", "runc"}} {
+		sh, err := m.DownloadCommands(context.Background(), c, names...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := runShell(t, sh)
+		if err == nil || !strings.Contains(out, "no SHA-256 khw trusts to check it against") || !strings.Contains(out, "503") {
+			t.Errorf("%v: the commands went on without a digest (%v):\n%s\ncommands:\n%s", names, err, out, sh)
+		}
+	}
+	if n := asked.Load(); n != 1 {
+		t.Errorf("the mirror was asked %d times for its manifest in one run, want once", n)
 	}
 }
