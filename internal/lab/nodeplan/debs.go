@@ -269,20 +269,23 @@ func PackageCommands(w *NodeWant) []steps.Command {
 			{Node: node, Why: "the distribution's packages: refresh the package lists first (a fresh cloud image has none; tried again when apt-daily holds the lists' lock), then install, waiting for the dpkg lock while unattended-upgrades holds it",
 				Shell: aptUpdateShell + "\nsudo apt-get install -y " + aptLockOpt + " " + strings.Join(names, " ")}}
 	}
-	var srcs, dsts []string
+	var srcs, dsts, checks []string
 	why := "copy the packages' .debs from the mirror's copy of the node's distribution archive"
 	if p := w.Debs; p != nil {
 		base := strings.TrimPrefix(strings.TrimPrefix(p.Archive.URL, "https://"), "http://")
 		for _, d := range p.Debs {
-			srcs = append(srcs, `"$KHW_MIRROR"/`+base+"/"+d.Filename)
-			dsts = append(dsts, NodeDebDir+"/"+d.FileName())
+			srcs = append(srcs, `"$KHW_MIRROR"/`+steps.Quote(base+"/"+d.Filename))
+			dst := NodeDebDir + "/" + d.FileName()
+			dsts = append(dsts, steps.Quote(dst))
+			checks = append(checks, "echo "+steps.Quote(d.SHA256+"  "+dst)+" | sha256sum -c -")
 		}
 		why += fmt.Sprintf(" (%s %s: %s and the dependencies %s lacks, from the Packages index and `dpkg-query -W` on the node)", p.Archive, p.Arch, strings.Join(names, ", "), node)
 	} else {
 		for _, n := range names {
-			srcs = append(srcs, `"$KHW_MIRROR"/<archive>/pool/…/`+n+"_<version>_<arch>.deb")
-			dsts = append(dsts, NodeDebDir+"/"+n+"_<version>_<arch>.deb")
+			srcs = append(srcs, `"$KHW_MIRROR/<archive>/pool/…/`+n+`_<version>_<arch>.deb"`)
+			dsts = append(dsts, "'"+NodeDebDir+"/"+n+"_<version>_<arch>.deb'")
 		}
+		checks = append(checks, "echo 'khw names the .debs and their SHA-256 once it has read the node (khw up --dry-run, or this lab after 01-machines)' >&2; false")
 		why += " (khw adds the dependencies the node lacks, from the Packages index for its /etc/os-release and `dpkg-query -W` on the node)"
 	}
 	if len(srcs) == 0 {
@@ -291,8 +294,9 @@ func PackageCommands(w *NodeWant) []steps.Command {
 	return []steps.Command{
 		{Why: why, Shell: fmt.Sprintf(`scp -F "$KHW_SSH_CONFIG" %s %s:`, strings.Join(srcs, " "), node)},
 		aptWaitCommand(node),
-		{Node: node, Why: "install them with no network: apt sees no package source, only these files and what is installed; it waits for the dpkg lock while unattended-upgrades holds it",
+		{Node: node, Why: "check each .deb against the SHA-256 the archive's Packages index gives it, as khw read that index through the pinned mirror manifest (not a checksum file beside the .deb), then install them with no network: apt sees no package source, only these files and what is installed; it waits for the dpkg lock while unattended-upgrades holds it",
 			Shell: "sudo install -d " + NodeDebDir + "/no-sources.d && sudo mv *.deb " + NodeDebDir + "/\n" +
+				strings.Join(checks, "\n") + "\n" +
 				"sudo apt-get install -y --no-install-recommends " + aptLockOpt + " " + aptOffline + " " + strings.Join(dsts, " ")},
 	}
 }

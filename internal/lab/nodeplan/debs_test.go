@@ -1,6 +1,7 @@
 package nodeplan
 
 import (
+	"os/exec"
 	"strings"
 
 	"github.com/khw-dev/khw/internal/components"
@@ -46,15 +47,33 @@ func TestPackageCommands(t *testing.T) {
 		!strings.Contains(got, "cloud-init status --wait") || !strings.Contains(got, "-o DPkg::Lock::Timeout=900") {
 		t.Errorf("offline commands without a plan:\n%s", got)
 	}
+	// Without a plan the commands cannot name the files: the copy line
+	// parses (the placeholders are quoted, not redirections) and the check
+	// stops the commands.
+	for _, c := range PackageCommands(w) {
+		if out, err := exec.Command("bash", "-n", "-c", c.Shell).CombinedOutput(); err != nil {
+			t.Errorf("bash -n %q: %v %s", c.Shell, err, out)
+		}
+	}
+	cmds := PackageCommands(w)
+	install := strings.Split(cmds[len(cmds)-1].Shell, "\n")
+	if len(install) != 3 {
+		t.Fatalf("no plan: install command %q, want mv, the check, apt-get", install)
+	}
+	if out, err := exec.Command("bash", "-c", install[1]).CombinedOutput(); err == nil || !strings.Contains(string(out), "SHA-256") {
+		t.Errorf("no plan: the check %q did not stop the commands saying why: %v %s", install[1], err, out)
+	}
 	a, _ := components.FindDebArchive("debian", "bookworm", "amd64")
 	w.Debs = &DebPlan{Archive: a, Arch: "amd64", Debs: []components.DebPackage{
-		{Name: "haproxy", Filename: "pool/main/h/haproxy/haproxy_2.6.12-1+deb12u3_amd64.deb"},
-		{Name: "liblua5.3-0", Filename: "pool/main/l/lua5.3/liblua5.3-0_5.3.6-2_amd64.deb"}}}
+		{Name: "haproxy", Filename: "pool/main/h/haproxy/haproxy_2.6.12-1+deb12u3_amd64.deb", SHA256: strings.Repeat("ab", 32)},
+		{Name: "liblua5.3-0", Filename: "pool/main/l/lua5.3/liblua5.3-0_5.3.6-2_amd64.deb", SHA256: strings.Repeat("cd", 32)}}}
 	got = joinCmds(PackageCommands(w))
 	for _, want := range []string{
 		`"$KHW_MIRROR"/deb.debian.org/debian/pool/main/h/haproxy/haproxy_2.6.12-1+deb12u3_amd64.deb`,
 		`"$KHW_MIRROR"/deb.debian.org/debian/pool/main/l/lua5.3/liblua5.3-0_5.3.6-2_amd64.deb lb:`,
 		"/var/cache/khw/debs/haproxy_2.6.12-1+deb12u3_amd64.deb /var/cache/khw/debs/liblua5.3-0_5.3.6-2_amd64.deb",
+		"echo '" + strings.Repeat("ab", 32) + "  /var/cache/khw/debs/haproxy_2.6.12-1+deb12u3_amd64.deb' | sha256sum -c -",
+		"echo '" + strings.Repeat("cd", 32) + "  /var/cache/khw/debs/liblua5.3-0_5.3.6-2_amd64.deb' | sha256sum -c -",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("offline commands with a plan:\n%s\nwant %q", got, want)
