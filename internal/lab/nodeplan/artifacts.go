@@ -292,29 +292,37 @@ func verifyCommands(mirror string, r components.Resolved, exp expected) []string
 		if why == "" {
 			why = "khw has not read the pinned mirror manifest"
 		}
-		return []string{refuseCommand(r.FileName + ": no SHA-256 khw trusts to check it against: " + why)}
+		return []string{refuseCommand(r.FileName, r.FileName+": no SHA-256 khw trusts to check it against: "+why)}
 	case r.SHA256 != "":
 		return []string{checkCommand(r.SHA256, r.FileName)}
 	case strings.HasPrefix(r.ChecksumURL, "https://") && r.ChecksumFormat == components.ChecksumHex:
 		return []string{downloadCommand("", r.ChecksumURL),
-			fmt.Sprintf(`echo "$(cat %s)  %s" | sha256sum -c -`, steps.Quote(path.Base(r.ChecksumURL)), r.FileName)}
+			fmt.Sprintf(`echo "$(cat %s)  %s" | sha256sum -c -`, steps.Quote(path.Base(r.ChecksumURL)), r.FileName) + removeOnFailure(r.FileName)}
 	case strings.HasPrefix(r.ChecksumURL, "https://"):
-		return []string{downloadCommand("", r.ChecksumURL), "sha256sum -c --ignore-missing " + steps.Quote(path.Base(r.ChecksumURL))}
+		return []string{downloadCommand("", r.ChecksumURL), "sha256sum -c --ignore-missing " + steps.Quote(path.Base(r.ChecksumURL)) + removeOnFailure(r.FileName)}
 	}
-	return []string{refuseCommand(r.FileName + ": the catalog names no HTTPS checksum file and no digest for it")}
+	return []string{refuseCommand(r.FileName, r.FileName+": the catalog names no HTTPS checksum file and no digest for it")}
 }
 
 // checkCommand is sha256sum -c of file against sum (hex), the digest
-// written into the command.
+// written into the command; a file that fails is removed (removeOnFailure).
 func checkCommand(sum, file string) string {
-	return "echo " + steps.Quote(sum+"  "+file) + " | sha256sum -c -"
+	return "echo " + steps.Quote(sum+"  "+file) + " | sha256sum -c -" + removeOnFailure(file)
 }
 
-// refuseCommand is a command that prints msg on stderr and fails: where a
-// check cannot be written, the commands stop (set -e) rather than go on
-// unchecked.
-func refuseCommand(msg string) string {
-	return "echo " + steps.Quote(msg) + " >&2; false"
+// removeOnFailure ends a check of file: when it fails, the file is removed
+// and the line fails. A script stops there (set -e); commands typed or
+// pasted one by one go on, but find no file to extract or copy, so nothing
+// unchecked reaches a node either way.
+func removeOnFailure(file string) string {
+	return " || { rm -f -- " + steps.Quote(file) + "; false; }"
+}
+
+// refuseCommand is a command that prints msg on stderr, removes file (the
+// download that cannot be checked) and fails: where a check cannot be
+// written, the commands stop (set -e), and typed ones find no file.
+func refuseCommand(file, msg string) string {
+	return "echo " + steps.Quote(msg) + " >&2; rm -f -- " + steps.Quote(file) + "; false"
 }
 
 // fetchNamed resolves the named artifacts for the cluster and fetches them

@@ -171,6 +171,7 @@ func (m *Machines) ComponentWants(ctx context.Context, env *steps.Env, spec *Com
 		w := &NodeWant{Node: n, Units: spec.Units, Packages: spec.Packages, Downloads: filepath.Join(env.State.Root, "downloads")}
 		if len(w.Packages) > 0 && m.offlinePackages() {
 			w.OfflineDebs = true
+			w.DebMirror = m.packageFetcher().Mirror
 			m.debMu.Lock()
 			w.Debs = m.DebPlans[PlanKey(w)]
 			m.debMu.Unlock()

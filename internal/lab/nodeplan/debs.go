@@ -269,34 +269,36 @@ func PackageCommands(w *NodeWant) []steps.Command {
 			{Node: node, Why: "the distribution's packages: refresh the package lists first (a fresh cloud image has none; tried again when apt-daily holds the lists' lock), then install, waiting for the dpkg lock while unattended-upgrades holds it",
 				Shell: aptUpdateShell + "\nsudo apt-get install -y " + aptLockOpt + " " + strings.Join(names, " ")}}
 	}
-	var srcs, dsts, checks []string
-	why := "copy the packages' .debs from the mirror's copy of the node's distribution archive"
+	var get, files, dsts []string
+	why := "get the packages' .debs from the mirror's copy of the node's distribution archive, each checked against the SHA-256 the archive's Packages index gives it, as khw read that index through the pinned mirror manifest (not a checksum file beside the .deb; a .deb that fails is removed), and copy them to the node"
 	if p := w.Debs; p != nil {
-		base := strings.TrimPrefix(strings.TrimPrefix(p.Archive.URL, "https://"), "http://")
 		for _, d := range p.Debs {
-			srcs = append(srcs, `"$KHW_MIRROR"/`+steps.Quote(base+"/"+d.Filename))
-			dst := NodeDebDir + "/" + d.FileName()
-			dsts = append(dsts, steps.Quote(dst))
-			checks = append(checks, "echo "+steps.Quote(d.SHA256+"  "+dst)+" | sha256sum -c -")
+			get = append(get, downloadCommand(w.DebMirror, p.Archive.URL+"/"+d.Filename), checkCommand(d.SHA256, d.FileName()))
+			files = append(files, steps.Quote(d.FileName()))
+			dsts = append(dsts, steps.Quote(NodeDebDir+"/"+d.FileName()))
 		}
 		why += fmt.Sprintf(" (%s %s: %s and the dependencies %s lacks, from the Packages index and `dpkg-query -W` on the node)", p.Archive, p.Arch, strings.Join(names, ", "), node)
 	} else {
 		for _, n := range names {
-			srcs = append(srcs, `"$KHW_MIRROR/<archive>/pool/…/`+n+`_<version>_<arch>.deb"`)
-			dsts = append(dsts, "'"+NodeDebDir+"/"+n+"_<version>_<arch>.deb'")
+			f := n + "_<version>_<arch>.deb"
+			files = append(files, "'"+f+"'")
+			dsts = append(dsts, "'"+NodeDebDir+"/"+f+"'")
 		}
-		checks = append(checks, "echo 'khw names the .debs and their SHA-256 once it has read the node (khw up --dry-run, or this lab after 01-machines)' >&2; false")
+		get = append(get, refuseCommand(strings.Join(names, "_")+"_<version>_<arch>.deb", "khw names the .debs and their SHA-256 once it has read the node (khw up --dry-run, or this lab after 01-machines)"))
 		why += " (khw adds the dependencies the node lacks, from the Packages index for its /etc/os-release and `dpkg-query -W` on the node)"
 	}
-	if len(srcs) == 0 {
+	if len(files) == 0 {
 		return nil
 	}
+	if w.Downloads != "" {
+		get = append([]string{"mkdir -p " + steps.Quote(w.Downloads), "cd " + steps.Quote(w.Downloads)}, get...)
+	}
+	get = append(get, fmt.Sprintf(`scp -F "$KHW_SSH_CONFIG" %s %s:`, strings.Join(files, " "), node))
 	return []steps.Command{
-		{Why: why, Shell: fmt.Sprintf(`scp -F "$KHW_SSH_CONFIG" %s %s:`, strings.Join(srcs, " "), node)},
+		{Why: why + MirrorCredentialsNote(strings.Join(get, "\n")), Shell: strings.Join(get, "\n")},
 		aptWaitCommand(node),
-		{Node: node, Why: "check each .deb against the SHA-256 the archive's Packages index gives it, as khw read that index through the pinned mirror manifest (not a checksum file beside the .deb), then install them with no network: apt sees no package source, only these files and what is installed; it waits for the dpkg lock while unattended-upgrades holds it",
-			Shell: "sudo install -d " + NodeDebDir + "/no-sources.d && sudo mv *.deb " + NodeDebDir + "/\n" +
-				strings.Join(checks, "\n") + "\n" +
+		{Node: node, Why: "install them with no network: apt sees no package source, only these files and what is installed; it waits for the dpkg lock while unattended-upgrades holds it",
+			Shell: "sudo install -d " + NodeDebDir + "/no-sources.d && sudo mv " + strings.Join(files, " ") + " " + NodeDebDir + "/\n" +
 				"sudo apt-get install -y --no-install-recommends " + aptLockOpt + " " + aptOffline + " " + strings.Join(dsts, " ")},
 	}
 }

@@ -1,7 +1,12 @@
 package nodeplan
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
 	"os/exec"
+	"path"
+	"path/filepath"
 	"strings"
 
 	"github.com/khw-dev/khw/internal/components"
@@ -47,37 +52,81 @@ func TestPackageCommands(t *testing.T) {
 		!strings.Contains(got, "cloud-init status --wait") || !strings.Contains(got, "-o DPkg::Lock::Timeout=900") {
 		t.Errorf("offline commands without a plan:\n%s", got)
 	}
-	// Without a plan the commands cannot name the files: the copy line
-	// parses (the placeholders are quoted, not redirections) and the check
-	// stops the commands.
-	for _, c := range PackageCommands(w) {
+	// Without a plan the commands cannot name the files: they parse (the
+	// placeholders are quoted, not redirections) and the first one stops,
+	// saying why.
+	cmds := PackageCommands(w)
+	for _, c := range cmds {
 		if out, err := exec.Command("bash", "-n", "-c", c.Shell).CombinedOutput(); err != nil {
 			t.Errorf("bash -n %q: %v %s", c.Shell, err, out)
 		}
 	}
-	cmds := PackageCommands(w)
-	install := strings.Split(cmds[len(cmds)-1].Shell, "\n")
-	if len(install) != 3 {
-		t.Fatalf("no plan: install command %q, want mv, the check, apt-get", install)
+	if out, err := exec.Command("bash", "-e", "-c", cmds[0].Shell).CombinedOutput(); err == nil || !strings.Contains(string(out), "SHA-256") {
+		t.Errorf("no plan: %q did not stop saying why: %v %s", cmds[0].Shell, err, out)
 	}
-	if out, err := exec.Command("bash", "-c", install[1]).CombinedOutput(); err == nil || !strings.Contains(string(out), "SHA-256") {
-		t.Errorf("no plan: the check %q did not stop the commands saying why: %v %s", install[1], err, out)
-	}
+}
+
+// The by-hand .deb commands with a plan, against a directory mirror: each
+// .deb is copied from the mirror by its absolute path and checked against
+// the digest of the Packages index khw read; run in bash, a genuine mirror
+// passes and leaves the files for scp, a .deb the mirror changed fails and
+// is removed (so a learner typing the lines one by one has nothing
+// unchecked to copy); with an http mirror whose URL has a password, curl
+// reads it from $KHW_MIRROR and the password is written nowhere.
+func TestPackageCommandsCheckEachDeb(t *testing.T) {
+	mirror := t.TempDir()
 	a, _ := components.FindDebArchive("debian", "bookworm", "amd64")
-	w.Debs = &DebPlan{Archive: a, Arch: "amd64", Debs: []components.DebPackage{
-		{Name: "haproxy", Filename: "pool/main/h/haproxy/haproxy_2.6.12-1+deb12u3_amd64.deb", SHA256: strings.Repeat("ab", 32)},
-		{Name: "liblua5.3-0", Filename: "pool/main/l/lua5.3/liblua5.3-0_5.3.6-2_amd64.deb", SHA256: strings.Repeat("cd", 32)}}}
-	got = joinCmds(PackageCommands(w))
-	for _, want := range []string{
-		`"$KHW_MIRROR"/deb.debian.org/debian/pool/main/h/haproxy/haproxy_2.6.12-1+deb12u3_amd64.deb`,
-		`"$KHW_MIRROR"/deb.debian.org/debian/pool/main/l/lua5.3/liblua5.3-0_5.3.6-2_amd64.deb lb:`,
-		"/var/cache/khw/debs/haproxy_2.6.12-1+deb12u3_amd64.deb /var/cache/khw/debs/liblua5.3-0_5.3.6-2_amd64.deb",
-		"echo '" + strings.Repeat("ab", 32) + "  /var/cache/khw/debs/haproxy_2.6.12-1+deb12u3_amd64.deb' | sha256sum -c -",
-		"echo '" + strings.Repeat("cd", 32) + "  /var/cache/khw/debs/liblua5.3-0_5.3.6-2_amd64.deb' | sha256sum -c -",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("offline commands with a plan:\n%s\nwant %q", got, want)
+	debs := map[string][]byte{
+		"pool/main/h/haproxy/haproxy_2.6.12-1+deb12u3_amd64.deb": []byte("haproxy deb"),
+		"pool/main/l/lua5.3/liblua5.3-0_5.3.6-2_amd64.deb":        []byte("lua deb"),
+	}
+	var plan []components.DebPackage
+	for fn, data := range debs {
+		p, _, _ := components.MirrorLocation(mirror, a.URL+"/"+fn)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
 		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(data)
+		plan = append(plan, components.DebPackage{Name: path.Base(fn), Filename: fn, SHA256: hex.EncodeToString(sum[:])})
+	}
+	run := func(w *NodeWant) (string, error) {
+		get := strings.Split(PackageCommands(w)[0].Shell, "\n")
+		if !strings.HasPrefix(get[len(get)-1], "scp ") {
+			t.Fatalf("last line %q, want the scp to the node", get[len(get)-1])
+		}
+		out, err := exec.Command("bash", "-e", "-c", strings.Join(get[:len(get)-1], "\n")).CombinedOutput()
+		return string(out), err
+	}
+	w := &NodeWant{Node: config.Node{Name: "lb"}, Packages: []WantPackage{{Name: "haproxy"}}, OfflineDebs: true, DebMirror: mirror,
+		Downloads: filepath.Join(t.TempDir(), "dl dir"), Debs: &DebPlan{Archive: a, Arch: "amd64", Debs: plan}}
+	if out, err := run(w); err != nil {
+		t.Fatalf("genuine mirror: %v\n%s", err, out)
+	}
+	for fn := range debs {
+		if _, err := os.Stat(filepath.Join(w.Downloads, path.Base(fn))); err != nil {
+			t.Errorf("genuine mirror: %v", err)
+		}
+	}
+	p, _, _ := components.MirrorLocation(mirror, a.URL+"/pool/main/l/lua5.3/liblua5.3-0_5.3.6-2_amd64.deb")
+	if err := os.WriteFile(p, []byte("changed"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.Downloads = filepath.Join(t.TempDir(), "dl")
+	out, err := run(w)
+	if err == nil || !strings.Contains(out, "FAILED") {
+		t.Errorf("changed .deb: %v\n%s\nwant sha256sum to fail", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(w.Downloads, "liblua5.3-0_5.3.6-2_amd64.deb")); err == nil {
+		t.Error("the .deb that failed its check is still there to be copied")
+	}
+
+	w.DebMirror = "https://teacher:s3cret@mirror.example:8443/"
+	got := joinCmds(PackageCommands(w))
+	if strings.Contains(got, "s3cret") || !strings.Contains(got, `curl -fLO "${KHW_MIRROR%/}"/deb.debian.org/debian/pool/main/h/haproxy/haproxy_2.6.12-1+deb12u3_amd64.deb`) {
+		t.Errorf("mirror with a password:\n%s\nwant curl from $KHW_MIRROR and no password", got)
 	}
 }
 

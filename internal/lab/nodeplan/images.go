@@ -111,7 +111,7 @@ func (a *artifacts) imageCommands(ctx context.Context, c *config.Cluster, w *Nod
 		if isFile {
 			get = "cp " + src + " " + tar
 		}
-		check := refuseCommand(name + " (" + r.Image + "): no SHA-256 khw trusts to check it against: " + exp[components.CacheKey(r)].missing)
+		check := refuseCommand(name, name+" ("+r.Image+"): no SHA-256 khw trusts to check it against: "+exp[components.CacheKey(r)].missing)
 		if sum := exp[components.CacheKey(r)].sum; sum != "" {
 			check = checkCommand(sum, name)
 		}

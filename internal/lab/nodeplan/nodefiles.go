@@ -112,6 +112,9 @@ type NodeWant struct {
 	// debs is the install worked out for the node in this run, if any.
 	OfflineDebs bool
 	Debs        *DebPlan
+	// DebMirror is the mirror the offline .debs come from (KHW_MIRROR:
+	// a directory or an http(s) URL), for the by-hand commands.
+	DebMirror string
 	// Extras are node state that is neither a file nor a unit (kernel
 	// settings, imported images).
 	Extras []NodeExtra
