@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/khw-dev/khw/internal/drill"
+	"github.com/khw-dev/khw/internal/termtext"
 )
 
 func newReportCmd(a *app) *cobra.Command {
@@ -52,7 +53,7 @@ func newReportCmd(a *app) *cobra.Command {
 				if e.Took > 0 {
 					took = e.Took.String()
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.ID, e.Kind, e.Verdict, took, e.What)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", termtext.Escape(e.ID), termtext.Escape(e.Kind), termtext.Escape(e.Verdict), took, termtext.Escape(e.What))
 			}
 			return tw.Flush()
 		},

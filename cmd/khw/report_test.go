@@ -43,7 +43,7 @@ func TestReportListAndOpen(t *testing.T) {
 	if err := drill.AppendSamples(drill.StoreOf(d).SamplesPath(rec.ID), samples); err != nil {
 		t.Fatal(err)
 	}
-	op := drill.OpReport{ID: "20261205-101500-pki-renew", Cluster: "lab", Operation: "pki renew", Command: "khw pki renew --all", StartedAt: t0, EndedAt: heal, Took: 5}
+	op := drill.OpReport{ID: "20261205-101500-pki-renew", Cluster: "lab", Operation: "pki renew", Command: "khw pki renew --all\x1b[31m", StartedAt: t0, EndedAt: heal, Took: 5}
 	if _, _, err := drill.OperationsOf(d).WriteOpReport(op, samples); err != nil {
 		t.Fatal(err)
 	}
@@ -54,8 +54,11 @@ func TestReportListAndOpen(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 3 || !strings.Contains(lines[1], "20261205-100000-lb") || !strings.Contains(lines[1], "drill") ||
-		!strings.Contains(lines[2], "operation") || !strings.Contains(lines[2], "done") || !strings.Contains(lines[2], "khw pki renew --all") {
-		t.Errorf("list:\n%s", out)
+		!strings.Contains(lines[2], "operation") || !strings.Contains(lines[2], "done") || !strings.Contains(lines[2], `khw pki renew --all\x1b[31m`) {
+		t.Errorf("list:\n%s\nwant the report's command with its control character escaped", out)
+	}
+	if strings.ContainsRune(out, 0x1b) {
+		t.Errorf("list printed a raw ESC from a report file:\n%q", out)
 	}
 	wantVerdict := "PASSED"
 	if !rep.Passed {

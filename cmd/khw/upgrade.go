@@ -24,6 +24,7 @@ import (
 	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
+	"github.com/khw-dev/khw/internal/termtext"
 )
 
 // afterUpgrade are the steps of khw up run once the upgrade's own steps
@@ -131,11 +132,11 @@ func runUpgrade(parent context.Context, a *app, o upgradeOptions, in io.Reader) 
 	}
 	fmt.Fprintf(a.out, "Cluster %s runs:\n", c.Name)
 	for _, n := range c.ControlPlanes() {
-		fmt.Fprintf(a.out, "  kube-apiserver on %-4s %s\n", n.Name, orDash(running.APIServers[n.Name]))
+		fmt.Fprintf(a.out, "  kube-apiserver on %-4s %s\n", n.Name, termtext.Escape(orDash(running.APIServers[n.Name])))
 	}
 	for _, n := range c.Nodes {
 		if v, ok := running.Kubelets[n.Name]; ok {
-			fmt.Fprintf(a.out, "  kubelet on %-9s %s\n", n.Name, v)
+			fmt.Fprintf(a.out, "  kubelet on %-9s %s\n", n.Name, termtext.Escape(v))
 		}
 	}
 	if rec == nil && c.Versions.Kubernetes == o.to && upgrade.AllAt(running, o.to) {

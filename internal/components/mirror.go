@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/khw-dev/khw/internal/fsutil"
+	"github.com/khw-dev/khw/internal/termtext"
 )
 
 // MirrorManifestFile is the file `khw mirror export` writes at the root of a
@@ -420,7 +421,7 @@ func WriteDropped(w io.Writer, manifest string, dropped []string) {
 	}
 	fmt.Fprintf(w, "khw: warning: left out of %s, so no longer pinned (a file of one stays where it is; exporting its artifact again lists it again):\n", manifest)
 	for _, d := range dropped {
-		fmt.Fprintf(w, "  - %s\n", d)
+		fmt.Fprintf(w, "  - %s\n", termtext.Escape(d))
 	}
 }
 

@@ -122,3 +122,13 @@ func TestVerifyDetached(t *testing.T) {
 		t.Errorf("binary signature: %q, %v", fp, err)
 	}
 }
+
+// WriteDropped prints entries of a manifest that a mirror's writer can
+// choose, so a control character in one is escaped.
+func TestWriteDroppedEscapes(t *testing.T) {
+	var b bytes.Buffer
+	WriteDropped(&b, "khw-mirror.json", []string{"evil/\x1b[2Jx: its file is not in the mirror"})
+	if strings.ContainsRune(b.String(), 0x1b) || !strings.Contains(b.String(), `evil/\x1b[2Jx`) {
+		t.Errorf("WriteDropped wrote %q, want the ESC escaped", b.String())
+	}
+}

@@ -60,10 +60,13 @@ func TestSubjectRefusesDNSpecials(t *testing.T) {
 		{"#1", `"#"`},
 		{" Oregon", "space"},
 		{"Oregon ", "space"},
-		{"a\x1b[2Jb", "control character"},
-		{"a\rb", "control character"},
-		{"a\x7fb", "control character"},
-		{"a\u009bb", "control character"},
+		{"a\x1b[2Jb", "control or format character"},
+		{"a\rb", "control or format character"},
+		{"a\x7fb", "control or format character"},
+		{"a\u009bb", "control or format character"},
+		{"Ore\u202egon", "control or format character"},
+		{"Ore\u200bgon", "control or format character"},
+		{"Portland, OR", `","`},
 	}
 	for _, f := range subjectFields {
 		for _, b := range bad {
@@ -84,6 +87,11 @@ func TestSubjectRefusesDNSpecials(t *testing.T) {
 				t.Errorf("%s %q: no error on %s with %s and a fix; got:\n%v", f.field, b.value, f.field, b.words, err)
 			}
 		}
+	}
+	// Every special is named, and the fix suggests the value without them.
+	c := mutate(func(c *Cluster) { c.PKI.Subject.Locality = "Portland, OR; US" })
+	if _, err := c.Validate(); err == nil || !strings.Contains(err.Error(), `has ";" ","`) && !strings.Contains(err.Error(), `has "," ";"`) || !strings.Contains(err.Error(), `e.g. "Portland OR US"`) {
+		t.Errorf("two specials: %v, want both named and the value without them suggested", err)
 	}
 	for _, f := range subjectFields[1:] {
 		for _, good := range []string{"Oregon", "Kubernetes The Hard Way", "St. John's", "Baden-Württemberg", "서울특별시", "Zone (B): 3"} {

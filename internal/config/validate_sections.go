@@ -141,26 +141,42 @@ const dnSpecials = `/+=,;<>"\#`
 // 4514 escapes it, openssl keeps it: the same subject would read
 // differently).
 func dnValueProblem(s string) (problem, fix string) {
-	if i := strings.IndexFunc(s, unicode.IsControl); i >= 0 {
+	if i := strings.IndexFunc(s, isControlOrFormat); i >= 0 {
 		r, _ := utf8.DecodeRuneInString(s[i:])
-		return fmt.Sprintf("has control characters, the first %U (a subject is one line of plain text)", r), "remove them"
+		return fmt.Sprintf("has control or format characters, the first %U (a subject is one line of plain text; a format character such as a right-to-left override makes it read differently from what it is)", r), "remove them"
 	}
-	if i := strings.IndexAny(s, dnSpecials); i >= 0 {
-		meaning := "RFC 4514 section 2.4 escapes it"
-		switch s[i] {
-		case '+':
-			meaning = "openssl req -subj reads it as another attribute of the same RDN, so a second O could follow"
-		case '/':
-			meaning = "openssl req -subj reads it as the start of the next RDN"
+	var found []string
+	for _, c := range dnSpecials {
+		if strings.ContainsRune(s, c) {
+			found = append(found, fmt.Sprintf("%q", string(c)))
 		}
-		return fmt.Sprintf("has %q, which has a meaning in a distinguished name (%s)", s[i:i+1], meaning),
-			"write it without " + strings.Join(strings.Split(dnSpecials, ""), " ") + `, e.g. "and" for "+"`
+	}
+	if len(found) > 0 {
+		meaning := "RFC 4514 section 2.4 escapes them in a DN's text form"
+		switch {
+		case strings.ContainsRune(s, '+'):
+			meaning = "openssl req -subj reads + as another attribute of the same RDN, so a second O could follow"
+		case strings.ContainsRune(s, '/'):
+			meaning = "openssl req -subj reads / as the start of the next RDN"
+		}
+		suggest := strings.Join(strings.Fields(strings.Map(func(r rune) rune {
+			if strings.ContainsRune(dnSpecials, r) {
+				return ' '
+			}
+			return r
+		}, s)), " ")
+		return fmt.Sprintf("has %s, which have a meaning in a distinguished name (%s)", strings.Join(found, " "), meaning),
+			fmt.Sprintf("write it without %s, e.g. %q; khw pki then reissues the certificates whose subject carries it", strings.Join(strings.Split(dnSpecials, ""), " "), suggest)
 	}
 	if strings.TrimSpace(s) != s {
 		return "starts or ends with a space, which a distinguished name's text form escapes (RFC 4514 section 2.4) and openssl keeps", "remove the space"
 	}
 	return "", ""
 }
+
+// isControlOrFormat reports C0, DEL and C1 controls and Unicode format
+// characters (category Cf: bidirectional overrides, zero-width spaces).
+func isControlOrFormat(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }
 
 // MaxVersionLen is the longest value a versions.* field may have, in
 // bytes: every release tag khw knows is under 20, and a version ends up in

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/khw-dev/khw/internal/termtext"
 )
 
 // Actuator performs and reverses Actions on the cluster.
@@ -170,10 +172,10 @@ func (r *Runner) printEvents(all bool) {
 	}
 	for _, e := range out {
 		if ref.IsZero() {
-			fmt.Fprintf(r.Out, "  %s  %-10s  %s\n", "  before", e.Signal, e.Text)
+			fmt.Fprintf(r.Out, "  %s  %-10s  %s\n", "  before", e.Signal, termtext.Escape(e.Text))
 			continue
 		}
-		fmt.Fprintf(r.Out, "  %s\n", e.Line(ref))
+		fmt.Fprintf(r.Out, "  %s\n", termtext.Escape(e.Line(ref)))
 	}
 }
 

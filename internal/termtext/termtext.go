@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -50,9 +51,11 @@ func Escape(s string) string {
 }
 
 // control reports whether a terminal acts on r: a C0 control but newline
-// and tab, DEL, or a C1 control.
+// and tab, DEL, or a C1 control; or whether it changes how the text around
+// it reads: a bidirectional control (Unicode property Bidi_Control, such as
+// U+202E RIGHT-TO-LEFT OVERRIDE, which can show "gpj.exe" as "exe.jpg").
 func control(r rune) bool {
-	return (r < 0x20 && r != '\n' && r != '\t') || (r >= 0x7f && r <= 0x9f)
+	return (r < 0x20 && r != '\n' && r != '\t') || (r >= 0x7f && r <= 0x9f) || unicode.Is(unicode.Bidi_Control, r)
 }
 
 // NewWriter returns a writer that passes everything written to w through

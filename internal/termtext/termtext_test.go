@@ -19,6 +19,7 @@ func TestEscape(t *testing.T) {
 		{"a\u009b2Jb\u0085c", `a\u009b2Jb\u0085c`},
 		{"raw \x9b2J and \xff", `raw \x9b2J and \xff`},
 		{"\x1b]0;title\x07", `\x1b]0;title\x07`},
+		{"invoice\u202egpj.exe and \u2066x\u2069", `invoice\u202egpj.exe and \u2066x\u2069`},
 	} {
 		if got := Escape(tc.in); got != tc.want {
 			t.Errorf("Escape(%q) = %q, want %q", tc.in, got, tc.want)

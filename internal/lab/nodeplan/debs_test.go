@@ -78,7 +78,7 @@ func TestPackageCommandsCheckEachDeb(t *testing.T) {
 	a, _ := components.FindDebArchive("debian", "bookworm", "amd64")
 	debs := map[string][]byte{
 		"pool/main/h/haproxy/haproxy_2.6.12-1+deb12u3_amd64.deb": []byte("haproxy deb"),
-		"pool/main/l/lua5.3/liblua5.3-0_5.3.6-2_amd64.deb":        []byte("lua deb"),
+		"pool/main/l/lua5.3/liblua5.3-0_5.3.6-2_amd64.deb":       []byte("lua deb"),
 	}
 	var plan []components.DebPackage
 	for fn, data := range debs {
