@@ -31,7 +31,7 @@ func newMirrorCmd(a *app) *cobra.Command {
 func newMirrorExportCmd(a *app) *cobra.Command {
 	var fl artifactFlags
 	var arches []string
-	var nodeDebs, distro, debsKeyring string
+	var nodeDebs, distro, debsKeyring, keep string
 	cmd := &cobra.Command{
 		Use:   "export DIR",
 		Short: "Write everything the cluster needs into DIR, mirror layout",
@@ -87,7 +87,7 @@ func newMirrorExportCmd(a *app) *cobra.Command {
 				components.WriteFetched(a.out, res)
 				return fmt.Errorf("mirror export: nothing was exported because fetching failed: %w", err)
 			}
-			rep, err := components.Export(ctx, res, dir)
+			rep, err := components.ExportKeeping(ctx, res, dir, keep)
 			if err != nil {
 				return err
 			}
@@ -114,6 +114,7 @@ func newMirrorExportCmd(a *app) *cobra.Command {
 	fl.register(cmd, "")
 	cmd.Flags().StringSliceVar(&arches, "arch", nil, "CPU architectures to export, comma-separated: amd64, arm64 (default: the cluster's arch)")
 	cmd.RegisterFlagCompletionFunc("arch", fixedCompletions(config.ArchARM64, config.ArchAMD64))
+	cmd.Flags().StringVar(&keep, "keep", "", "the pin (sha256:<hex>) an earlier export into DIR printed: the entries of DIR's manifest that this export does not replace are kept only when it is that one (e.g. a second --arch exported into the same directory); without it they are left out and listed")
 	cmd.Flags().StringVar(&nodeDebs, "node-debs", "", "package manifest of the node image (name<TAB>version lines): also export the distribution packages its nodes need offline")
 	cmd.Flags().StringVar(&distro, "distro", "ubuntu/noble", "the node image's os-release ID/VERSION_CODENAME, for --node-debs")
 	cmd.Flags().StringVar(&debsKeyring, "debs-keyring", "", "OpenPGP keyring with the archive's signing key (default: the distribution's, e.g. /usr/share/keyrings/ubuntu-archive-keyring.gpg from ubuntu-keyring)")

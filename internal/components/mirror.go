@@ -95,11 +95,12 @@ type ExportReport struct {
 //     to the fallback URL's path, with the fallback's checksum file;
 //   - an image goes to dir/ImageMirrorPath(ref, arch) with a ".sha256" file
 //     (hex) next to it;
-//   - dir/khw-mirror.json lists every artifact, merged with the entries
-//     of an earlier one that this export does not replace and that still
-//     hold (checkMirrorEntry: a clean relative path, a 64-hex SHA-256, a
-//     size above 0, the file there with that digest and size); the others
-//     are left out and listed in ExportReport.Dropped.
+//   - dir/khw-mirror.json lists every artifact; ExportKeeping merges the
+//     entries of an earlier one that this export does not replace, when
+//     that manifest is the one the caller pins, and that still hold
+//     (checkMirrorEntry: a clean relative path where its URL maps, a
+//     64-hex SHA-256, a size above 0, the file there with that digest and
+//     size); the others are left out and listed in ExportReport.Dropped.
 //
 // Files already present with the right content are left alone. Files are
 // written to a temporary name and renamed, so a reader never sees half a
@@ -109,6 +110,18 @@ type ExportReport struct {
 // USB stick stops at once): the file being copied is not left behind, files
 // already exported stay, and ctx's error is returned.
 func Export(ctx context.Context, fetched []Fetched, dir string) (ExportReport, error) {
+	return ExportKeeping(ctx, fetched, dir, "")
+}
+
+// ExportKeeping is Export that carries over the entries of the manifest
+// already in dir (those it does not replace and that pass checkMirrorEntry)
+// only when that manifest's digest is keepPin ("sha256:<hex>", as an
+// earlier export printed it): the person exporting vouches for what is
+// there. Otherwise, and with keepPin "", none is carried over and each is
+// listed in ExportReport.Dropped: a file someone put into dir beforehand,
+// with a manifest entry of its own, would else be pinned by the new
+// manifest. Error: keepPin is given and is not a digest.
+func ExportKeeping(ctx context.Context, fetched []Fetched, dir, keepPin string) (ExportReport, error) {
 	var rep ExportReport
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -201,7 +214,11 @@ func Export(ctx context.Context, fetched []Fetched, dir string) (ExportReport, e
 	for _, e := range entries {
 		list = append(list, e)
 	}
-	kept, dropped, err := keptMirrorEntries(ctx, abs, man.Artifacts, entries)
+	vouched, why, err := manifestVouched(abs, keepPin)
+	if err != nil {
+		return rep, err
+	}
+	kept, dropped, err := keptMirrorEntries(ctx, abs, man.Artifacts, entries, vouched, why)
 	if err != nil {
 		return rep, err
 	}
@@ -314,7 +331,7 @@ func mergeMirrorManifest(ctx context.Context, dir string, entries []MirrorEntry,
 	for _, e := range entries {
 		byPath[e.Path] = e
 	}
-	kept, dropped, err := keptMirrorEntries(ctx, dir, man.Artifacts, byPath)
+	kept, dropped, err := keptMirrorEntries(ctx, dir, man.Artifacts, byPath, true, "")
 	if err != nil || (len(dropped) > 0 && !drop) {
 		return "", dropped, err
 	}
@@ -331,10 +348,14 @@ func mergeMirrorManifest(ctx context.Context, dir string, entries []MirrorEntry,
 // of replacing has their Path) that pass checkMirrorEntry. dropped lists
 // the others as "<path>: <why>". Errors: ctx is done (checking hashes each
 // file).
-func keptMirrorEntries(ctx context.Context, dir string, old []MirrorEntry, replacing map[string]MirrorEntry) (kept []MirrorEntry, dropped []string, err error) {
+func keptMirrorEntries(ctx context.Context, dir string, old []MirrorEntry, replacing map[string]MirrorEntry, vouched bool, notVouched string) (kept []MirrorEntry, dropped []string, err error) {
 	seen := map[string]bool{}
 	for _, e := range old {
 		if _, ok := replacing[e.Path]; ok {
+			continue
+		}
+		if !vouched {
+			dropped = append(dropped, fmt.Sprintf("%s: %s", abbrev(e.Path, 200), notVouched))
 			continue
 		}
 		if err := ctx.Err(); err != nil {
@@ -374,6 +395,9 @@ func checkMirrorEntry(dir string, e MirrorEntry) string {
 		return fmt.Sprintf("its sha256 %q is not 64 lower-case hex digits", abbrev(e.SHA256, 80))
 	case e.Size <= 0:
 		return fmt.Sprintf("its size is %d bytes, not above 0", e.Size)
+	}
+	if want, err := (Resolved{URL: e.URL, Image: e.Image, Arch: e.Arch}).mirrorPath(); err != nil || want != e.Path {
+		return fmt.Sprintf("its path is not where its %s maps in a mirror (%s)", map[bool]string{true: "image", false: "URL"}[e.Image != ""], abbrev(want, 200))
 	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -598,3 +622,29 @@ var (
 	mirrorIdleTimeout       = 2 * time.Minute  // keep-alive between requests
 	mirrorWriteIdle         = time.Minute
 )
+
+// manifestVouched reports whether the manifest already in dir may have its
+// entries carried over: there is none, or its digest is keepPin. why says,
+// when it may not, what to do. Error: keepPin is not a digest.
+func manifestVouched(dir, keepPin string) (bool, string, error) {
+	data, err := os.ReadFile(filepath.Join(dir, MirrorManifestFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return true, "", nil
+	}
+	if err != nil {
+		return false, "", fmt.Errorf("mirror %s: %w", dir, err)
+	}
+	sum := sha256.Sum256(data)
+	have := hex.EncodeToString(sum[:])
+	if keepPin == "" {
+		return false, fmt.Sprintf("not carried over: nothing vouches for the %s that was in the directory (to keep its entries, pass the pin its export printed: --keep sha256:<hex>)", MirrorManifestFile), nil
+	}
+	want, err := ParseMirrorDigest(keepPin)
+	if err != nil {
+		return false, "", fmt.Errorf("--keep: %w", err)
+	}
+	if want != have {
+		return false, fmt.Sprintf("not carried over: the %s that was in the directory is not the one --keep pins (its sha256 is %s)", MirrorManifestFile, have), nil
+	}
+	return true, "", nil
+}

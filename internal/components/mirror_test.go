@@ -149,7 +149,7 @@ func TestExportThenFetchOffline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err = Export(context.Background(), arm, out)
+	rep, err = ExportKeeping(context.Background(), arm, out, rep.Digest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,8 +412,9 @@ func TestExportDropsOldEntriesThatDoNotHold(t *testing.T) {
 		t.Errorf("MergeMirrorManifest changed the manifest it refused")
 	}
 
-	// An export of the other arch keeps the entries that hold.
-	rep, err := Export(context.Background(), arm, out)
+	// An export of the other arch, by someone who vouches for the manifest
+	// that is there, keeps the entries that hold.
+	rep, err := ExportKeeping(context.Background(), arm, out, "sha256:"+sum256(data))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,5 +451,73 @@ func TestExportDropsOldEntriesThatDoNotHold(t *testing.T) {
 	WriteDropped(&warn, "m/khw-mirror.json", rep.Dropped)
 	if !strings.HasPrefix(warn.String(), "khw: warning: left out of m/khw-mirror.json, so no longer pinned") || !strings.Contains(warn.String(), "\n  - ../outside: ") {
 		t.Errorf("warning:\n%s", warn.String())
+	}
+}
+
+// An export carries over the entries of the manifest it finds in the
+// directory only when the person exporting pins that manifest (--keep):
+// a file someone put there beforehand, with an entry of its own that holds,
+// is otherwise left out and listed, not pinned by the new manifest; with
+// another pin too; and an entry whose path is not where its URL maps is
+// left out even when pinned.
+func TestExportPinsOnlyWhatItWasToldToKeep(t *testing.T) {
+	w := newWorld(t, config.ArchAMD64)
+	f := testFetcher(t, w.root)
+	kubectl, err := f.Fetch(context.Background(), pick(w.rs[config.ArchAMD64], "kubectl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "mirror")
+	first, err := Export(context.Background(), kubectl, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evil := []byte("evil\n")
+	planted := MirrorEntry{Path: "dl.k8s.io/release/v1.37.2/bin/linux/arm64/kubectl", Name: "kubectl", Version: "v1.37.2", Arch: "arm64",
+		URL: "https://dl.k8s.io/release/v1.37.2/bin/linux/arm64/kubectl", SHA256: sum256(evil), Size: int64(len(evil))}
+	elsewhere := planted
+	elsewhere.Path, elsewhere.URL = "evil/f", "https://dl.k8s.io/release/v1.37.2/bin/linux/arm64/kube-proxy"
+	for _, p := range []string{planted.Path, elsewhere.Path} {
+		writeFile(t, filepath.Join(out, filepath.FromSlash(p)), evil)
+	}
+	var man MirrorManifest
+	if err := json.Unmarshal(readFile(t, filepath.Join(out, MirrorManifestFile)), &man); err != nil {
+		t.Fatal(err)
+	}
+	man.Artifacts = append(man.Artifacts, planted, elsewhere)
+	data, _ := json.MarshalIndent(man, "", "  ")
+	listed := func(d string) bool {
+		var m MirrorManifest
+		if err := json.Unmarshal(readFile(t, filepath.Join(d, MirrorManifestFile)), &m); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range m.Artifacts {
+			if e.Path == planted.Path {
+				return true
+			}
+		}
+		return false
+	}
+	for _, keep := range []string{"", first.Digest} {
+		if err := os.WriteFile(filepath.Join(out, MirrorManifestFile), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := ExportKeeping(context.Background(), kubectl, out, keep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if listed(out) || !strings.Contains(strings.Join(rep.Dropped, "\n"), planted.Path+": not carried over") {
+			t.Errorf("keep %q: the planted entry was pinned (dropped: %v)", keep, rep.Dropped)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(out, MirrorManifestFile), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := ExportKeeping(context.Background(), kubectl, out, "sha256:"+sum256(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !listed(out) || !strings.Contains(strings.Join(rep.Dropped, "\n"), "evil/f: its path is not where its URL maps") {
+		t.Errorf("vouched: planted listed %v, dropped %v; want the vouched entry kept and the misplaced one left out", listed(out), rep.Dropped)
 	}
 }
