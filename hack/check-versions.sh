@@ -2,7 +2,8 @@
 # Compare each version line khw pins (config.DefaultVersions,
 # config.PreviousKubernetes) with the newest patch of the same line that the
 # Go module proxy serves, from which hack/build-mirror.sh builds the mirror.
-# Prints one row per line and exits 1 when a newer patch is served, so the
+# Prints one row per line and exits 1 when a newer patch is served (2 when
+# the proxy cannot be asked), so the
 # pins cannot go stale without anyone seeing it (docs/catalog.md "Versions"
 # says when each line was last checked). Needs the Go module proxy.
 #
@@ -24,12 +25,17 @@ pinned() {
 # serves: the listed versions, then each next patch asked for by name (the
 # list can leave recent tags out).
 newest() {
-  local mod=$1 v=$2 line best p
+  local mod=$1 v=$2 line best p list out
   line=${v%.*}
-  best=$(go list -m -versions "$mod" 2>/dev/null | tr ' ' '\n' | grep -E "^${line//./\\.}\.[0-9]+$" | sort -V | tail -1)
+  list=$(go list -m -versions "$mod" 2>&1) || { echo "check-versions: go list -m -versions $mod: $list" >&2; exit 2; }
+  best=$(tr ' ' '\n' <<<"$list" | grep -E "^${line//./\\.}\.[0-9]+$" | sort -V | tail -1)
   [ -n "$best" ] || best=$v
   p=${best##*.}
-  while go list -m "$mod@$line.$((p + 1))" >/dev/null 2>&1; do p=$((p + 1)); done
+  while out=$(go list -m "$mod@$line.$((p + 1))" 2>&1); do p=$((p + 1)); done
+  # Only the proxy's "no such version" ends the search; anything else
+  # (no network, GOPROXY=off) is an error, not a "not served".
+  grep -qE "not available|unknown revision|invalid version|404 Not Found|410 Gone" <<<"$out" ||
+    { echo "check-versions: go list -m $mod@$line.$((p + 1)): $out" >&2; exit 2; }
   echo "$line.$p"
 }
 

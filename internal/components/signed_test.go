@@ -132,3 +132,22 @@ func TestWriteDroppedEscapes(t *testing.T) {
 		t.Errorf("WriteDropped wrote %q, want the ESC escaped", b.String())
 	}
 }
+
+// RedactMirror hides a password, a user name alone (a token can be one) and
+// a query; it leaves a mirror without them as it is.
+func TestRedactMirror(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://teacher:s3cret@m.example:8443/": "https://xxxxx:xxxxx@m.example:8443/",
+		"http://TOKEN123@127.0.0.1:1/":           "http://xxxxx@127.0.0.1:1/",
+		"https://m.example/?token=abc":           "https://m.example/?xxxxx",
+		"https://m.example/mirror":               "https://m.example/mirror",
+		"/srv/khw mirror":                        "/srv/khw mirror",
+	} {
+		if got := RedactMirror(in); got != want {
+			t.Errorf("RedactMirror(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if err := NewMirrorPinError("http://TOKEN123@127.0.0.1:1/"); strings.Contains(err.Error(), "TOKEN123") {
+		t.Errorf("the pin error shows the token: %v", err)
+	}
+}

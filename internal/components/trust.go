@@ -209,10 +209,23 @@ func (f *Fetcher) PinnedDigests(ctx context.Context, rs []Resolved) (sums []Pinn
 // RedactMirror is mirror as it may be shown: an http(s) URL with its
 // password replaced by "xxxxx" (url.URL.Redacted); anything else as it is.
 func RedactMirror(mirror string) string {
-	if u, err := url.Parse(mirror); err == nil && u.User != nil {
-		return u.Redacted()
+	u, err := url.Parse(mirror)
+	if err != nil || (u.User == nil && u.RawQuery == "") {
+		return mirror
 	}
-	return mirror
+	// A user name alone can be the secret (a token as the user), and so
+	// can a query: both are shown as xxxxx.
+	if u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword("xxxxx", "xxxxx")
+		} else {
+			u.User = url.User("xxxxx")
+		}
+	}
+	if u.RawQuery != "" {
+		u.RawQuery = "xxxxx"
+	}
+	return u.String()
 }
 
 // MirrorHasCredentials reports whether mirror is a URL with user
