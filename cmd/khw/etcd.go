@@ -92,7 +92,7 @@ func newEtcdRestoreCmd(a *app) *cobra.Command {
 		Use:   "restore FILE",
 		Short: "Restore every etcd member from a snapshot, with the apiservers stopped",
 		Long:  help("etcd-restore"),
-		Example: "  khw etcd restore /root/.local/state/khw/default/etcd-snapshots/snapshot-20261204-101500.db\n" +
+		Example: "  khw etcd restore ~/.local/state/khw/khw/etcd-snapshots/snapshot-20261204-101500.db\n" +
 			"  khw etcd restore before-upgrade.db --dry-run   # the commands, nothing done\n" +
 			"  khw etcd restore before-upgrade.db --yes       # no question",
 		Args: exactArgs(1),
@@ -125,7 +125,9 @@ func runEtcdRestore(parent context.Context, a *app, file string, yes, dryRun boo
 	}
 	r, err := etcdbackup.New(c, abs, time.Now())
 	if err != nil {
-		return usageError{err}
+		// The file is there but is no snapshot khw can restore: an
+		// invalid input file (exit 3), nothing changed.
+		return invalidInputError{err}
 	}
 	phases := r.Phases()
 	fmt.Fprintf(a.out, "Restore etcd of cluster %s from %s\n  revision %d, %s, sha256 %s\n", c.Name, abs, r.Revision, sizeText(r.Size), r.SHA256)

@@ -23,14 +23,19 @@ func TestEtcdRestoreRefusesBadInputAndDryRunChangesNothing(t *testing.T) {
 	text := filepath.Join(dir, "notes.txt")
 	os.WriteFile(text, []byte("hello"), 0o600)
 	_, errOut, code = run(t, base, "etcd", "restore", text, "--yes")
-	if code != 2 || !strings.Contains(errOut, "not an etcd database") {
+	if code != 3 || !strings.Contains(errOut, "not an etcd database") {
 		t.Fatalf("a text file: exit %d, %s", code, errOut)
+	}
+	empty := filepath.Join(dir, "empty.db")
+	os.WriteFile(empty, nil, 0o600)
+	if _, errOut, code = run(t, base, "etcd", "restore", empty, "--dry-run"); code != 3 || !strings.Contains(errOut, "is empty (0 bytes)") {
+		t.Fatalf("an empty file: exit %d, %s", code, errOut)
 	}
 	// A file bbolt panics on is refused before any node is touched.
 	damaged := filepath.Join(dir, "damaged.db")
 	etcdsnaptest.WriteDamaged(t, damaged, etcdsnaptest.PageIDChanged)
 	_, errOut, code = run(t, base, "etcd", "restore", damaged, "--yes")
-	if code != 2 || !strings.Contains(errOut, damaged+" is not a valid etcd snapshot: its database is damaged") {
+	if code != 3 || !strings.Contains(errOut, damaged+" is not a valid etcd snapshot: its database is damaged") {
 		t.Fatalf("a damaged snapshot: exit %d, %s", code, errOut)
 	}
 

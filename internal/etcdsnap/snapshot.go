@@ -162,6 +162,10 @@ func Revision(path string) (rev int64, keys int, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
+	if fi.Size() == 0 {
+		// bbolt would try to initialise an empty file as a new database.
+		return 0, 0, fmt.Errorf("%s is empty (0 bytes): not an etcd snapshot; copy it again from where it was saved, or take a new one (khw etcd snapshot save)", path)
+	}
 	db, err := bolt.Open(path, fs.FileMode(0o400), &bolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
 		return 0, 0, fmt.Errorf("%s is not an etcd database: %w", path, err)
