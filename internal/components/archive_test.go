@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/khw-dev/khw/internal/config"
 )
@@ -149,6 +150,11 @@ func TestFetchFallbackNeedsSignedList(t *testing.T) {
 			sums, _, _ := MirrorLocation(root, r.Fallback.ChecksumURL)
 			p, _, _ := MirrorLocation(root, r.Fallback.SignatureURL)
 			writeFile(t, p, otherSigner.sign(t, readFile(t, sums)))
+		},
+		"signed before the pinned release": func(root string) {
+			sums, _, _ := MirrorLocation(root, r.Fallback.ChecksumURL)
+			p, _, _ := MirrorLocation(root, r.Fallback.SignatureURL)
+			writeFile(t, p, testSigner.signAt(t, readFile(t, sums), time.Date(2026, 7, 24, 12, 0, 0, 0, time.UTC)))
 		},
 		"list changed after signing": func(root string) {
 			sums, _, _ := MirrorLocation(root, r.Fallback.ChecksumURL)

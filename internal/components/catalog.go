@@ -125,6 +125,10 @@ type Checksum struct {
 type Signature struct {
 	URL  string   `yaml:"url"`
 	Keys []string `yaml:"keys"`
+	// NotBefore (2006-01-02), when set, refuses a signature made before
+	// that day: the date of the release the artifact pins, so that an
+	// older list the same key signed cannot roll the file back.
+	NotBefore string `yaml:"notBefore"`
 }
 
 // Fallback is an artifact's second source: a URL template and its checksum,
@@ -191,8 +195,9 @@ type Resolved struct {
 	Archive *Resolved
 	// SignatureURL and SignatureKeys are the resolved Checksum.Signature
 	// ("" and nil without one).
-	SignatureURL  string
-	SignatureKeys []string
+	SignatureURL       string
+	SignatureKeys      []string
+	SignatureNotBefore string
 	// Redirects is Artifact.Redirects.
 	Redirects []string
 }
@@ -266,7 +271,7 @@ func (cat *Catalog) Resolve(c *config.Cluster, arch string) ([]Resolved, error) 
 				if r.SignatureURL, err = expand(sig.URL); err != nil {
 					return nil, err
 				}
-				r.SignatureKeys = sig.Keys
+				r.SignatureKeys, r.SignatureNotBefore = sig.Keys, sig.NotBefore
 			}
 			if r.URL != "" {
 				r.FileName = r.URL[strings.LastIndex(r.URL, "/")+1:]
@@ -290,12 +295,12 @@ func (cat *Catalog) Resolve(c *config.Cluster, arch string) ([]Resolved, error) 
 				if s.ChecksumURL, err = expand(fb.Checksum.URL); err != nil {
 					return nil, err
 				}
-				s.SignatureURL, s.SignatureKeys = "", nil
+				s.SignatureURL, s.SignatureKeys, s.SignatureNotBefore = "", nil, ""
 				if sig := fb.Checksum.Signature; sig != nil {
 					if s.SignatureURL, err = expand(sig.URL); err != nil {
 						return nil, err
 					}
-					s.SignatureKeys = sig.Keys
+					s.SignatureKeys, s.SignatureNotBefore = sig.Keys, sig.NotBefore
 				}
 				s.FileName = s.URL[strings.LastIndex(s.URL, "/")+1:]
 				r.Fallback = &s
@@ -305,7 +310,7 @@ func (cat *Catalog) Resolve(c *config.Cluster, arch string) ([]Resolved, error) 
 					return nil, fmt.Errorf("catalog: %s: archive %s needs a pinned sha256: the archive host publishes no checksum file of its own", a.Name, ar.URL)
 				}
 				s := r
-				s.Fallback, s.ChecksumURL, s.SignatureURL, s.SignatureKeys = nil, "", "", nil
+				s.Fallback, s.ChecksumURL, s.SignatureURL, s.SignatureKeys, s.SignatureNotBefore = nil, "", "", nil, ""
 				if s.URL, err = expand(ar.URL); err != nil {
 					return nil, err
 				}

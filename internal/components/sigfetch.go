@@ -35,8 +35,11 @@ func (f *Fetcher) verifySums(ctx context.Context, run *fetchRun, r Resolved, dat
 		return nil, fmt.Errorf("checked %s: the signature cannot be had, so the list is refused (an unsigned checksum list proves nothing beyond the transport): %w", what, err)
 	}
 	signer, err := VerifyDetached(signingKeyring, data, sig, r.SignatureKeys)
+	if err == nil {
+		err = checkSignedAfter(sig, r.SignatureNotBefore)
+	}
 	if err != nil {
-		return nil, permanentError{fmt.Errorf("checked %s: %w; the list is refused (fix: the source serves a changed or foreign list; use another mirror or report it)", what, err)}
+		return nil, permanentError{fmt.Errorf("checked %s: %w; the list is refused (fix: the source serves a changed, old or foreign list; use another mirror or report it)", what, err)}
 	}
 	return &signedSums{sums: data, sig: sig, signer: signer}, nil
 }
@@ -76,6 +79,9 @@ func (f *Fetcher) mirrorSignature(ctx context.Context, run *fetchRun, r Resolved
 		return "", nil, fmt.Errorf("the mirror holds the signature %s but not the list it signs: %w", sigLoc, err)
 	}
 	signer, err := VerifyDetached(signingKeyring, data, sig, r.SignatureKeys)
+	if err == nil {
+		err = checkSignedAfter(sig, r.SignatureNotBefore)
+	}
 	if err != nil {
 		return "", nil, permanentError{fmt.Errorf("checked the mirror's %s against its signature %s and the key %s: %w; refused (fix: export the mirror again from a verified download)", sumsLoc, sigLoc, strings.Join(r.SignatureKeys, ", "), err)}
 	}

@@ -5,10 +5,14 @@ import (
 	"embed"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"io/fs"
 	"strings"
+	"time"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/ProtonMail/go-crypto/openpgp/armor"
+	"github.com/ProtonMail/go-crypto/openpgp/packet"
 )
 
 // keysFS holds the OpenPGP public keys khw checks signed checksum files
@@ -127,3 +131,47 @@ func shortFingerprint(f string) string {
 // maxSignatureSize bounds a detached signature's download: one RSA-4096
 // signature is about 0.9 KiB armoured; a few kilobytes allow several.
 const maxSignatureSize = 64 << 10
+
+// SignatureTime is when the first signature packet in sig (binary or
+// ASCII-armoured) says it was made. Errors: sig holds no signature packet.
+func SignatureTime(sig []byte) (time.Time, error) {
+	var r io.Reader = bytes.NewReader(sig)
+	if bytes.Contains(sig, []byte("-----BEGIN PGP SIGNATURE-----")) {
+		b, err := armor.Decode(bytes.NewReader(sig))
+		if err != nil {
+			return time.Time{}, fmt.Errorf("signature: %w", err)
+		}
+		r = b.Body
+	}
+	pr := packet.NewReader(r)
+	for {
+		p, err := pr.Next()
+		if err != nil {
+			return time.Time{}, fmt.Errorf("signature: no signature packet: %w", err)
+		}
+		if s, ok := p.(*packet.Signature); ok {
+			return s.CreationTime, nil
+		}
+	}
+}
+
+// checkSignedAfter refuses a signature made before notBefore ("" or a
+// date, 2006-01-02): an older list the same key signed would roll the file
+// back to an older release.
+func checkSignedAfter(sig []byte, notBefore string) error {
+	if notBefore == "" {
+		return nil
+	}
+	nb, err := time.Parse("2006-01-02", notBefore)
+	if err != nil {
+		return fmt.Errorf("catalog: signature notBefore %q is not a date (2006-01-02)", notBefore)
+	}
+	at, err := SignatureTime(sig)
+	if err != nil {
+		return err
+	}
+	if at.Before(nb) {
+		return fmt.Errorf("the signature was made on %s, before %s, the release khw pins: an older list would roll the file back", at.UTC().Format("2006-01-02"), notBefore)
+	}
+	return nil
+}

@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/ProtonMail/go-crypto/openpgp/armor"
+	"github.com/ProtonMail/go-crypto/openpgp/packet"
 )
 
 // testKey is an OpenPGP key the tests sign checksum files with, added to
@@ -21,7 +23,9 @@ type testKey struct {
 var testSigner, otherSigner testKey
 
 func newTestKey(name string) testKey {
-	e, err := openpgp.NewEntity(name, "", name+"@example.invalid", nil)
+	// Made in the past, so that a test can sign as of an earlier day.
+	born := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	e, err := openpgp.NewEntity(name, "", name+"@example.invalid", &packet.Config{Time: func() time.Time { return born }})
 	if err != nil {
 		panic(err)
 	}
@@ -46,9 +50,14 @@ func init() {
 
 // sign is k's armoured detached signature over data, as SHA256SUMS.gpg.
 func (k testKey) sign(t *testing.T, data []byte) []byte {
+	return k.signAt(t, data, time.Now())
+}
+
+// signAt is sign with the signature's creation time at.
+func (k testKey) signAt(t *testing.T, data []byte, at time.Time) []byte {
 	t.Helper()
 	var b bytes.Buffer
-	if err := openpgp.ArmoredDetachSign(&b, k.entity, bytes.NewReader(data), nil); err != nil {
+	if err := openpgp.ArmoredDetachSign(&b, k.entity, bytes.NewReader(data), &packet.Config{Time: func() time.Time { return at }}); err != nil {
 		t.Fatal(err)
 	}
 	return b.Bytes()
@@ -88,6 +97,16 @@ func TestUbuntuPinIsWhatUbuntuSigned(t *testing.T) {
 	tampered := bytes.Replace(sums, []byte("d1940f7d"), []byte("d1940f7e"), 1)
 	if _, err := VerifyDetached(signingKeyring, tampered, sig, keys); err == nil {
 		t.Error("a list changed after signing verified")
+	}
+	// The fallback refuses lists signed before the pinned release: its
+	// notBefore is the day Ubuntu signed the pinned release's list.
+	at, err := SignatureTime(sig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r0 := ubuntuImage(t, "amd64")
+	if nb := r0.Fallback.SignatureNotBefore; nb != at.UTC().Format("2006-01-02") || r0.Version != "release-"+strings.ReplaceAll(nb, "-", "") {
+		t.Errorf("fallback notBefore %q, pinned %s, Ubuntu signed it on %s: want all three the same day", nb, r0.Version, at.UTC())
 	}
 	for _, arch := range []string{"amd64", "arm64"} {
 		r := ubuntuImage(t, arch)
