@@ -257,3 +257,16 @@ func TestCheckRedirect(t *testing.T) {
 		}
 	}
 }
+
+// khw fetch's table does not show the fallback under the pinned version,
+// and says after the table what was taken and what vouched for it.
+func TestWriteFetchedNamesTheFallback(t *testing.T) {
+	r := ubuntuImage(t, config.ArchAMD64)
+	var b bytes.Buffer
+	WriteFetched(&b, []Fetched{{Resolved: r, SHA256: sum256([]byte("x")), Size: 1, Source: r.Fallback.URL, VerifiedBy: "mirror manifest m; trusted through the pinned manifest alone", Fallback: true}})
+	out := b.String()
+	if strings.Contains(out, "release-20260725  amd64") || !strings.Contains(out, "current (fallback)") ||
+		!strings.Contains(out, "note: ubuntu-24.04 amd64: not the pinned release-20260725 but its fallback "+r.Fallback.URL+", verified by mirror manifest m; trusted through the pinned manifest alone") {
+		t.Errorf("WriteFetched:\n%s", out)
+	}
+}

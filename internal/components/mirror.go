@@ -207,7 +207,12 @@ func ExportKeeping(ctx context.Context, fetched []Fetched, dir, keepPin string) 
 			}
 			note(srel, w)
 		}
-		entries[rel] = MirrorEntry{Path: rel, Name: r.Artifact.Name, Version: r.Version, Arch: r.Arch, URL: r.URL, Image: r.Image,
+		version := r.Version
+		if f.Fallback && f.Resolved.Fallback != nil {
+			// The fallback moves with each release: not the pinned version.
+			version = "current"
+		}
+		entries[rel] = MirrorEntry{Path: rel, Name: r.Artifact.Name, Version: version, Arch: r.Arch, URL: r.URL, Image: r.Image,
 			SHA256: f.SHA256, Size: f.Size, ImageDigest: f.ImageDigest, ImageID: f.ImageID}
 	}
 	list := make([]MirrorEntry, 0, len(entries)+len(man.Artifacts))

@@ -150,8 +150,18 @@ func WriteFetched(w io.Writer, res []Fetched) {
 	fmt.Fprintln(tw, "NAME\tVERSION\tARCH\tSIZE\tSHA256\tSTATUS\tSOURCE")
 	var fetched, cached, failed int
 	var total int64
+	var notes []string
 	for _, r := range res {
 		status, size, digest, source := "fetched", HumanBytes(r.Size), r.SHA256, r.Source
+		version := r.Resolved.Version
+		switch {
+		case r.Err != nil:
+		case r.Fallback && r.Resolved.Fallback != nil:
+			version = "current (fallback)"
+			notes = append(notes, fmt.Sprintf("%s %s: not the pinned %s but its fallback %s, verified by %s", r.Resolved.Artifact.Name, r.Resolved.Arch, r.Resolved.Version, r.Resolved.Fallback.URL, r.VerifiedBy))
+		case r.Archive:
+			notes = append(notes, fmt.Sprintf("%s %s: the pinned %s from the archive (%s): %s", r.Resolved.Artifact.Name, r.Resolved.Arch, r.Resolved.Version, source, r.ArchiveReason))
+		}
 		if len(digest) > 12 {
 			digest = digest[:12]
 		}
@@ -166,9 +176,12 @@ func WriteFetched(w io.Writer, res []Fetched) {
 			fetched++
 		}
 		total += r.Size
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Resolved.Artifact.Name, r.Resolved.Version, r.Resolved.Arch, size, digest, status, source)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Resolved.Artifact.Name, version, r.Resolved.Arch, size, digest, status, source)
 	}
 	tw.Flush()
+	for _, n := range notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
 	fmt.Fprintf(w, "%d artifacts, %s: %d fetched, %d cached", len(res), HumanBytes(total), fetched, cached)
 	if failed > 0 {
 		fmt.Fprintf(w, ", %d FAILED", failed)
