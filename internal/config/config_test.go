@@ -185,7 +185,7 @@ func TestValidationErrors(t *testing.T) {
 		{"apiserver on the etcd port", mutate(func(c *Cluster) { c.Kubernetes.APIServerPort = 2379 }), "kubernetes.apiServerPort", "etcd client port"},
 		{"kubernetes too old", mutate(func(c *Cluster) { c.Versions.Kubernetes = "v1.20.0" }), "versions.kubernetes", "older than v1.31"},
 		{"country not two letters", mutate(func(c *Cluster) { c.PKI.Subject.Country = "USA" }), "pki.subject.country", "two-letter"},
-		{"newline in OU", mutate(func(c *Cluster) { c.PKI.Subject.OrganizationalUnit = "x\nO=system:masters" }), "pki.subject.organizationalUnit", "control characters"},
+		{"newline in OU", mutate(func(c *Cluster) { c.PKI.Subject.OrganizationalUnit = "x\nO=system:masters" }), "pki.subject.organizationalUnit", "control or format characters"},
 		{"kubeletCert file missing", mutate(func(c *Cluster) {
 			c.Nodes[nodeIdx(c, "w1")].KubeletCert = &CertRef{Cert: "/nonexistent/w1.pem", Key: "/nonexistent/w1-key.pem"}
 		}), "nodes[4] (w1).kubeletCert.cert", "not a readable file"},
