@@ -372,3 +372,32 @@ func DiffCommands(wants []*NodeWant, diffs []steps.Diff) []steps.Command {
 	}
 	return cmds
 }
+
+// RestartIfStartedBefore restarts unit on node when its main process
+// started before t (or it is not active), then waits at most timeout for it
+// to be active again (waitActive). It reports whether it restarted the
+// unit. For a program that reads, once at its start, something that only
+// came to be at t (kube-proxy and its Node: it waits at most 30 s for the
+// Node's IPs, then exits when they appear, k8s.io/kubernetes
+// pkg/proxy/node.go "NodeIPs changed", and systemd restarts it seconds
+// later): restarted now, it starts with it, and no later check meets it
+// between its exit and its restart. Errors: the node cannot be read, the
+// restart fails, or the unit is not active in time (with its journal).
+func RestartIfStartedBefore(ctx context.Context, m *Machines, node config.Node, unit string, t time.Time, timeout time.Duration) (bool, error) {
+	cl, err := m.Pool.Get(ctx, RemoteNode(node))
+	if err != nil {
+		return false, err
+	}
+	st, err := Probe(ctx, cl, nil, []string{unit})
+	if err != nil {
+		return false, err
+	}
+	u := st.Units[unit]
+	if u.Active == "active" && !u.Started.Before(t) {
+		return false, nil
+	}
+	if _, _, err := cl.Run(ctx, "systemctl restart --no-block "+unit, remote.RunOptions{Sudo: true}); err != nil {
+		return false, err
+	}
+	return true, waitActive(ctx, m, []restarted{{Node: node, Unit: unit, Was: u.Started}}, timeout)
+}

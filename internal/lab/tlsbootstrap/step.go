@@ -299,13 +299,33 @@ func (s *Step) Apply(ctx context.Context, env *steps.Env, diffs []steps.Diff) er
 			}
 		}
 	}
-	return nodeplan.WaitHealthy(ctx, env, func(ctx context.Context, env *steps.Env) ([]steps.Diff, error) {
+	if err := nodeplan.WaitHealthy(ctx, env, func(ctx context.Context, env *steps.Env) ([]steps.Diff, error) {
 		var names []string
 		for _, n := range nodes {
 			names = append(names, n.Name)
 		}
 		return workers.NodesReady(ctx, s.m, env, names)
-	}, nodeplan.WorkerWait*vm.Slowdown(s.m.Provider))
+	}, nodeplan.WorkerWait*vm.Slowdown(s.m.Provider)); err != nil {
+		return err
+	}
+	// kube-proxy started with the kubelet, before its Node existed; where
+	// the join took longer than the 30 s it waits for the Node's IPs, it
+	// exits once they appear (and systemd starts it again). Started now, it
+	// finds them.
+	for _, n := range nodes {
+		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return steps.OnNode(n.Name, err)
+		}
+		again, err := nodeplan.RestartIfStartedBefore(ctx, s.m, n, "kube-proxy.service", node.CreationTimestamp.Time, nodeplan.WorkerWait*vm.Slowdown(s.m.Provider))
+		if err != nil {
+			return steps.OnNode(n.Name, err)
+		}
+		if again {
+			fmt.Fprintf(env.NodeLog(n.Name), "%s %s: restarted kube-proxy.service, which started before the Node %s existed (it reads the Node's IPs at its start)\n", time.Now().Format(time.RFC3339), s.ID(), n.Name)
+		}
+	}
+	return nil
 }
 
 // joinOps are the node side of a join: Apply's reach the nodes over SSH
