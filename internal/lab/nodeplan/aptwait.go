@@ -160,23 +160,13 @@ func aptUpdate(ctx context.Context, cl *remote.Client, node string, note func(st
 		if err == nil || ctx.Err() != nil || i == len(aptUpdateRetries) {
 			return err
 		}
-		note("%s: apt-get update failed (%s); trying again in %v (attempt %d of %d)", node, errTail(err), aptUpdateRetries[i], i+2, len(aptUpdateRetries)+1)
+		note("%s: apt-get update failed (%s); trying again in %v (attempt %d of %d)", node, lastLines([]byte(err.Error()), 1), aptUpdateRetries[i], i+2, len(aptUpdateRetries)+1)
 		select {
 		case <-time.After(aptUpdateRetries[i]):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
-}
-
-// errTail is the last line of err's text (apt's own message), for one-line
-// notes.
-func errTail(err error) string {
-	s := strings.TrimSpace(err.Error())
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		s = strings.TrimSpace(s[i+1:])
-	}
-	return s
 }
 
 // aptWaitShell is the by-hand form of waitForApt: wait for cloud-init where
