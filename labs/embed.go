@@ -7,7 +7,7 @@
 //	ko/NN-name.md                  the same labs in Korean (khw lab --lang ko)
 //	ko/glossary.md                 the field's terms, English | 한국어 | meaning
 //
-// Every lab file has the same shape, which package internal/labs parses and
+// Every lab file has the same shape, which package internal/labtext parses and
 // checks: a level-1 title "# NN · Title", a one-paragraph summary, then the
 // level-2 sections "Objectives" (three, each with its CKA/CKS domain, and
 // the time it takes), "You should have", "Why this step exists", "What khw

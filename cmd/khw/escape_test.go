@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/khw-dev/khw/internal/lab/grade"
-	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/lab/labid"
 )
 
 // escNodeText is text a node controls: ESC [2J clears the terminal, the

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/khw-dev/khw/internal/lab"
-	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/lab/labid"
 )
 
 // helpFiles are the long help texts and examples of the commands, one file

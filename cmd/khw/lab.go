@@ -18,8 +18,8 @@ import (
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/lab"
-	"github.com/khw-dev/khw/internal/labid"
-	"github.com/khw-dev/khw/internal/labs"
+	"github.com/khw-dev/khw/internal/lab/labid"
+	"github.com/khw-dev/khw/internal/labtext"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
 	"github.com/khw-dev/khw/internal/termtext"
@@ -193,14 +193,14 @@ func openLab(a *app, write bool) (*labEnv, error) {
 // lookupLab resolves a lab argument and a language (an unknown one is a
 // usage error) and reads its text, warning when it is in English for want
 // of a translation.
-func lookupLab(a *app, arg, langFlag string) (lab.Lab, labs.Lab, error) {
+func lookupLab(a *app, arg, langFlag string) (lab.Lab, labtext.Lab, error) {
 	l, err := lab.Lookup(arg)
 	if err != nil {
-		return lab.Lab{}, labs.Lab{}, usageError{err}
+		return lab.Lab{}, labtext.Lab{}, usageError{err}
 	}
 	lang, err := lab.Language(langFlag, os.Getenv)
 	if err != nil {
-		return l, labs.Lab{}, usageError{err}
+		return l, labtext.Lab{}, usageError{err}
 	}
 	t, fellBack, err := l.TextIn(lang)
 	if fellBack {
@@ -225,7 +225,7 @@ func labList(ctx context.Context, a *app, output string) error {
 // withLab resolves the lab id (a usage error when unknown), takes the
 // cluster lock, opens the machines and the step environment, and runs fn
 // with a context that Ctrl-C and SIGTERM cancel and the terminal's UI.
-func withLab(parent context.Context, a *app, id string, o labOpts, fn func(ctx context.Context, l lab.Lab, t labs.Lab, e *labEnv, ui lab.UI) error) error {
+func withLab(parent context.Context, a *app, id string, o labOpts, fn func(ctx context.Context, l lab.Lab, t labtext.Lab, e *labEnv, ui lab.UI) error) error {
 	l, t, err := lookupLab(a, id, o.lang)
 	if err != nil {
 		return err
@@ -268,7 +268,7 @@ func runLab(parent context.Context, a *app, id string, o labOpts) error {
 		return usageError{fmt.Errorf("--yes does nothing with --by-hand: khw changes nothing, you type the commands (only lab %s asks, as khw makes the machines)", labid.Machines)}
 	}
 	o.show = true
-	return withLab(parent, a, id, o, func(ctx context.Context, l lab.Lab, t labs.Lab, e *labEnv, ui lab.UI) error {
+	return withLab(parent, a, id, o, func(ctx context.Context, l lab.Lab, t labtext.Lab, e *labEnv, ui lab.UI) error {
 		// A step of khw up run by khw installs cluster.yaml's release
 		// like khw up does, so it is refused as khw up is.
 		if l.HasStep() && !o.byHand {
@@ -296,13 +296,13 @@ func labHint(a *app, id string) error {
 }
 
 func labCheck(parent context.Context, a *app, id string, hints bool) error {
-	return withLab(parent, a, id, labOpts{hints: hints}, func(ctx context.Context, l lab.Lab, _ labs.Lab, e *labEnv, ui lab.UI) error {
+	return withLab(parent, a, id, labOpts{hints: hints}, func(ctx context.Context, l lab.Lab, _ labtext.Lab, e *labEnv, ui lab.UI) error {
 		return e.course.Check(ctx, l, ui)
 	})
 }
 
 func labReset(parent context.Context, a *app, id string, yes bool) error {
-	return withLab(parent, a, id, labOpts{yes: yes}, func(ctx context.Context, l lab.Lab, _ labs.Lab, e *labEnv, ui lab.UI) error {
+	return withLab(parent, a, id, labOpts{yes: yes}, func(ctx context.Context, l lab.Lab, _ labtext.Lab, e *labEnv, ui lab.UI) error {
 		err := e.course.ResetAsked(ctx, l, ui)
 		if errors.Is(err, lab.ErrNoAnswer) {
 			return usageError{err}

@@ -14,8 +14,8 @@ import (
 	"github.com/khw-dev/khw/internal/lab"
 	"github.com/khw-dev/khw/internal/lab/certrenew"
 	"github.com/khw-dev/khw/internal/lab/etcdbackup"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/lab/upgrade"
-	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/steps"
 )
 

@@ -29,6 +29,7 @@ import (
 	"github.com/khw-dev/khw/internal/lab/grade"
 	"github.com/khw-dev/khw/internal/lab/kubeconfig"
 	"github.com/khw-dev/khw/internal/lab/labcheck"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/lab/lb"
 	"github.com/khw-dev/khw/internal/lab/machines"
 	"github.com/khw-dev/khw/internal/lab/nodeplan"
@@ -38,8 +39,7 @@ import (
 	"github.com/khw-dev/khw/internal/lab/tlsbootstrap"
 	"github.com/khw-dev/khw/internal/lab/upgrade"
 	"github.com/khw-dev/khw/internal/lab/workers"
-	"github.com/khw-dev/khw/internal/labid"
-	"github.com/khw-dev/khw/internal/labs"
+	"github.com/khw-dev/khw/internal/labtext"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
 )
@@ -255,14 +255,14 @@ func (l Lab) Step(m *nodeplan.Machines, c *config.Cluster) steps.Step {
 // order they run (none for 01-machines, 11-smoke and 12-failover).
 func (l Lab) Detectors() []labcheck.Detector { return append([]labcheck.Detector(nil), l.detectors...) }
 
-var texts = sync.OnceValues(func() (map[string]map[string]labs.Lab, error) {
-	out := map[string]map[string]labs.Lab{}
-	for _, lang := range labs.Languages() {
-		all, err := labs.AllLang(lang)
+var texts = sync.OnceValues(func() (map[string]map[string]labtext.Lab, error) {
+	out := map[string]map[string]labtext.Lab{}
+	for _, lang := range labtext.Languages() {
+		all, err := labtext.AllLang(lang)
 		if err != nil {
 			return nil, err
 		}
-		out[lang] = map[string]labs.Lab{}
+		out[lang] = map[string]labtext.Lab{}
 		for _, t := range all {
 			out[lang][t.ID] = t
 		}
@@ -272,7 +272,7 @@ var texts = sync.OnceValues(func() (map[string]map[string]labs.Lab, error) {
 
 // Text is the lab's parsed English text (labs/<ID>.md, embedded). Errors:
 // a text that does not parse, or none for this lab (a build problem).
-func (l Lab) Text() (labs.Lab, error) {
+func (l Lab) Text() (labtext.Lab, error) {
 	t, _, err := l.TextIn("en")
 	return t, err
 }
@@ -280,21 +280,21 @@ func (l Lab) Text() (labs.Lab, error) {
 // TextIn is the lab's text in language lang (labs/<lang>/<ID>.md), or its
 // English text when that language has none for this lab yet (fellBack is
 // then true). Errors: Text's, or an unknown language.
-func (l Lab) TextIn(lang string) (t labs.Lab, fellBack bool, err error) {
+func (l Lab) TextIn(lang string) (t labtext.Lab, fellBack bool, err error) {
 	all, err := texts()
 	if err != nil {
-		return labs.Lab{}, false, err
+		return labtext.Lab{}, false, err
 	}
 	byID, ok := all[lang]
 	if !ok {
-		return labs.Lab{}, false, fmt.Errorf("no lab texts in language %q; have %s", lang, strings.Join(labs.Languages(), ", "))
+		return labtext.Lab{}, false, fmt.Errorf("no lab texts in language %q; have %s", lang, strings.Join(labtext.Languages(), ", "))
 	}
 	if t, ok := byID[l.ID]; ok {
 		return t, false, nil
 	}
 	t, ok = all["en"][l.ID]
 	if !ok {
-		return labs.Lab{}, false, fmt.Errorf("lab %s has no text labs/%s.md (a build problem)", l.ID, l.ID)
+		return labtext.Lab{}, false, fmt.Errorf("lab %s has no text labs/%s.md (a build problem)", l.ID, l.ID)
 	}
 	return t, lang != "en", nil
 }
@@ -309,10 +309,10 @@ func Language(flag string, getenv func(string) string) (string, error) {
 		if v.val == "" {
 			continue
 		}
-		if slices.Contains(labs.Languages(), v.val) {
+		if slices.Contains(labtext.Languages(), v.val) {
 			return v.val, nil
 		}
-		return "", fmt.Errorf("%s=%q: the labs are written in %s", v.name, v.val, strings.Join(labs.Languages(), " and "))
+		return "", fmt.Errorf("%s=%q: the labs are written in %s", v.name, v.val, strings.Join(labtext.Languages(), " and "))
 	}
 	for _, name := range []string{"LC_ALL", "LC_MESSAGES", "LANG"} {
 		if v := getenv(name); v != "" {

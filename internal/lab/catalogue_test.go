@@ -6,15 +6,15 @@ import (
 	"testing"
 
 	"github.com/khw-dev/khw/internal/config"
-	"github.com/khw-dev/khw/internal/labid"
-	"github.com/khw-dev/khw/internal/labs"
+	"github.com/khw-dev/khw/internal/lab/labid"
+	"github.com/khw-dev/khw/internal/labtext"
 )
 
 // The catalogue is in course order, every row has its text and every text
 // its row, and each step answers to its row's ID.
 func TestCatalogueIsWhole(t *testing.T) {
 	c := config.Default("cat", config.ArchAMD64, config.ProviderNspawn)
-	texts, err := labs.All()
+	texts, err := labtext.All()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/khw-dev/khw/internal/lab/grade"
-	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
 )

@@ -13,8 +13,8 @@ import (
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/lab/grade"
-	"github.com/khw-dev/khw/internal/labid"
-	"github.com/khw-dev/khw/internal/labs"
+	"github.com/khw-dev/khw/internal/lab/labid"
+	"github.com/khw-dev/khw/internal/labtext"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
 )
@@ -47,7 +47,7 @@ func TestRunOperation(t *testing.T) {
 	var begins []bool
 	var mistakes []grade.Finding
 	l := fakeOperation(t, &begins, &mistakes)
-	text := labs.Lab{}
+	text := labtext.Lab{}
 	operated := 0
 	ui := func(in string) (UI, *bytes.Buffer) {
 		var out bytes.Buffer

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/khw-dev/khw/internal/labs"
+	"github.com/khw-dev/khw/internal/labtext"
 )
 
 // ErrQuizNoAnswer is Quiz's error when the input ended before every
@@ -31,7 +31,7 @@ var quizLang = map[string]quizWords{
 // cluster. Errors: ErrQuizNoAnswer (input ended), or a wrong answer
 // (the error gives the score and how to try again); nil when every answer
 // was right.
-func Quiz(t labs.Lab, ui UI) error {
+func Quiz(t labtext.Lab, ui UI) error {
 	if len(t.Quiz) == 0 {
 		return fmt.Errorf("lab %s has no quiz", t.ID)
 	}

@@ -6,11 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/khw-dev/khw/internal/labs"
+	"github.com/khw-dev/khw/internal/labtext"
 )
 
-func quizText() labs.Lab {
-	return labs.Lab{ID: "04-etcd", Quiz: []labs.Question{
+func quizText() labtext.Lab {
+	return labtext.Lab{ID: "04-etcd", Quiz: []labtext.Question{
 		{Text: "Members that may fail of three?", Choices: []string{"none", "one", "two"}, Answer: 1, Why: "Two of three is a majority."},
 		{Text: "Port for peers?", Choices: []string{"2379", "2380"}, Answer: 1, Why: "2379 is for clients."},
 	}}

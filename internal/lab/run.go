@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/khw-dev/khw/internal/labs"
+	"github.com/khw-dev/khw/internal/labtext"
 	"github.com/khw-dev/khw/internal/steps"
 	"github.com/khw-dev/khw/internal/termtext"
 	"github.com/khw-dev/khw/internal/vm"
@@ -57,7 +57,7 @@ func (u UI) say(format string, args ...any) {
 var ErrStopped = errors.New("stopped before applying")
 
 // Run runs lab l with text t, as khw lab does once it has shown the text
-// (labs.Lab.Render, before the cluster is opened, so it can be read ahead):
+// (labtext.Lab.Render, before the cluster is opened, so it can be read ahead):
 // a refusal naming the first earlier lab not done (unless ui.Force; a
 // drifted lab does not block, khw lab check says whether the drift is a
 // mistake); the "You should have" block run with ui.Observe; the step's
@@ -72,7 +72,7 @@ var ErrStopped = errors.New("stopped before applying")
 // Errors: the step's check or apply failed, the user said no
 // (ErrStopped, wrapped with what to do), the snapshot or the progress file
 // could not be written.
-func (c *Course) Run(ctx context.Context, l Lab, t labs.Lab, ui UI) error {
+func (c *Course) Run(ctx context.Context, l Lab, t labtext.Lab, ui UI) error {
 	missing, err := c.EarlierNotDone(ctx, l, ui.Force)
 	if err != nil {
 		return err
@@ -86,7 +86,7 @@ func (c *Course) Run(ctx context.Context, l Lab, t labs.Lab, ui UI) error {
 	// The lab that makes the nodes runs no command in khw shell before
 	// they exist: its "you should have" is read in the text.
 	if t.Have.Shell != "" && !l.MakesNodes {
-		observe(ctx, ui, "You should have, from the earlier labs", []labs.Block{t.Have})
+		observe(ctx, ui, "You should have, from the earlier labs", []labtext.Block{t.Have})
 	}
 	if l.Kind == Drill && ui.ByHand {
 		ui.say("\n── %s by hand: run a drill yourself, for example khw break etcd --count 1 --for 20s (khw break --help lists them);\n"+
@@ -195,7 +195,7 @@ func waitByHand(ui UI, l Lab, cmds []steps.Command, path, later string) bool {
 // commands for the student to type and, once a line is read from ui.In,
 // the check, or ui.Operate and the check. A lab that passes is
 // done and its observe blocks run.
-func (c *Course) runOperation(ctx context.Context, l Lab, t labs.Lab, ui UI) error {
+func (c *Course) runOperation(ctx context.Context, l Lab, t labtext.Lab, ui UI) error {
 	if !ui.ByHand {
 		what := "This lab changes the cluster: " + l.title + "."
 		if l.stopsAPI {
@@ -234,7 +234,7 @@ func (c *Course) runOperation(ctx context.Context, l Lab, t labs.Lab, ui UI) err
 }
 
 // finish runs the observe blocks of a lab that is done and names the next.
-func (c *Course) finish(ctx context.Context, l Lab, t labs.Lab, ui UI) {
+func (c *Course) finish(ctx context.Context, l Lab, t labtext.Lab, ui UI) {
 	observe(ctx, ui, "What to look at now", t.Observe)
 	ui.say("\nLab %s done. %s\n", l.ID, c.whatNext(l))
 }
@@ -244,7 +244,7 @@ func (c *Course) finish(ctx context.Context, l Lab, t labs.Lab, ui UI) {
 // that passes is done (Grade marks it) and its observe blocks run. When
 // the input ends before a line, it says how to grade later and returns
 // nil: nothing was changed by khw.
-func (c *Course) byHand(ctx context.Context, l Lab, t labs.Lab, ui UI, diffs []steps.Diff) error {
+func (c *Course) byHand(ctx context.Context, l Lab, t labtext.Lab, ui UI, diffs []steps.Diff) error {
 	if s, err := c.step(l); err == nil {
 		if r, ok := s.(steps.Renderer); ok {
 			if err := r.Render(ctx, c.Env); err != nil {
@@ -450,14 +450,14 @@ func ask(ui UI, in *bufio.Reader, l Lab) (all bool, err error) {
 
 // observe shows read-only blocks under heading and runs each with
 // ui.Observe, bounded to 30 s, its output indented under it. A block that
-// is not read-only (labs.CheckReadOnly) is skipped with a warning.
-func observe(ctx context.Context, ui UI, heading string, blocks []labs.Block) {
+// is not read-only (labtext.CheckReadOnly) is skipped with a warning.
+func observe(ctx context.Context, ui UI, heading string, blocks []labtext.Block) {
 	if len(blocks) == 0 {
 		return
 	}
 	ui.say("\n── %s (read-only, run in khw shell):\n", heading)
 	for _, b := range blocks {
-		if err := labs.CheckReadOnly(b.Shell); err != nil {
+		if err := labtext.CheckReadOnly(b.Shell); err != nil {
 			fmt.Fprintf(ui.Err, "Warning: skipped an observe block that is not read-only: %v\n", err)
 			continue
 		}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/lab/labid"
 )
 
 func TestAskAnswers(t *testing.T) {

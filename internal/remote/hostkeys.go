@@ -19,7 +19,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/khw-dev/khw/internal/fsutil"
-	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/lab/labid"
 )
 
 // HostKeyChangedError means a node presented a host key other than the one

@@ -19,8 +19,8 @@ import (
 
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/health"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/lab/nodeplan"
-	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/steps"
 )
 

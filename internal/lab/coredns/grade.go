@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/khw-dev/khw/internal/lab/labcheck"
-	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )

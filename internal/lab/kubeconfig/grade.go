@@ -2,7 +2,7 @@ package kubeconfig
 
 import (
 	"github.com/khw-dev/khw/internal/lab/labcheck"
-	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/lab/labid"
 )
 
 // kubeconfigWant is one kubeconfig of the state directory (D/kubeconfigs),

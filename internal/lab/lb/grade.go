@@ -10,7 +10,7 @@ import (
 
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/lab/labcheck"
-	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/lab/labid"
 )
 
 // haLine is one configuration line of haproxy.cfg: its words, and the line

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/khw-dev/khw/internal/lab/labcheck"
-	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/pki"
 )
 

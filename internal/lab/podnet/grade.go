@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/khw-dev/khw/internal/lab/labcheck"
-	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/lab/labid"
 )
 
 // podRoutes checks the pod network without an overlay: every worker must

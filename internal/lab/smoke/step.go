@@ -17,8 +17,8 @@ import (
 
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/kube"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/lab/nodeplan"
-	"github.com/khw-dev/khw/internal/labid"
 	"github.com/khw-dev/khw/internal/smoketest"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"

@@ -10,8 +10,8 @@ import (
 
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/lab/labcheck"
+	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/lab/workers"
-	"github.com/khw-dev/khw/internal/labid"
 	tb "github.com/khw-dev/khw/internal/tlsbootstrap"
 	certsv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"

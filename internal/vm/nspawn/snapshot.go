@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/khw-dev/khw/internal/fsutil"
-	"github.com/khw-dev/khw/internal/labid"
+	"github.com/khw-dev/khw/internal/lab/labid"
 )
 
 // Snapshots of nspawn nodes are copies of every node's root directory in

@@ -1,4 +1,4 @@
-package labs
+package labtext
 
 import (
 	"fmt"
@@ -24,7 +24,7 @@ func TestObserveAllowlistMatchesLabs(t *testing.T) {
 				what = "the You-should-have block"
 			}
 			if err := CheckReadOnly(b.Shell); err != nil {
-				t.Errorf("%s %s is not in observeAllowlist (internal/labs/readonly.go): check that it only reads and returns quickly, then add it exactly:\n%s", l.ID, what, b.Shell)
+				t.Errorf("%s %s is not in observeAllowlist (internal/labtext/readonly.go): check that it only reads and returns quickly, then add it exactly:\n%s", l.ID, what, b.Shell)
 			}
 		}
 	}
@@ -197,7 +197,7 @@ func TestCheckReadOnlyRefusesCrafted(t *testing.T) {
 			t.Errorf("CheckReadOnly(%q) = nil, want it refused", s)
 			continue
 		}
-		if !strings.Contains(err.Error(), "not in the Observe allowlist") || !strings.Contains(err.Error(), "internal/labs/readonly.go") {
+		if !strings.Contains(err.Error(), "not in the Observe allowlist") || !strings.Contains(err.Error(), "internal/labtext/readonly.go") {
 			t.Errorf("CheckReadOnly(%q) = %v: should say it is not in the allowlist and where that is", s, err)
 		}
 	}

@@ -1,11 +1,11 @@
-package labs
+package labtext
 
 import (
 	"fmt"
 	"strings"
 	"unicode"
 
-	labtexts "github.com/khw-dev/khw/labs"
+	labfiles "github.com/khw-dev/khw/labs"
 )
 
 // GlossaryFile is the bilingual glossary in the embedded lab texts.
@@ -23,7 +23,7 @@ type Term struct {
 // term listed twice. (The Korean term may be the English one, as Korean
 // documentation writes kubeconfig.)
 func Glossary() ([]Term, error) {
-	data, err := labtexts.FS.ReadFile(GlossaryFile)
+	data, err := labfiles.FS.ReadFile(GlossaryFile)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package labs
+package labtext
 
 import "fmt"
 
@@ -19,7 +19,7 @@ func CheckReadOnly(shell string) error {
 	if observeAllowed[shell] {
 		return nil
 	}
-	return fmt.Errorf("not a reviewed read-only lab command: %q is not in the Observe allowlist (internal/labs/readonly.go: observeAllowlist lists, exactly, the Observe blocks of the embedded lab texts)", clip(shell, 120))
+	return fmt.Errorf("not a reviewed read-only lab command: %q is not in the Observe allowlist (internal/labtext/readonly.go: observeAllowlist lists, exactly, the Observe blocks of the embedded lab texts)", clip(shell, 120))
 }
 
 // clip returns s cut to at most n runes, marked with "…" when cut.

@@ -1,4 +1,4 @@
-package labs
+package labtext
 
 import (
 	"fmt"
@@ -7,8 +7,8 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/khw-dev/khw/internal/labid"
-	labtexts "github.com/khw-dev/khw/labs"
+	"github.com/khw-dev/khw/internal/lab/labid"
+	labfiles "github.com/khw-dev/khw/labs"
 )
 
 // wantIDs are the labs' IDs in the order of the course.
@@ -37,7 +37,7 @@ func TestAllLabsMatchTheBringUpSteps(t *testing.T) {
 		if !strings.HasPrefix(l.Markdown(), fmt.Sprintf("# %02d · %s\n", l.Number, l.Title)) {
 			t.Errorf("%s: Markdown() does not start with its title line: %.60q", l.ID, l.Markdown())
 		}
-		data, err := labtexts.FS.ReadFile(l.ID + ".md")
+		data, err := labfiles.FS.ReadFile(l.ID + ".md")
 		if err != nil || string(data) != l.Markdown() {
 			t.Errorf("%s: Markdown() is not the file's text (err %v)", l.ID, err)
 		}

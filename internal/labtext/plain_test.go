@@ -1,4 +1,4 @@
-package labs
+package labtext
 
 import (
 	"regexp"

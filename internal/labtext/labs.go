@@ -1,4 +1,4 @@
-// Package labs parses the classroom lab texts embedded by package
+// Package labtext parses the classroom lab texts embedded by package
 // github.com/khw-dev/khw/labs (labs/*.md, and their Korean versions in
 // labs/ko/) for `khw lab`.
 //
@@ -30,7 +30,7 @@
 // the jumpbox inside `khw shell` (KUBECONFIG = the admin kubeconfig,
 // $KHW_SSH_CONFIG for ssh, the state directory at
 // "$KHW_STATE_DIR/$KHW_CLUSTER"), so they must only read: see CheckReadOnly.
-package labs
+package labtext
 
 import (
 	"bufio"
@@ -45,8 +45,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/khw-dev/khw/internal/labid"
-	labtexts "github.com/khw-dev/khw/labs"
+	"github.com/khw-dev/khw/internal/lab/labid"
+	labfiles "github.com/khw-dev/khw/labs"
 )
 
 // Section keys: the English headings, which also name the sections of a
@@ -621,7 +621,7 @@ func splitLines(s string) []string {
 // and returns them sorted by Number. It fails on the first file that does
 // not parse, on two labs with the same number, and when no lab is
 // embedded.
-func All() ([]Lab, error) { return parseFS(labtexts.FS) }
+func All() ([]Lab, error) { return parseFS(labfiles.FS) }
 
 // AllLang is All for language lang: for "en" the same; for another
 // language the labs of its directory (labs/ko/ for "ko"), which may hold
@@ -633,7 +633,7 @@ func AllLang(lang string) ([]Lab, error) {
 	if _, ok := languages[lang]; !ok {
 		return nil, fmt.Errorf("no lab texts in language %q; have %s", lang, strings.Join(Languages(), ", "))
 	}
-	sub, err := fs.Sub(labtexts.FS, lang)
+	sub, err := fs.Sub(labfiles.FS, lang)
 	if err != nil {
 		return nil, err
 	}
