@@ -10,7 +10,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X main.version=$(VERSION)
 PKGS     := ./...
 
-.PHONY: all build test test-unit testbins lint fmt vet fuzz bench versions-check deps clean e2e e2e-day2 e2e-drills e2e-labs e2e-nspawn up
+.PHONY: all build test test-unit testbins lint fmt vet fuzz bench versions-check docs deps clean e2e e2e-day2 e2e-drills e2e-labs e2e-nspawn up
 
 include hack/mirror.mk
 
@@ -73,6 +73,11 @@ vet:
 FUZZTIME ?= 60s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./internal/config
+
+## docs: regenerate the CLI reference (docs/cli/*.md, docs/man/*.1) from the
+## cobra commands; TestCLIReference in make test fails while it is stale
+docs:
+	$(GO) test -count=1 -run '^TestCLIReference$$' ./cmd/khw -update-cli-docs
 
 ## versions-check: each pinned version line against the newest patch the Go
 ## module proxy serves (hack/check-versions.sh; exit 1 when one is stale)

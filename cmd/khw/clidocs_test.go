@@ -1,0 +1,261 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/cobra/doc"
+	"github.com/spf13/pflag"
+)
+
+// The CLI reference in docs/cli (Markdown) and docs/man (man pages) is
+// generated from the cobra command tree by cobra's doc generator, so it says
+// what `khw --help` says. `make docs` rewrites it:
+//
+//	go test ./cmd/khw -run '^TestCLIReference$' -update-cli-docs
+//
+// Without the flag, TestCLIReference fails when a committed page differs
+// from what the commands generate, or when a page is missing or left over.
+var updateCLIDocs = flag.Bool("update-cli-docs", false, "rewrite docs/cli and docs/man from the command tree")
+
+const (
+	cliDocsDir = "../../docs/cli"
+	manDocsDir = "../../docs/man"
+)
+
+// docDefaults are the flag defaults that depend on the machine generating the
+// reference (the user's home directory), shown in the reference as the rule
+// that computes them. state.DefaultBase is the rule for --state-dir.
+var docDefaults = map[string]string{
+	"state-dir": "$KHW_STATE_DIR, else $XDG_STATE_HOME/khw, else ~/.local/state/khw",
+	"cache-dir": "$KHW_CACHE_DIR, else $XDG_CACHE_HOME/khw/artifacts, else ~/.cache/khw/artifacts",
+}
+
+// docEnv are the variables that set flag defaults; the reference is made
+// with them empty, as on a new machine (make test sets KHW_MIRROR).
+var docEnv = []string{"KHW_STATE_DIR", "KHW_CACHE_DIR", "KHW_MIRROR", "KHW_MIRROR_DIGEST", "KHW_CLUSTER", "XDG_STATE_HOME", "XDG_CACHE_HOME"}
+
+// referenceTree is the command tree the reference is generated from: the
+// real one, with docDefaults in place of machine-dependent defaults and
+// cobra's "Auto generated on <date>" line off (it would make every page stale
+// every day). For Markdown, each long help text is put in a fenced block:
+// they are laid out in columns for a terminal, which Markdown would reflow.
+func referenceTree(t *testing.T, markdown bool) *cobra.Command {
+	t.Helper()
+	for _, v := range docEnv {
+		t.Setenv(v, "")
+	}
+	root := newRootCmd(&bytes.Buffer{}, &bytes.Buffer{})
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	home, _ := os.UserHomeDir()
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.DisableAutoGenTag = true
+		if markdown && c.Long != "" {
+			c.Long = "```text\n" + strings.TrimRight(c.Long, "\n") + "\n```"
+		}
+		for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
+			fs.VisitAll(func(f *pflag.Flag) {
+				if d, ok := docDefaults[f.Name]; ok {
+					f.DefValue = d
+				} else if home != "" && home != "/" && strings.Contains(f.DefValue, home) {
+					t.Errorf("%s --%s: its default %q names this machine's home directory; add the rule that computes it to docDefaults", c.CommandPath(), f.Name, f.DefValue)
+				}
+			})
+		}
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(root)
+	return root
+}
+
+// generateReference writes the Markdown and man pages of khw into two new
+// directories under tmp and returns them. The man pages' date is fixed here
+// and ignored by sameMan, so that the reference changes only when a command
+// does.
+func generateReference(t *testing.T, tmp string) (mdDir, manDir string) {
+	t.Helper()
+	mdDir, manDir = filepath.Join(tmp, "cli"), filepath.Join(tmp, "man")
+	for _, d := range []string{mdDir, manDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := doc.GenMarkdownTree(referenceTree(t, true), mdDir); err != nil {
+		t.Fatalf("markdown reference: %v", err)
+	}
+	date := time.Now().UTC().Truncate(24 * time.Hour)
+	hdr := &doc.GenManHeader{Title: "KHW", Section: "1", Source: "khw", Manual: "khw manual", Date: &date}
+	if err := doc.GenManTree(referenceTree(t, false), hdr, manDir); err != nil {
+		t.Fatalf("man pages: %v", err)
+	}
+	return mdDir, manDir
+}
+
+// manTH matches a man page's title line, which carries the date.
+var manTH = regexp.MustCompile(`(?m)^\.TH .*$`)
+
+// sameMan reports whether two man pages differ only in their .TH line.
+func sameMan(a, b []byte) bool {
+	return bytes.Equal(manTH.ReplaceAll(a, nil), manTH.ReplaceAll(b, nil))
+}
+
+func readDir(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	ents, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[e.Name()] = b
+	}
+	return files
+}
+
+func TestCLIReference(t *testing.T) {
+	genMD, genMan := generateReference(t, t.TempDir())
+	for _, set := range []struct {
+		committed, generated string
+		same                 func(a, b []byte) bool
+	}{
+		{cliDocsDir, genMD, bytes.Equal},
+		{manDocsDir, genMan, sameMan},
+	} {
+		want, have := readDir(t, set.generated), readDir(t, set.committed)
+		if *updateCLIDocs {
+			updateDir(t, set.committed, want, have, set.same)
+			continue
+		}
+		var stale []string
+		for name, w := range want {
+			if h, ok := have[name]; !ok {
+				stale = append(stale, name+" (missing)")
+			} else if !set.same(h, w) {
+				stale = append(stale, name+" (differs)")
+			}
+		}
+		for name := range have {
+			if _, ok := want[name]; !ok {
+				stale = append(stale, name+" (no such command)")
+			}
+		}
+		slices.Sort(stale)
+		if len(stale) > 0 {
+			t.Errorf("the CLI reference in %s is stale: %s\nfix: run `make docs` and commit the result", strings.TrimPrefix(set.committed, "../../"), strings.Join(stale, ", "))
+		}
+	}
+}
+
+// updateDir makes dir hold exactly want, leaving a file that is already the
+// same (by same) untouched so that a man page keeps its date.
+func updateDir(t *testing.T, dir string, want, have map[string][]byte, same func(a, b []byte) bool) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, w := range want {
+		if h, ok := have[name]; ok && same(h, w) {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), w, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s", filepath.Join(dir, name))
+	}
+	for name := range have {
+		if _, ok := want[name]; !ok {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("removed %s", filepath.Join(dir, name))
+		}
+	}
+}
+
+// TestCLIReferenceSaysWhatHelpSays runs `khw … --help` for every command and
+// checks that its page in the reference has the same description, examples
+// and flags (each flag's usage line as --help prints it).
+func TestCLIReferenceSaysWhatHelpSays(t *testing.T) {
+	ref := referenceTree(t, false)
+	var cmds []*cobra.Command
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if !c.IsAvailableCommand() && c != ref {
+			return
+		}
+		cmds = append(cmds, c)
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(ref)
+	if len(cmds) < 30 {
+		t.Fatalf("only %d commands in the tree; the walk is broken", len(cmds))
+	}
+	for _, c := range cmds {
+		path := strings.Fields(c.CommandPath())[1:]
+		var out bytes.Buffer
+		root := newRootCmd(&out, &out)
+		root.SetArgs(append(path, "--help"))
+		if err := root.Execute(); err != nil {
+			t.Fatalf("khw %s --help: %v", strings.Join(path, " "), err)
+		}
+		page, err := os.ReadFile(filepath.Join(cliDocsDir, strings.ReplaceAll(c.CommandPath(), " ", "_")+".md"))
+		if err != nil {
+			t.Errorf("%s: no reference page (run `make docs`): %v", c.CommandPath(), err)
+			continue
+		}
+		help := out.String()
+		for _, part := range []string{c.Long, c.Example} {
+			part = strings.TrimSpace(part)
+			if part == "" {
+				continue
+			}
+			if !strings.Contains(help, part) {
+				t.Errorf("%s --help does not print its own text %q", c.CommandPath(), clipText(part))
+			}
+			if !strings.Contains(string(page), part) {
+				t.Errorf("%s: the reference page does not say what --help says: %q (run `make docs`)", c.CommandPath(), clipText(part))
+			}
+		}
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if f.Hidden {
+				return
+			}
+			line := "--" + f.Name
+			if !strings.Contains(help, line) || !strings.Contains(string(page), line) {
+				t.Errorf("%s --%s: in --help %v, in the reference %v", c.CommandPath(), f.Name, strings.Contains(help, line), strings.Contains(string(page), line))
+			}
+			// pflag prints a usage without the backquotes that name its value.
+			if usage := strings.ReplaceAll(f.Usage, "`", ""); !strings.Contains(string(page), usage) {
+				t.Errorf("%s --%s: the reference lacks its usage %q (run `make docs`)", c.CommandPath(), f.Name, usage)
+			}
+		})
+	}
+}
+
+func clipText(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}
