@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -24,6 +23,7 @@ import (
 	"github.com/khw-dev/khw/internal/health"
 	"github.com/khw-dev/khw/internal/lab/etcdbackup"
 	"github.com/khw-dev/khw/internal/state"
+	"github.com/khw-dev/khw/internal/steps"
 )
 
 // snapshotDir is the state directory's folder for snapshots.
@@ -135,7 +135,7 @@ func runEtcdRestore(parent context.Context, a *app, file string, yes, dryRun boo
 		for i, p := range phases {
 			fmt.Fprintf(a.out, "\n[%d/%d] %s\n", i+1, len(phases), p.Name)
 			for _, cmd := range p.Commands {
-				fmt.Fprintln(a.out, indent(cmd.String(), "  "))
+				fmt.Fprintln(a.out, steps.Indent(cmd.String(), "  "))
 			}
 		}
 		fmt.Fprintf(a.out, "\n(--dry-run: nothing was done. Each run makes a new --initial-cluster-token (%s here): to restore by hand, take every member's command from this one output.)\n", r.Token)
@@ -170,18 +170,6 @@ func lockWithoutDrill(a *app, d state.Dir) (unlock func(), err error) {
 	return unlock, nil
 }
 
-// readyToRoll is the start of an operation that changes nodes one at a
-// time while the cluster serves (khw pki renew, khw upgrade): the
-// cluster must pass the drill's preflight, and the probe workload is made
-// ready for the prober. fix says how to mend an unhealthy cluster.
-func readyToRoll(ctx context.Context, a *app, denv *drill.Env, c *config.Cluster, fix string) error {
-	fmt.Fprintf(a.out, "Checking that cluster %s is healthy…\n", c.Name)
-	if _, problems := denv.Preflight(ctx); len(problems) > 0 {
-		return fmt.Errorf("cluster %s is not healthy, so its nodes cannot change one at a time while it serves:\n  - %s\nfix it first (%s)", c.Name, strings.Join(problems, "\n  - "), fix)
-	}
-	return denv.PrepareWorkload(ctx, a.out)
-}
-
 // goOn asks what (a sentence) and "Go on? [y/N]" on in; true for y or
 // yes. Any other answer prints "Nothing done."; a closed stdin without an
 // answer is a usage error naming --yes, the flag that does verb without
@@ -197,22 +185,6 @@ func goOn(a *app, in io.Reader, what, verb string) (bool, error) {
 	}
 	fmt.Fprintln(a.out, "Nothing done.")
 	return false, nil
-}
-
-// finishOperation ends a watched day-2 operation: when opErr is nil it
-// says it watches until every signal is healthy again, then writes the
-// report (drill.Watch.Finish) and prints its summary. It returns the
-// report, and opErr joined with the report's own error.
-func finishOperation(ctx context.Context, a *app, w *drill.Watch, opErr error) (drill.OpReport, error) {
-	if opErr == nil {
-		fmt.Fprintln(a.out, "\nWatching until every signal is healthy again…")
-	}
-	rep, md, js, err := w.Finish(ctx, opErr)
-	if err != nil {
-		return rep, errors.Join(opErr, err)
-	}
-	drill.WriteOpSummary(a.out, rep, md, js)
-	return rep, opErr
 }
 
 // restoreEtcd runs each phase of r under the caller's lock while a
@@ -252,7 +224,7 @@ func restoreEtcd(parent context.Context, a *app, d state.Dir, c *config.Cluster,
 		}
 		fmt.Fprintf(a.out, "\n[%d/%d] %s\n", i+1, len(phases), p.Name)
 		for _, cmd := range p.Commands {
-			fmt.Fprintln(a.out, indent(cmd.String(), "  "))
+			fmt.Fprintln(a.out, steps.Indent(cmd.String(), "  "))
 		}
 		start := time.Now()
 		if err := w.Step(p.Name, func() error { return rn.RunPhase(ctx, r, p) }); err != nil {
@@ -278,7 +250,7 @@ func restoreEtcd(parent context.Context, a *app, d state.Dir, c *config.Cluster,
 			w.Fact("etcd leader", rep.Leader)
 		}
 	}
-	rep, err := finishOperation(ctx, a, w, opErr)
+	rep, err := w.End(ctx, a.out, opErr)
 	if err != nil {
 		return err
 	}
@@ -295,11 +267,6 @@ func sizeText(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-}
-
-// indent prefixes every line of s with p.
-func indent(s, p string) string {
-	return p + strings.ReplaceAll(s, "\n", "\n"+p)
 }
 
 // snapshotPath is the snapshot file: args[0] made absolute, or

@@ -60,7 +60,7 @@ func etcdBackupLab(ctx context.Context, a *app, e *labEnv) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.out, "── part 1: what the snapshot must hold\n%s\n", indent(shellLines(etcdbackup.MakeObjectsCommand()), "  $ "))
+	fmt.Fprintf(a.out, "── part 1: what the snapshot must hold\n%s\n", steps.Indent(shellLines(etcdbackup.MakeObjectsCommand()), "  $ "))
 	if err := etcdbackup.MakeObjects(ctx, cs); err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func etcdBackupLab(ctx context.Context, a *app, e *labEnv) error {
 		return err
 	}
 	fmt.Fprintf(a.out, "  revision %d from %s, %s, sha256 %s\n", res.Revision, res.Member, sizeText(res.Size), res.SHA256)
-	fmt.Fprintf(a.out, "── part 2: changes after the snapshot\n%s\n", indent(shellLines(etcdbackup.ChangeCommand()), "  $ "))
+	fmt.Fprintf(a.out, "── part 2: changes after the snapshot\n%s\n", steps.Indent(shellLines(etcdbackup.ChangeCommand()), "  $ "))
 	if err := etcdbackup.Change(ctx, cs); err != nil {
 		return err
 	}

@@ -141,7 +141,7 @@ func runPKIRenew(parent context.Context, a *app, names []string, o renewOptions,
 			if st, ok := plan.Cert(s.Name); ok && st.Action != pki.Kept {
 				// A cert that needs a new key anyway (another SAN, another
 				// key algorithm) is made anew.
-				fmt.Fprintln(a.out, indent(s.RenewRecipe(o.newKeys || st.Action == pki.Reissued), "  "))
+				fmt.Fprintln(a.out, steps.Indent(s.RenewRecipe(o.newKeys || st.Action == pki.Reissued), "  "))
 			}
 		}
 		fmt.Fprintf(a.out, "then khw up --from %s (or lab 03's, 04's, 05's, 07's copies and restarts, one node at a time).\n", labid.Kubeconfig)
@@ -206,7 +206,7 @@ func renewCerts(parent context.Context, a *app, d state.Dir, c *config.Cluster, 
 	defer denv.S.Close()
 	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := readyToRoll(ctx, a, denv, c, "khw status, khw up; khw up also reissues expired certs"); err != nil {
+	if err := denv.ReadyToRoll(ctx, a.out, "khw status, khw up; khw up also reissues expired certs"); err != nil {
 		return err
 	}
 	// The renewal runs khw up's steps, which install cluster.yaml's release.
@@ -289,7 +289,7 @@ func renewCerts(parent context.Context, a *app, d state.Dir, c *config.Cluster, 
 	if opErr != nil && rep != nil {
 		opErr = fmt.Errorf("%w\nThe certificates are renewed in %s: khw up (it starts at 03-kubeconfig's check) puts them on the nodes one node at a time; khw pki renew again would sign them once more", opErr, d.PKIDir())
 	}
-	if _, err := finishOperation(ctx, a, w, opErr); err != nil {
+	if _, err := w.End(ctx, a.out, opErr); err != nil {
 		return err
 	}
 	fmt.Fprintln(a.out, "khw status shows each certificate's days left as the file on each node has it.")

@@ -164,7 +164,7 @@ func runUpgrade(parent context.Context, a *app, o upgradeOptions, in io.Reader) 
 			return err
 		}
 		for _, cmd := range cmds {
-			fmt.Fprintln(a.out, indent(cmd.String(), "  "))
+			fmt.Fprintln(a.out, steps.Indent(cmd.String(), "  "))
 		}
 		fmt.Fprintln(a.out, "(--dry-run: nothing was done.)")
 		return nil
@@ -183,7 +183,7 @@ func runUpgrade(parent context.Context, a *app, o upgradeOptions, in io.Reader) 
 		}
 	}
 	if rec == nil {
-		if err := readyToRoll(ctx, a, denv, c, "khw status, khw up"); err != nil {
+		if err := denv.ReadyToRoll(ctx, a.out, "khw status, khw up"); err != nil {
 			return err
 		}
 	} else {
@@ -267,7 +267,7 @@ func runUpgrade(parent context.Context, a *app, o upgradeOptions, in io.Reader) 
 	} else {
 		opErr = fmt.Errorf("%w\nThe upgrade to %s is not finished: fix what is named above, then khw upgrade --to %s goes on where it stopped (or khw upgrade --abandon goes back to %s)", opErr, o.to, o.to, rec.From)
 	}
-	_, err = finishOperation(ctx, a, w, opErr)
+	_, err = w.End(ctx, a.out, opErr)
 	return err
 }
 

@@ -2,6 +2,7 @@ package drill
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -143,6 +144,22 @@ func (w *Watch) Finish(ctx context.Context, opErr error) (rep OpReport, md, js s
 	w.rep = w.rep.analyze(samples, end)
 	md, js, err = w.r.Store.WriteOpReport(w.rep, samples)
 	return w.rep, md, js, err
+}
+
+// End ends the operation as khw prints it to out: when opErr is nil it
+// says it watches until every signal is healthy again, then writes the
+// report (Finish) and prints its summary (WriteOpSummary). It returns the
+// report, and opErr joined with the report's own error.
+func (w *Watch) End(ctx context.Context, out io.Writer, opErr error) (OpReport, error) {
+	if opErr == nil {
+		fmt.Fprintln(out, "\nWatching until every signal is healthy again…")
+	}
+	rep, md, js, err := w.Finish(ctx, opErr)
+	if err != nil {
+		return rep, errors.Join(opErr, err)
+	}
+	WriteOpSummary(out, rep, md, js)
+	return rep, opErr
 }
 
 // analyze fills r's Took, Signals, Recovery and Timeline from samples

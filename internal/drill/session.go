@@ -154,6 +154,20 @@ func LeaseDuration(c *config.Cluster) time.Duration {
 	return 15 * time.Second
 }
 
+// ReadyToRoll is the start of an operation that changes nodes one at a
+// time while the cluster serves (khw pki renew, khw upgrade): the
+// cluster must pass Preflight, and the probe workload is made ready for
+// the prober (PrepareWorkload). It prints what it checks to out; fix says
+// how to mend an unhealthy cluster, in the error that lists its problems.
+func (e *Env) ReadyToRoll(ctx context.Context, out io.Writer, fix string) error {
+	name := e.S.Config.Name
+	fmt.Fprintf(out, "Checking that cluster %s is healthy…\n", name)
+	if _, problems := e.Preflight(ctx); len(problems) > 0 {
+		return fmt.Errorf("cluster %s is not healthy, so its nodes cannot change one at a time while it serves:\n  - %s\nfix it first (%s)", name, strings.Join(problems, "\n  - "), fix)
+	}
+	return e.PrepareWorkload(ctx, out)
+}
+
 // OpenCluster opens cluster c (state d) for a drill: the session and its
 // Env. Close env.S when done.
 func OpenCluster(c *config.Cluster, d state.Dir) (*Env, error) {

@@ -220,6 +220,12 @@ func (c Command) String() string {
 	return b.String()
 }
 
+// Indent prefixes every line of s with p: a command's text (String) set
+// under the line that says where it runs.
+func Indent(s, p string) string {
+	return p + strings.ReplaceAll(s, "\n", "\n"+p)
+}
+
 // WaitLoop is the shell loop a learner types to wait for something slow
 // to start: probe is tried up to tries times, pause seconds apart, its
 // output discarded, and the loop ends at the first success. It never
