@@ -19,6 +19,7 @@ import (
 	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/lab"
 	"github.com/khw-dev/khw/internal/lab/labid"
+	"github.com/khw-dev/khw/internal/lab/upgrade"
 	"github.com/khw-dev/khw/internal/labtext"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
@@ -171,7 +172,7 @@ func openLab(a *app, write bool) (*labEnv, error) {
 		if unlock, err = a.lock(d); err != nil {
 			return nil, err
 		}
-		if err := refuseDuringUpgrade(d); err != nil {
+		if err := upgrade.RefuseDuring(d); err != nil {
 			unlock()
 			return nil, err
 		}
@@ -272,7 +273,7 @@ func runLab(parent context.Context, a *app, id string, o labOpts) error {
 		// A step of khw up run by khw installs cluster.yaml's release
 		// like khw up does, so it is refused as khw up is.
 		if l.HasStep() && !o.byHand {
-			if err := refuseReleaseChange(ctx, e.d, e.c, e.course.S); err != nil {
+			if err := lab.RefuseReleaseChange(ctx, e.d, e.c, e.course.S); err != nil {
 				return err
 			}
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/lab/nodeplan"
 	"github.com/khw-dev/khw/internal/lab/tlsbootstrap"
+	"github.com/khw-dev/khw/internal/lab/upgrade"
 	"github.com/khw-dev/khw/internal/pki"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
@@ -156,7 +157,7 @@ func runPKIRenew(parent context.Context, a *app, names []string, o renewOptions,
 		return err
 	}
 	defer unlock()
-	if err := refuseDuringUpgrade(d); err != nil {
+	if err := upgrade.RefuseDuring(d); err != nil {
 		return err
 	}
 	if !o.yes {
@@ -210,7 +211,7 @@ func renewCerts(parent context.Context, a *app, d state.Dir, c *config.Cluster, 
 		return err
 	}
 	// The renewal runs khw up's steps, which install cluster.yaml's release.
-	if err := refuseReleaseChange(ctx, d, c, denv.S); err != nil {
+	if err := lab.RefuseReleaseChange(ctx, d, c, denv.S); err != nil {
 		return err
 	}
 	cmdline := "khw pki renew "

@@ -36,7 +36,7 @@ func newUpCmd(a *app) *cobra.Command {
 					return err
 				}
 				defer unlock()
-				if err := refuseDuringUpgrade(d); err != nil {
+				if err := upgrade.RefuseDuring(d); err != nil {
 					return err
 				}
 			}
@@ -65,7 +65,7 @@ func newUpCmd(a *app) *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if !opts.DryRun {
-				if err := refuseReleaseChange(ctx, d, c, s); err != nil {
+				if err := lab.RefuseReleaseChange(ctx, d, c, s); err != nil {
 					return err
 				}
 			}

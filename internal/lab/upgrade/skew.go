@@ -4,7 +4,8 @@
 // every kube-controller-manager and kube-scheduler, then each worker
 // (cordoned and drained, kubelet and kube-proxy, uncordoned) — each a
 // check/apply step like the steps of khw up (steps.go), refused when the
-// policy would be broken (skew.go), resumable after a crash (record.go).
+// policy would be broken (skew.go), resumable after a crash (record.go),
+// run while the drill prober watches (operation.go).
 package upgrade
 
 import (
