@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -26,15 +25,9 @@ func operate(ctx context.Context, a *app, e *labEnv, l lab.Lab) error {
 	case labid.EtcdBackup:
 		return etcdBackupLab(ctx, a, e)
 	case labid.CertRenewal:
-		var serving []string
-		for _, n := range e.c.Workers() {
-			if n.TLSBootstrap {
-				serving = append(serving, n.Name)
-			}
-		}
-		names := certrenew.Renewed(e.c)
-		fmt.Fprintf(a.out, "── khw pki renew %s (by hand: khw lab 14 --by-hand)\n", strings.Join(append(slices.Clone(names), serving...), " "))
-		return renewCerts(ctx, a, e.d, e.c, names, serving, false, false)
+		r := certrenew.LabRenewal(e.c)
+		fmt.Fprintf(a.out, "── %s (by hand: khw lab 14 --by-hand)\n", r.CommandLine())
+		return r.Run(ctx, e.c, e.d, renewalOptions(a))
 	case labid.Upgrade:
 		st, ok, err := upgrade.LoadStart(e.d)
 		if err != nil || !ok {

@@ -4,8 +4,9 @@
 // keys, put on the nodes and the services that read them restarted one
 // node at a time; the TLS-bootstrap worker (w3) gets a new serving cert
 // through a CSR that must be approved again. The operation is khw pki
-// renew (cmd/khw); this package records the lab's start, lists the
-// by-hand commands, observes what the nodes hold and serve, and judges it.
+// renew (Renewal, renew.go); this package also records the lab's start,
+// lists the by-hand commands, observes what the nodes hold and serve, and
+// judges it.
 //
 // Text: labs/14-cert-renewal.md.
 package certrenew
