@@ -41,9 +41,15 @@ echo "== khw up"
 echo "== khw status"
 "$KHW" status
 
+# Under sudo, HOME is root's, so this cluster's state directory is under
+# root's home while a later `sudo -E bin/khw` would look under the user's:
+# print the variables that name it (and the mirror), which sudo -E keeps.
+STATE_BASE=${KHW_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/khw}
 cat <<MSG
 
 The cluster $KHW_CLUSTER is up. Its nodes live in the network namespace khw-$KHW_CLUSTER.
+Run this in your shell first, so that khw finds this cluster and its mirror (sudo -E keeps them):
+  export KHW_STATE_DIR=$STATE_BASE KHW_CLUSTER=$KHW_CLUSTER KHW_MIRROR=$KHW_MIRROR${KHW_MIRROR_DIGEST:+ KHW_MIRROR_DIGEST=$KHW_MIRROR_DIGEST}
   sudo -E bin/khw kubectl get --raw /readyz      kubectl with the admin kubeconfig, through the load balancer
   sudo -E bin/khw shell                          a shell in the cluster network (KUBECONFIG set; ssh -F \$KHW_SSH_CONFIG cp1)
   sudo -E bin/khw status                         nodes, units, etcd members and leader, /readyz, Lease holders
