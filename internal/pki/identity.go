@@ -78,8 +78,8 @@ func describe(cn string, orgs []string, isCA, server, client bool) (purpose stri
 	case cn == userAPIServer:
 		access = append(access,
 			"kubernetes → apiserver's client identity to kubelets, needs the apiserver-to-kubelet ClusterRole (nodes/proxy, "+
-				"nodes/stats, nodes/log, nodes/spec, nodes/metrics) bound to user kubernetes for logs, exec and port-forward "+
-				"(--kubelet-client-certificate); no built-in binding grants it",
+				"nodes/stats, nodes/log, nodes/spec, nodes/metrics, nodes/pods, nodes/healthz, nodes/configz) bound to user kubernetes for logs, exec and port-forward "+
+				"(--kubelet-client-certificate); no built-in binding grants it (the built-in ClusterRole system:kubelet-api-admin is not bound)",
 			"etcd accepts it as a client because it chains to the CA (--client-cert-auth) and has the DNS SAN kubernetes "+
 				"(--client-cert-allowed-hostname=kubernetes), and as a peer by its CN (--peer-cert-allowed-cn=kubernetes): "+
 				"no other cert khw issues passes")

@@ -33,7 +33,7 @@ func TestInspect(t *testing.T) {
 		{"kube-controller-manager", "system:kube-controller-manager", []string{"system:kube-controller-manager"}, "system:kube-controller-manager → ClusterRole system:kube-controller-manager", "kube-controller-manager", []string{"digital signature"}, []string{"client auth"}},
 		{"kube-scheduler", "system:kube-scheduler", []string{"system:kube-scheduler"}, "ClusterRoles system:kube-scheduler and system:volume-scheduler", "kube-scheduler", []string{"digital signature"}, []string{"client auth"}},
 		{"kube-proxy", "system:kube-proxy", []string{"system:node-proxier"}, "system:kube-proxy → ClusterRole system:node-proxier", "kube-proxy", []string{"digital signature"}, []string{"client auth"}},
-		{"kubernetes", "kubernetes", []string{"Kubernetes"}, "apiserver's client identity to kubelets, needs the apiserver-to-kubelet ClusterRole (nodes/proxy, nodes/stats, nodes/log, nodes/spec, nodes/metrics)", "--tls-cert-file", []string{"digital signature"}, []string{"server auth", "client auth"}},
+		{"kubernetes", "kubernetes", []string{"Kubernetes"}, "apiserver's client identity to kubelets, needs the apiserver-to-kubelet ClusterRole (nodes/proxy, nodes/stats, nodes/log, nodes/spec, nodes/metrics, nodes/pods, nodes/healthz, nodes/configz)", "--tls-cert-file", []string{"digital signature"}, []string{"server auth", "client auth"}},
 		{"service-account", "service-accounts", []string{"Kubernetes"}, "not a client identity", "signs ServiceAccount JWTs", []string{"digital signature"}, []string{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -89,7 +89,7 @@ func TestManifestsRBAC(t *testing.T) {
 		t.Fatalf("ClusterRole %s with %d rules", role.Name, len(role.Rules))
 	}
 	rule := role.Rules[0]
-	if strings.Join(rule.Resources, ",") != "nodes/proxy,nodes/stats,nodes/log,nodes/spec,nodes/metrics" ||
+	if strings.Join(rule.Resources, ",") != "nodes/proxy,nodes/stats,nodes/log,nodes/spec,nodes/metrics,nodes/pods,nodes/healthz,nodes/configz" ||
 		strings.Join(rule.Verbs, ",") != "*" || strings.Join(rule.APIGroups, ",") != "" || len(rule.APIGroups) != 1 {
 		t.Errorf("rule %+v", rule)
 	}
