@@ -4,7 +4,7 @@
 // `etcdctl snapshot save` does, as upstream documents for backing up an
 // etcd cluster
 // (https://kubernetes.io/docs/tasks/administer-cluster/configure-upgrade-etcd/#backing-up-an-etcd-cluster,
-// https://etcd.io/docs/v3.6/op-guide/recovery/#snapshotting-the-keyspace).
+// https://etcd.io/docs/v3.7/op-guide/recovery/#snapshotting-the-keyspace).
 package etcdsnap
 
 import (
