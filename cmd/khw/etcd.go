@@ -1,29 +1,21 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/khw-dev/khw/internal/cluster"
-	"github.com/khw-dev/khw/internal/config"
-	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/etcdsnap"
-	"github.com/khw-dev/khw/internal/health"
 	"github.com/khw-dev/khw/internal/lab/etcdbackup"
 	"github.com/khw-dev/khw/internal/state"
-	"github.com/khw-dev/khw/internal/steps"
 )
 
 // snapshotDir is the state directory's folder for snapshots.
@@ -106,10 +98,11 @@ func newEtcdRestoreCmd(a *app) *cobra.Command {
 }
 
 // runEtcdRestore restores the cluster's etcd from file: it checks the
-// file and the nodes, asks (unless yes), then runs each phase of
-// etcdbackup.Restore while a read-only prober watches what the cluster's
-// clients see, and writes the operation's report.
-func runEtcdRestore(parent context.Context, a *app, file string, yes, dryRun bool, in io.Reader) error {
+// file (a missing one is a usage error, one that is no snapshot khw can
+// restore an invalid input), says what it restores (all of it with
+// dryRun), then under the lock asks (unless yes) and runs
+// etcdbackup.Restore.Run.
+func runEtcdRestore(ctx context.Context, a *app, file string, yes, dryRun bool, in io.Reader) error {
 	d, c, err := a.load()
 	if err != nil {
 		return err
@@ -129,16 +122,8 @@ func runEtcdRestore(parent context.Context, a *app, file string, yes, dryRun boo
 		// invalid input file (exit 3), nothing changed.
 		return invalidInputError{err}
 	}
-	phases := r.Phases()
-	fmt.Fprintf(a.out, "Restore etcd of cluster %s from %s\n  revision %d, %s, sha256 %s\n", c.Name, abs, r.Revision, sizeText(r.Size), r.SHA256)
+	r.WritePlan(a.out, c.Name, dryRun)
 	if dryRun {
-		for i, p := range phases {
-			fmt.Fprintf(a.out, "\n[%d/%d] %s\n", i+1, len(phases), p.Name)
-			for _, cmd := range p.Commands {
-				fmt.Fprintln(a.out, steps.Indent(cmd.String(), "  "))
-			}
-		}
-		fmt.Fprintf(a.out, "\n(--dry-run: nothing was done. Each run makes a new --initial-cluster-token (%s here): to restore by hand, take every member's command from this one output.)\n", r.Token)
 		return nil
 	}
 	unlock, err := lockWithoutDrill(a, d)
@@ -152,121 +137,7 @@ func runEtcdRestore(parent context.Context, a *app, file string, yes, dryRun boo
 			return err
 		}
 	}
-	return restoreEtcd(parent, a, d, c, r)
-}
-
-// lockWithoutDrill takes the cluster's lock for a day-2 operation and
-// refuses while a drill is active (its prober and breaks would mix with
-// the operation's). Errors: the lock is held, or the drill's ID and heal.
-func lockWithoutDrill(a *app, d state.Dir) (unlock func(), err error) {
-	unlock, err = a.lock(d)
-	if err != nil {
-		return nil, err
-	}
-	if active, err := drill.StoreOf(d).Active(); err == nil {
-		unlock()
-		return nil, fmt.Errorf("drill %s (khw break %s) is active: run khw heal first", active.ID, active.Spec.CommandLine())
-	}
-	return unlock, nil
-}
-
-// goOn asks what (a sentence) and "Go on? [y/N]" on in; true for y or
-// yes. Any other answer prints "Nothing done."; a closed stdin without an
-// answer is a usage error naming --yes, the flag that does verb without
-// asking.
-func goOn(a *app, in io.Reader, what, verb string) (bool, error) {
-	fmt.Fprintf(a.out, "%s Go on? [y/N]: ", what)
-	line, rerr := bufio.NewReader(in).ReadString('\n')
-	switch ans := strings.ToLower(strings.TrimSpace(line)); {
-	case ans == "y" || ans == "yes":
-		return true, nil
-	case rerr != nil && ans == "":
-		return false, usagef("no answer (stdin closed): rerun with --yes to %s without asking", verb)
-	}
-	fmt.Fprintln(a.out, "Nothing done.")
-	return false, nil
-}
-
-// restoreEtcd runs each phase of r under the caller's lock while a
-// read-only prober watches what the cluster's clients see, writes the
-// operation's report and prints its summary and the restored cluster's
-// facts. Ctrl-C and SIGTERM stop it between phases.
-func restoreEtcd(parent context.Context, a *app, d state.Dir, c *config.Cluster, r *etcdbackup.Restore) error {
-	abs, phases := r.File, r.Phases()
-	env, err := drill.OpenCluster(c, d)
-	if err != nil {
-		return err
-	}
-	defer env.S.Close()
-	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	t := env.S.Target()
-	rn := &etcdbackup.Runner{Pool: env.S.Pool, Target: t, AdminKubeconfig: env.S.AdminKubeconfig(), Timeout: t.Scaled(5*time.Minute, 30*time.Minute)}
-	fmt.Fprintln(a.out, "Checking every control plane…")
-	if err := rn.Preflight(ctx, r); err != nil {
-		return err
-	}
-	// Read-only: the probe's ConfigMap could be one of the objects the
-	// restore takes back.
-	env.Prober.ReadOnly = true
-	w, err := drill.StartWatch(drill.OperationsOf(d), env.Prober, a.out, c.Name, "etcd restore", "khw etcd restore "+abs)
-	if err != nil {
-		return err
-	}
-	w.Fact("snapshot", fmt.Sprintf("%s (sha256 %s, %d bytes)", abs, r.SHA256, r.Size))
-	w.Fact("snapshot revision", fmt.Sprint(r.Revision))
-	w.Fact("new --initial-cluster-token", r.Token)
-	var opErr error
-	for i, p := range phases {
-		if ctx.Err() != nil {
-			opErr = fmt.Errorf("interrupted before phase %d (%s): run khw etcd restore again to restore from the start, or khw up to start what is stopped", i+1, p.Name)
-			break
-		}
-		fmt.Fprintf(a.out, "\n[%d/%d] %s\n", i+1, len(phases), p.Name)
-		for _, cmd := range p.Commands {
-			fmt.Fprintln(a.out, steps.Indent(cmd.String(), "  "))
-		}
-		start := time.Now()
-		if err := w.Step(p.Name, func() error { return rn.RunPhase(ctx, r, p) }); err != nil {
-			opErr = fmt.Errorf("phase %d (%s): %w", i+1, p.Name, err)
-			if i < etcdbackup.FirstReplacingPhase {
-				opErr = fmt.Errorf("%w; nothing was replaced yet (every member's data is still in %s): khw up starts etcd and the control plane again", opErr, etcdbackup.DataDir)
-			}
-			fmt.Fprintf(a.out, "  ✗ failed after %s\n", time.Since(start).Round(100*time.Millisecond))
-			break
-		}
-		fmt.Fprintf(a.out, "  ✓ done in %s\n", time.Since(start).Round(100*time.Millisecond))
-	}
-	before := 3 // the facts above; those after it are the restore's results
-	if opErr == nil {
-		if rep, err := health.Etcd(ctx, t); err == nil && len(rep.Endpoints) > 0 {
-			e := rep.Endpoints[0]
-			w.Fact("revision after the restore", fmt.Sprintf("%d (the snapshot's %d + --bump-revision %d)", e.Revision, r.Revision, r.Bump))
-			id := e.ClusterID
-			if n, err := strconv.ParseUint(id, 16, 64); err == nil {
-				id = fmt.Sprintf("%s (%d in decimal, as etcdctl -w fields and -w json print it)", id, n)
-			}
-			w.Fact("etcd cluster ID", id)
-			w.Fact("etcd leader", rep.Leader)
-		}
-	}
-	rep, err := w.End(ctx, a.out, opErr)
-	if err != nil {
-		return err
-	}
-	for _, f := range rep.Facts[before:] {
-		fmt.Fprintf(a.out, "  %s: %s\n", f.Name, f.Value)
-	}
-	fmt.Fprintf(a.out, "Each member's data from before the restore is in %s on its control plane: remove it once the cluster works (it holds every object as it was).\n", etcdbackup.OldDataDir)
-	return nil
-}
-
-// sizeText is n bytes in MiB, or KiB below one MiB.
-func sizeText(n int64) string {
-	if n < 1<<20 {
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	return r.Run(ctx, c, d, a.out)
 }
 
 // snapshotPath is the snapshot file: args[0] made absolute, or

@@ -8,7 +8,9 @@
 //
 // Every phase is shown as the shell commands it stands for, and the
 // commands on the nodes are run as they are shown: what a student types
-// by hand is what khw ran.
+// by hand is what khw ran. khw etcd restore runs them while the drill
+// prober watches (Restore.Run, operation.go), and so does khw lab 13
+// (RunLab).
 //
 // The lab itself (13-etcd-backup, text labs/13-etcd-backup.md) is lab.go:
 // what it records before it begins, its objects, the commands a student
