@@ -17,6 +17,7 @@ import (
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/drill"
+	"github.com/khw-dev/khw/internal/jumpbox"
 	"github.com/khw-dev/khw/internal/lab"
 	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/lab/upgrade"
@@ -260,7 +261,7 @@ func observeInShell(ctx context.Context, e *labEnv, shell string, w io.Writer) e
 	}
 	cmd := exec.CommandContext(ctx, self, "--state-dir", filepath.Dir(e.d.Root), "--cluster", e.c.Name, "shell", "--", "sh", "-c", shell)
 	cmd.Stdout, cmd.Stderr = w, w
-	cmd.Env = append(os.Environ(), "KHW_LAB_OBSERVE=1")
+	cmd.Env = append(os.Environ(), jumpbox.EnvLabObserve+"=1")
 	return cmd.Run()
 }
 

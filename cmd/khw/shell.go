@@ -6,8 +6,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"runtime"
 	"syscall"
 	"time"
 
@@ -15,25 +13,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/khw-dev/khw/internal/cluster"
-	"github.com/khw-dev/khw/internal/components"
-	"github.com/khw-dev/khw/internal/config"
-	"github.com/khw-dev/khw/internal/fsutil"
 	"github.com/khw-dev/khw/internal/jumpbox"
-	"github.com/khw-dev/khw/internal/state"
-	"github.com/khw-dev/khw/internal/vm"
 )
-
-// withSelf is path with the directory of this khw in front, so that khw
-// shell can run khw itself (a lab's by-hand commands use khw etcd restore
-// --dry-run); path unchanged when it is empty (jumpbox.Prepare then uses
-// the login PATH) or the executable cannot be found.
-func withSelf(path string) string {
-	self, err := os.Executable()
-	if err != nil || path == "" {
-		return path
-	}
-	return filepath.Dir(self) + string(os.PathListSeparator) + path
-}
 
 func newShellCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
@@ -47,58 +28,20 @@ func newShellCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s, err := jumpbox.Prepare(c, d, withSelf(os.Getenv("PATH")))
+			s, _, err := jumpbox.Enter(cmd.Context(), c, d, jumpbox.WithSelf(os.Getenv("PATH")), a.errOut, true)
 			if err != nil {
 				return err
 			}
-			// kubectl is a convenience here: the shell starts without it,
-			// and without waiting for download retries.
-			if k, err := ensureKubectl(cmd.Context(), c, d, nil, -1); err != nil {
-				fmt.Fprintf(a.errOut, "khw: warning: no kubectl in %s: %v\n", jumpbox.BinDir(d), err)
-			} else if k.Written {
-				fmt.Fprintf(a.errOut, "khw: installed kubectl %s (%s) at %s\n", k.Version, k.Arch, k.Path)
-			}
-			warnNoKubeconfig(a, s)
 			argv := args
 			if len(argv) == 0 {
 				argv = []string{s.LoginShell()}
-				fmt.Fprintln(a.errOut, shellBanner(c, s))
+				fmt.Fprintln(a.errOut, s.Banner(c))
 			}
 			return s.Exec(argv)
 		},
 	}
 	cmd.Flags().SetInterspersed(false) // khw shell ls -la: -la is ls's
 	return cmd
-}
-
-// shellBanner is the one line khw shell prints before the interactive shell.
-func shellBanner(c *config.Cluster, s *jumpbox.Session) string {
-	where := "network namespace " + vm.NetnsName(c.Name)
-	if s.Netns == "" {
-		where = "the host's network (provider " + c.Provider + ")"
-	}
-	return fmt.Sprintf("khw shell: cluster %s, in %s; kubectl is admin, ssh -F \"$%s\" cp1 reaches a node; exit or Ctrl-D leaves",
-		c.Name, where, jumpbox.EnvSSHConfig)
-}
-
-func warnNoKubeconfig(a *app, s *jumpbox.Session) {
-	// khw lab runs its observe commands through khw shell with
-	// KHW_LAB_OBSERVE=1: before lab 03 there is no kubeconfig, as expected.
-	if !fsutil.Exists(s.Kubeconfig) && os.Getenv("KHW_LAB_OBSERVE") == "" {
-		fmt.Fprintf(a.errOut, "khw: warning: no admin kubeconfig at %s yet (fix: khw pki && khw kubeconfig); kubectl will not reach the cluster\n", s.Kubeconfig)
-	}
-}
-
-// ensureKubectl installs <state>/bin/kubectl for the host's architecture
-// from the artifact cache, $KHW_MIRROR or the official URL. progress gets
-// the fetch's progress lines (nil: none); retries is Fetcher.Retries (0:
-// the default, -1: none).
-func ensureKubectl(ctx context.Context, c *config.Cluster, d state.Dir, progress io.Writer, retries int) (jumpbox.Kubectl, error) {
-	f := components.EnvFetcher()
-	f.Progress, f.Retries = progress, retries
-	// runtime.GOARCH, not hostArch(): kubectl must run here, and an
-	// architecture without a kubectl build is an error, not arm64.
-	return jumpbox.EnsureKubectl(ctx, c, d, runtime.GOARCH, &f)
 }
 
 func newKubectlCmd(a *app) *cobra.Command {
@@ -128,18 +71,10 @@ func newKubectlCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s, err := jumpbox.Prepare(c, d, os.Getenv("PATH"))
+			s, k, err := jumpbox.Enter(cmd.Context(), c, d, os.Getenv("PATH"), a.errOut, false)
 			if err != nil {
 				return err
 			}
-			k, err := ensureKubectl(cmd.Context(), c, d, a.errOut, 0)
-			if err != nil {
-				return err
-			}
-			if k.Written {
-				fmt.Fprintf(a.errOut, "khw: installed kubectl %s (%s) at %s\n", k.Version, k.Arch, k.Path)
-			}
-			warnNoKubeconfig(a, s)
 			return s.Exec(append([]string{k.Path}, kargs...))
 		},
 	}
@@ -170,18 +105,7 @@ func newPowerCmd(a *app) *cobra.Command {
 			if timeout <= 0 {
 				return usagef("--timeout %s: use a positive duration such as 2m", timeout)
 			}
-			how := "graceful"
-			if force {
-				how = "forced"
-			}
-			return powerNodes(cmd.Context(), a, args, "off", func(ctx context.Context, p vm.Provider, node string) (string, error) {
-				ctx, cancel := context.WithTimeout(ctx, timeout)
-				defer cancel()
-				if err := p.Stop(ctx, node, force); err != nil {
-					return "", err
-				}
-				return "powered off (" + how + ")", nil
-			})
+			return powerNodes(cmd.Context(), a, args, "off", cluster.PowerOff(force, timeout))
 		},
 	}
 	off.Flags().BoolVar(&force, "force", false, "pull the plug: kill the node at once instead of shutting it down")
@@ -192,12 +116,7 @@ func newPowerCmd(a *app) *cobra.Command {
 		Long:  help("power"),
 		Args:  nodeArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return powerNodes(cmd.Context(), a, args, "on", func(ctx context.Context, p vm.Provider, node string) (string, error) {
-				if err := p.Start(ctx, node); err != nil {
-					return "", err
-				}
-				return "started", nil
-			})
+			return powerNodes(cmd.Context(), a, args, "on", cluster.PowerOn)
 		},
 	}
 	cmd.AddCommand(off, on)

@@ -72,3 +72,29 @@ func Power(ctx context.Context, p vm.Provider, nodes []string, want string, act 
 	}
 	return done, errors.Join(errs...)
 }
+
+// PowerOff is khw power off's act: the node shut down gracefully within
+// timeout (an error after it: then force), or with force killed at once
+// (pulling the plug).
+func PowerOff(force bool, timeout time.Duration) PowerAct {
+	how := "graceful"
+	if force {
+		how = "forced"
+	}
+	return func(ctx context.Context, p vm.Provider, node string) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		if err := p.Stop(ctx, node, force); err != nil {
+			return "", err
+		}
+		return "powered off (" + how + ")", nil
+	}
+}
+
+// PowerOn is khw power on's act: the node booted.
+func PowerOn(ctx context.Context, p vm.Provider, node string) (string, error) {
+	if err := p.Start(ctx, node); err != nil {
+		return "", err
+	}
+	return "started", nil
+}
