@@ -36,6 +36,11 @@ if ! "$KHW" config show >/dev/null 2>&1; then
   echo "== khw init --provider nspawn (cluster $KHW_CLUSTER)"
   "$KHW" init --provider nspawn
 fi
+# make build ran as root: give bin/ back to the user who ran sudo, or their
+# next `make build` cannot replace bin/khw.
+if [ -n "${SUDO_UID:-}" ] && [ -n "${SUDO_GID:-}" ]; then
+  chown -R "$SUDO_UID:$SUDO_GID" bin
+fi
 echo "== khw up"
 "$KHW" up
 echo "== khw status"

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -33,10 +34,11 @@ const (
 
 // docDefaults are the flag defaults that depend on the machine generating the
 // reference (the user's home directory), shown in the reference as the rule
-// that computes them. state.DefaultBase is the rule for --state-dir.
+// that computes them when the flag's environment variable, named in its
+// usage, is not set (state.DefaultBase, components.DefaultCacheDir).
 var docDefaults = map[string]string{
-	"state-dir": "$KHW_STATE_DIR, else $XDG_STATE_HOME/khw, else ~/.local/state/khw",
-	"cache-dir": "$KHW_CACHE_DIR, else $XDG_CACHE_HOME/khw/artifacts, else ~/.cache/khw/artifacts",
+	"state-dir": "$XDG_STATE_HOME/khw, else ~/.local/state/khw",
+	"cache-dir": "$XDG_CACHE_HOME/khw/artifacts, else ~/.cache/khw/artifacts",
 }
 
 // docEnv are the variables that set flag defaults; the reference is made
@@ -46,9 +48,11 @@ var docEnv = []string{"KHW_STATE_DIR", "KHW_CACHE_DIR", "KHW_MIRROR", "KHW_MIRRO
 // referenceTree is the command tree the reference is generated from: the
 // real one, with docDefaults in place of machine-dependent defaults and
 // cobra's "Auto generated on <date>" line off (it would make every page stale
-// every day). For Markdown, each long help text is put in a fenced block:
-// they are laid out in columns for a terminal, which Markdown would reflow.
-func referenceTree(t *testing.T, markdown bool) *cobra.Command {
+// every day). Each long help text is put in a fenced block: they are laid
+// out in columns for a terminal, which Markdown and the man page generator
+// (Markdown too) would reflow, and the man generator drops <placeholders>
+// outside code.
+func referenceTree(t *testing.T, fence bool) *cobra.Command {
 	t.Helper()
 	for _, v := range docEnv {
 		t.Setenv(v, "")
@@ -60,7 +64,7 @@ func referenceTree(t *testing.T, markdown bool) *cobra.Command {
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		c.DisableAutoGenTag = true
-		if markdown && c.Long != "" {
+		if fence && c.Long != "" {
 			c.Long = "```text\n" + strings.TrimRight(c.Long, "\n") + "\n```"
 		}
 		for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
@@ -97,7 +101,21 @@ func generateReference(t *testing.T, tmp string) (mdDir, manDir string) {
 	}
 	date := time.Now().UTC().Truncate(24 * time.Hour)
 	hdr := &doc.GenManHeader{Title: "KHW", Section: "1", Source: "khw", Manual: "khw manual", Date: &date}
-	if err := doc.GenManTree(referenceTree(t, false), hdr, manDir); err != nil {
+	man := referenceTree(t, true)
+	// Flag usages are not fenced; a backslash keeps a <placeholder> literal
+	// in the Markdown the man generator reads.
+	escape := strings.NewReplacer("<", `\<`, ">", `\>`)
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
+			fs.VisitAll(func(f *pflag.Flag) { f.Usage = escape.Replace(f.Usage) })
+		}
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(man)
+	if err := doc.GenManTree(man, hdr, manDir); err != nil {
 		t.Fatalf("man pages: %v", err)
 	}
 	return mdDir, manDir
@@ -157,6 +175,9 @@ func TestCLIReference(t *testing.T) {
 			if _, ok := want[name]; !ok {
 				stale = append(stale, name+" (no such command)")
 			}
+		}
+		if set.committed == manDocsDir {
+			stale = append(stale, lostPlaceholders(t, genMD, genMan)...)
 		}
 		slices.Sort(stale)
 		if len(stale) > 0 {
@@ -258,4 +279,29 @@ func clipText(s string) string {
 		return s[:80] + "…"
 	}
 	return s
+}
+
+// placeholder is a <word> such as <state> or <node> in a help text.
+var placeholder = regexp.MustCompile(`<[a-z][a-z0-9 _.-]*>`)
+
+// lostPlaceholders returns the man pages that lack a <placeholder> their
+// Markdown page has: the man generator reads Markdown and drops what looks
+// like an HTML tag outside code, which turned "<state>/ssh" into "/ssh".
+func lostPlaceholders(t *testing.T, mdDir, manDir string) []string {
+	t.Helper()
+	var lost []string
+	for name, md := range readDir(t, mdDir) {
+		man, err := os.ReadFile(filepath.Join(manDir, strings.ReplaceAll(strings.TrimSuffix(name, ".md"), "_", "-")+".1"))
+		if err != nil {
+			lost = append(lost, name+" (no man page)")
+			continue
+		}
+		for _, p := range placeholder.FindAllString(string(md), -1) {
+			if !bytes.Contains(man, []byte(p)) {
+				lost = append(lost, fmt.Sprintf("%s (man page lost %s)", name, p))
+				break
+			}
+		}
+	}
+	return lost
 }
