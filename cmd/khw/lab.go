@@ -23,7 +23,6 @@ import (
 	"github.com/khw-dev/khw/internal/lab/upgrade"
 	"github.com/khw-dev/khw/internal/labtext"
 	"github.com/khw-dev/khw/internal/state"
-	"github.com/khw-dev/khw/internal/steps"
 	"github.com/khw-dev/khw/internal/termtext"
 )
 
@@ -153,8 +152,7 @@ type labEnv struct {
 }
 
 func (e *labEnv) close() {
-	e.course.Env.Close()
-	e.course.S.Close()
+	e.course.Close()
 	e.unlock()
 }
 
@@ -178,18 +176,16 @@ func openLab(a *app, write bool) (*labEnv, error) {
 			return nil, err
 		}
 	}
-	env := steps.NewEnv(c, d)
 	access := cluster.ReadWrite
 	if !write {
 		access = cluster.ReadOnly
 	}
-	s, err := cluster.Open(c, d, access, env.NodeLog(""))
+	course, err := lab.Open(c, d, access)
 	if err != nil {
-		env.Close()
 		unlock()
 		return nil, err
 	}
-	return &labEnv{d: d, c: c, course: lab.NewCourse(s, env), unlock: unlock}, nil
+	return &labEnv{d: d, c: c, course: course, unlock: unlock}, nil
 }
 
 // lookupLab resolves a lab argument and a language (an unknown one is a

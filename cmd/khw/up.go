@@ -2,15 +2,11 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/lab"
-	"github.com/khw-dev/khw/internal/lab/nodeplan"
 	"github.com/khw-dev/khw/internal/lab/upgrade"
 	"github.com/khw-dev/khw/internal/steps"
 )
@@ -50,47 +46,7 @@ func newUpCmd(a *app) *cobra.Command {
 				}
 				return usagef("%v", err)
 			}
-			env := steps.NewEnv(c, d)
-			env.Verbosity = a.verbosity
-			defer env.Close()
-			access := cluster.ReadWrite
-			if opts.DryRun {
-				access = cluster.ReadOnly // no SSH key written
-			}
-			s, err := cluster.Open(c, d, access, env.NodeLog(""))
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			if !opts.DryRun {
-				if err := lab.RefuseReleaseChange(ctx, d, c, s); err != nil {
-					return err
-				}
-			}
-			rep, err := steps.NewRunner(env, a.out).Run(ctx, lab.Steps(nodeplan.New(s), c), opts)
-			if merr := lab.RecordRun(d, rep, opts.DryRun); merr != nil {
-				a.logf(1, "lab progress: %v", merr)
-			}
-			if err != nil {
-				return err
-			}
-			if !opts.DryRun && opts.From == "" && opts.Until == "" {
-				// Every step passed: the release an abandoned upgrade
-				// went back to runs everywhere again.
-				if err := upgrade.ClearAbandoned(d); err != nil {
-					return err
-				}
-			}
-			if opts.DryRun {
-				if ch := rep.Changed(); len(ch) > 0 {
-					fmt.Fprintf(a.out, "dry-run: %s would change; nothing was changed\n", ch[0])
-				} else {
-					fmt.Fprintln(a.out, "dry-run: every step is clean")
-				}
-			}
-			return nil
+			return lab.RunUp(cmd.Context(), c, d, opts, a.out, a.errOut, a.verbosity)
 		},
 	}
 	f := cmd.Flags()
@@ -133,18 +89,8 @@ func newDownCmd(a *app) *cobra.Command {
 			if len(removed) == 0 {
 				fmt.Fprintf(a.out, "cluster %s: nothing to remove\n", c.Name)
 			}
-			// An upgrade under way ends with its nodes: the next khw up
-			// builds them at the version cluster.yaml names.
-			if rec, err := upgrade.LoadRecord(d); err == nil && rec != nil {
-				if err := upgrade.ClearRecord(d); err != nil {
-					return err
-				}
-				fmt.Fprintf(a.out, "removed %s (the upgrade to %s ended with the nodes; cluster.yaml says %s)\n", upgrade.RecordPath(d), rec.To, c.Versions.Kubernetes)
-			}
-			if err := upgrade.ClearAbandoned(d); err != nil {
-				return err
-			}
-			return nil
+			// An upgrade under way ends with its nodes.
+			return upgrade.EndWithNodes(d, c, a.out)
 		},
 	}
 }

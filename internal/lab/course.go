@@ -23,13 +23,14 @@ import (
 	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/lab/nodeplan"
 	"github.com/khw-dev/khw/internal/remote"
+	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
 	"github.com/khw-dev/khw/internal/vm"
 )
 
 // Course is the labs of one open cluster: what khw lab list, run, check and
 // reset work on. The caller owns the session and the step environment and
-// closes them.
+// closes them (Close, for a Course from Open).
 type Course struct {
 	S   *cluster.Session
 	Env *steps.Env
@@ -40,6 +41,26 @@ type Course struct {
 // NewCourse returns the course of session s with step environment env.
 func NewCourse(s *cluster.Session, env *steps.Env) *Course {
 	return &Course{S: s, Env: env, Steps: Steps(nodeplan.New(s), s.Config)}
+}
+
+// Open opens the course of cluster c (state d): its step environment
+// (the nodes' logs under <state>/logs) and its session with access
+// (cluster.ReadOnly for khw lab list: no SSH key is made when there is
+// none yet). Close it when done.
+func Open(c *config.Cluster, d state.Dir, access cluster.Access) (*Course, error) {
+	env := steps.NewEnv(c, d)
+	s, err := cluster.Open(c, d, access, env.NodeLog(""))
+	if err != nil {
+		env.Close()
+		return nil, err
+	}
+	return NewCourse(s, env), nil
+}
+
+// Close closes the step environment and the session.
+func (c *Course) Close() {
+	c.Env.Close()
+	c.S.Close()
 }
 
 // List is every lab's live status (List).

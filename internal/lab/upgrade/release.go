@@ -120,3 +120,16 @@ func Abandon(d state.Dir, out io.Writer) error {
 	fmt.Fprintf(out, "Abandoned the upgrade from %s to %s: cluster.yaml says versions.kubernetes: %s again.\nkhw up puts %s back on the nodes that got %s (khw up --dry-run shows which), one node at a time while the cluster serves.\n", rec.From, rec.To, rec.From, rec.From, rec.To)
 	return nil
 }
+
+// EndWithNodes ends an upgrade under way in d with the nodes khw down
+// removed, saying so on out: the next khw up builds them at the version
+// cluster.yaml (c) names. An abandoned upgrade's record goes too.
+func EndWithNodes(d state.Dir, c *config.Cluster, out io.Writer) error {
+	if rec, err := LoadRecord(d); err == nil && rec != nil {
+		if err := ClearRecord(d); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "removed %s (the upgrade to %s ended with the nodes; cluster.yaml says %s)\n", RecordPath(d), rec.To, c.Versions.Kubernetes)
+	}
+	return ClearAbandoned(d)
+}
