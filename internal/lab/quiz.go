@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"regexp"
 	"strings"
 
 	"github.com/khw-dev/khw/internal/labtext"
@@ -23,7 +25,9 @@ var quizLang = map[string]quizWords{
 }
 
 // Quiz asks the questions of lab text t in order on ui.Out: each with its
-// lettered choices, one answer read from ui.In per question (a letter,
+// lettered choices in a new order each run (ui.QuizOrder; random when nil,
+// so that a choice's place and letter tell nothing), the explanation's
+// references to choices relabelled to match; one answer read from ui.In per question (a letter,
 // case ignored, "b)" allowed; anything else asks again), then whether it
 // was right and the text's explanation, in the text's language. It ends
 // with the score (words.score takes right, then total), or, when the input
@@ -40,8 +44,13 @@ func Quiz(t labtext.Lab, ui UI) error {
 	if !ok {
 		words = quizLang["en"]
 	}
+	order := ui.QuizOrder
+	if order == nil {
+		order = rand.Perm
+	}
 	right := 0
 	for i, q := range t.Quiz {
+		q = Shuffle(q, order(len(q.Choices)))
 		ui.say("\n%d/%d. %s\n", i+1, len(t.Quiz), q.Text)
 		for j, c := range q.Choices {
 			ui.say("  %c) %s\n", 'a'+j, c)
@@ -87,4 +96,46 @@ func readChoice(ui UI, in *bufio.Reader, words quizWords, n int) (int, error) {
 			ui.say(words.again, last)
 		}
 	}
+}
+
+// choiceRef matches a reference to a choice by its letter in a quiz
+// explanation: "Choice a", "choice b", "Answer c" in English, "보기 d" in
+// Korean (the forms the lab texts use; TestQuizWhyNamesChoicesOnlyByRef
+// keeps it that way). Group 2 is the letter.
+var choiceRef = regexp.MustCompile(`(\b[Cc]hoice|\b[Aa]nswer|보기) ([a-e])\b`)
+
+// Shuffle returns q with its choices in the order perm gives (the choice
+// shown at place i is q.Choices[perm[i]]), its Answer the new place of the
+// right choice, and every choiceRef in its explanation relabelled to the
+// new letters. perm must be a permutation of len(q.Choices); any other
+// value returns q unchanged.
+func Shuffle(q labtext.Question, perm []int) labtext.Question {
+	n := len(q.Choices)
+	if len(perm) != n {
+		return q
+	}
+	place := make([]int, n) // place[original] = displayed index
+	seen := make([]bool, n)
+	for i, o := range perm {
+		if o < 0 || o >= n || seen[o] {
+			return q
+		}
+		seen[o] = true
+		place[o] = i
+	}
+	out := q
+	out.Choices = make([]string, n)
+	for i, o := range perm {
+		out.Choices[i] = q.Choices[o]
+	}
+	out.Answer = place[q.Answer]
+	out.Why = choiceRef.ReplaceAllStringFunc(q.Why, func(m string) string {
+		sub := choiceRef.FindStringSubmatch(m)
+		o := int(sub[2][0] - 'a')
+		if o >= n {
+			return m
+		}
+		return sub[1] + " " + string(rune('a'+place[o]))
+	})
+	return out
 }

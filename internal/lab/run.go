@@ -33,6 +33,9 @@ type UI struct {
 	// the hint ladders for NextHint; ByHand makes Run show the changes for
 	// the student to type, wait, and grade them instead of applying them.
 	Yes, Force, Plain, Hints, ByHand bool
+	// QuizOrder gives the order in which Quiz shows a question's n
+	// choices, as rand.Perm does; nil shuffles them at random.
+	QuizOrder func(n int) []int
 	// Observe runs one read-only observe block (shell text) inside khw
 	// shell, writing its output to w (nil: the blocks are only shown).
 	Observe func(ctx context.Context, shell string, w io.Writer) error
