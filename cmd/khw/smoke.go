@@ -1,16 +1,10 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/lab/smoke"
 	"github.com/khw-dev/khw/internal/smoketest"
 )
@@ -37,45 +31,7 @@ func newSmokeCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer unlock()
-			s, err := cluster.Open(c, d, cluster.ProviderOnly, nil)
-			if err != nil {
-				return err
-			}
-			cfg, err := s.AdminRESTConfig()
-			if err != nil {
-				return err
-			}
-			r, scaled, err := smoke.Runner(c, d, cfg, s.Provider, wait)
-			if err != nil {
-				return err
-			}
-			if !cmd.Flags().Changed("wait") {
-				wait = scaled
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			opts := smoketest.Options{Keep: keep, Wait: wait}
-			if output == "text" {
-				opts.Progress = func(ch smoketest.Check) { smoketest.WriteCheck(a.out, ch) }
-			}
-			rep := r.Run(ctx, opts)
-			if output == "json" {
-				enc := json.NewEncoder(a.out)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(rep); err != nil {
-					return err
-				}
-			} else {
-				smoketest.WriteSummary(a.out, rep)
-			}
-			if rep.CleanupErr != "" {
-				fmt.Fprintf(a.errOut, "Warning: %s\n", rep.CleanupErr)
-			}
-			if err := ctx.Err(); err != nil {
-				// Interrupted: the checks cut short say nothing about the cluster.
-				return fmt.Errorf("cluster %s: smoke checks interrupted: %w", c.Name, err)
-			}
-			return rep.Err(c.Name)
+			return smoke.Run(cmd.Context(), c, d, smoke.RunOptions{Keep: keep, Wait: wait, WaitSet: cmd.Flags().Changed("wait"), JSON: output == "json", Out: a.out, ErrOut: a.errOut})
 		},
 	}
 	f := cmd.Flags()

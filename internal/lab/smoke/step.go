@@ -1,8 +1,8 @@
 // Package smoke is lab 11-smoke: the step that runs the smoke tests of
 // internal/smoketest (encryption at rest, a Deployment, logs, exec,
 // port-forward, NodePort, DNS, a pod on the bootstrapped worker) and turns
-// failed checks into diffs. It has no detectors: the smoke tests are its
-// grading.
+// failed checks into diffs, and khw smoke (Run). It has no detectors: the
+// smoke tests are its grading.
 //
 // Text: labs/11-smoke.md.
 package smoke
