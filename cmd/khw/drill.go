@@ -14,7 +14,6 @@ import (
 	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/lab"
 	"github.com/khw-dev/khw/internal/lab/labid"
-	"github.com/khw-dev/khw/internal/state"
 )
 
 func newBreakCmd(a *app) *cobra.Command {
@@ -70,56 +69,16 @@ func newHealCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			store := drill.StoreOf(d)
-			rec, err := store.Active()
-			if errors.Is(err, drill.ErrNoActive) {
-				fmt.Fprintf(a.out, "Nothing to heal: no drill is active in cluster %s.\n", c.Name)
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			unlock, err := healLock(a, d, rec)
-			if err != nil {
-				return err
-			}
-			defer unlock()
-			env, err := drill.OpenCluster(c, d)
-			if err != nil {
-				return err
-			}
-			defer env.S.Close()
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return env.HealActive(ctx, store, a.out)
+			lock := func() (func(), error) { return a.lock(d) }
+			return drill.Heal(cmd.Context(), c, d, a.out, lock, func(format string, args ...any) { a.logf(1, format, args...) })
 		},
 	}
-}
-
-// healLock takes the cluster lock for khw heal, with one exception: when
-// the lock is held by the live khw break (or khw lab 12) that is watching
-// drill rec, heal goes on without it. That process holds the lock for the
-// drill's whole life and only samples while it waits; healing is the end
-// it waits for (README: "stays broken; later, from any shell: khw heal"),
-// and it writes the report itself. So the documented flow cannot deadlock,
-// and no other command can change the cluster in between.
-func healLock(a *app, d state.Dir, rec *drill.Record) (func(), error) {
-	unlock, err := a.lock(d)
-	if err == nil {
-		return unlock, nil
-	}
-	var le *state.LockedError
-	if errors.As(err, &le) && le.PID != 0 && le.PID == rec.WatcherPID && drill.ProcessAlive(rec.WatcherPID) {
-		a.logf(1, "the lock is held by khw (pid %d) watching drill %s: healing under its lock", le.PID, rec.ID)
-		return func() {}, nil
-	}
-	return nil, err
 }
 
 // runBreak runs a drill under the cluster lock, held until the drill ends
 // (so no khw up or lab reset changes the cluster while it is measured). A
 // khw heal from another shell may still heal it: heal recognises this
-// process as the drill's watcher (see healLock).
+// process as the drill's watcher (see drill.Heal).
 func runBreak(parent context.Context, a *app, spec drill.Spec, html bool) error {
 	d, c, unlock, err := a.loadForWrite()
 	if err != nil {

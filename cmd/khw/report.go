@@ -4,12 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/khw-dev/khw/internal/drill"
-	"github.com/khw-dev/khw/internal/termtext"
 )
 
 func newReportCmd(a *app) *cobra.Command {
@@ -42,20 +40,7 @@ func newReportCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if len(all) == 0 {
-				fmt.Fprintln(a.out, "No reports yet: khw break, khw etcd restore and khw pki renew write them.")
-				return nil
-			}
-			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tKIND\tVERDICT\tTOOK\tCOMMAND")
-			for _, e := range all {
-				took := "-"
-				if e.Took > 0 {
-					took = e.Took.String()
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", termtext.Escape(e.ID), termtext.Escape(e.Kind), termtext.Escape(e.Verdict), took, termtext.Escape(e.What))
-			}
-			return tw.Flush()
+			return drill.WriteEntries(a.out, all)
 		},
 	})
 	var print bool

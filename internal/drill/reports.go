@@ -4,13 +4,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/khw-dev/khw/internal/fsutil"
 	"github.com/khw-dev/khw/internal/state"
+	"github.com/khw-dev/khw/internal/termtext"
 )
 
 // Kinds of report.
@@ -195,3 +198,23 @@ func (e Entry) HTML() (string, error) {
 
 // htmlBeside is the report.html beside a report.md.
 func htmlBeside(md string) string { return filepath.Join(filepath.Dir(md), "report.html") }
+
+// WriteEntries writes khw report list: a table of all (ID, kind, verdict,
+// how long, command line), their text escaped (termtext.Escape, as it is
+// read from the reports' files), or a line saying there is none yet.
+func WriteEntries(w io.Writer, all []Entry) error {
+	if len(all) == 0 {
+		fmt.Fprintln(w, "No reports yet: khw break, khw etcd restore and khw pki renew write them.")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tKIND\tVERDICT\tTOOK\tCOMMAND")
+	for _, e := range all {
+		took := "-"
+		if e.Took > 0 {
+			took = e.Took.String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", termtext.Escape(e.ID), termtext.Escape(e.Kind), termtext.Escape(e.Verdict), took, termtext.Escape(e.What))
+	}
+	return tw.Flush()
+}
