@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -239,26 +237,15 @@ func withLab(parent context.Context, a *app, id string, o labOpts, fn func(ctx c
 	}
 	defer e.close()
 	ui := lab.UI{Out: a.out, Err: a.errOut, In: os.Stdin, Yes: o.yes, Force: o.force, Plain: o.plain, Hints: o.hints, ByHand: o.byHand,
-		Observe: func(ctx context.Context, shell string, w io.Writer) error { return observeInShell(ctx, e, shell, w) },
+		Observe: func(ctx context.Context, shell string, w io.Writer) error {
+			return jumpbox.ObserveInShell(ctx, e.d, e.c.Name, shell, w)
+		},
 		Drill: func(ctx context.Context) error {
 			return runBreak(ctx, a, drill.Spec{Kind: drill.KindEtcd, Count: 1, For: 20 * time.Second}, false)
 		},
 		Operate: func(ctx context.Context, l lab.Lab) error { return operate(ctx, a, e, l) },
 	}
 	return fn(ctx, l, t, e, ui)
-}
-
-// observeInShell runs one observe block with sh -c inside khw shell (this
-// same program), so that it sees what the student's shell sees.
-func observeInShell(ctx context.Context, e *labEnv, shell string, w io.Writer) error {
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	cmd := exec.CommandContext(ctx, self, "--state-dir", filepath.Dir(e.d.Root), "--cluster", e.c.Name, "shell", "--", "sh", "-c", shell)
-	cmd.Stdout, cmd.Stderr = w, w
-	cmd.Env = append(os.Environ(), jumpbox.EnvLabObserve+"=1")
-	return cmd.Run()
 }
 
 func runLab(parent context.Context, a *app, id string, o labOpts) error {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 
@@ -85,4 +86,19 @@ func (s *Session) Banner(c *config.Cluster) string {
 	}
 	return fmt.Sprintf("khw shell: cluster %s, in %s; kubectl is admin, ssh -F \"$%s\" cp1 reaches a node; exit or Ctrl-D leaves",
 		c.Name, where, EnvSSHConfig)
+}
+
+// ObserveInShell runs one observe block of a lab (shell text) with sh -c
+// inside khw shell of cluster (state d) — this same program, with
+// EnvLabObserve set — so that it sees what the student's shell sees; its
+// output and errors go to w.
+func ObserveInShell(ctx context.Context, d state.Dir, cluster, shell string, w io.Writer) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, self, "--state-dir", filepath.Dir(d.Root), "--cluster", cluster, "shell", "--", "sh", "-c", shell)
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.Env = append(os.Environ(), EnvLabObserve+"=1")
+	return cmd.Run()
 }
