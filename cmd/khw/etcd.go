@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -59,16 +58,7 @@ func newEtcdCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if output == "json" {
-				enc := json.NewEncoder(a.out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(res)
-			}
-			fmt.Fprintf(a.out, "Snapshot of etcd from %s, the leader (%s): revision %d, %d key revisions, %.1f MiB in %s\n",
-				res.Member, res.Endpoint, res.Revision, res.Keys, float64(res.Size)/(1<<20), res.Took.Round(100*time.Millisecond))
-			fmt.Fprintf(a.out, "  file:   %s (mode 0600)\n  sha256: %s\n", res.Path, res.SHA256)
-			fmt.Fprintln(a.out, "It holds every object of the cluster (Secrets encrypted with encryption-config.yaml's key, which it does not hold): keep it like a key.")
-			return nil
+			return res.Write(a.out, output == "json")
 		},
 	}
 	save.Flags().BoolVar(&force, "force", false, "replace FILE if it exists")

@@ -13,6 +13,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -228,5 +229,21 @@ func CheckHash(path string) error {
 	if !bytes.Equal(h.Sum(nil), want[:]) {
 		return fmt.Errorf("%s is damaged: the SHA-256 of its contents is not the one it ends with", path)
 	}
+	return nil
+}
+
+// Write writes r as khw etcd snapshot save prints it: indented JSON with
+// asJSON, else where it came from, its revision, size and digest, and
+// that it must be kept like a key.
+func (r Result) Write(w io.Writer, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	fmt.Fprintf(w, "Snapshot of etcd from %s, the leader (%s): revision %d, %d key revisions, %.1f MiB in %s\n",
+		r.Member, r.Endpoint, r.Revision, r.Keys, float64(r.Size)/(1<<20), r.Took.Round(100*time.Millisecond))
+	fmt.Fprintf(w, "  file:   %s (mode 0600)\n  sha256: %s\n", r.Path, r.SHA256)
+	fmt.Fprintln(w, "It holds every object of the cluster (Secrets encrypted with encryption-config.yaml's key, which it does not hold): keep it like a key.")
 	return nil
 }
