@@ -1,9 +1,9 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -49,25 +49,12 @@ func newPKICmd(a *app) *cobra.Command {
 			start := time.Now()
 			rep, err := pki.Reconcile(c, d.PKIDir(), time.Time{}, opts...)
 			if rep != nil {
-				if output == "json" {
-					enc := json.NewEncoder(a.out)
-					enc.SetIndent("", "  ")
-					if jerr := enc.Encode(rep); jerr != nil {
-						return jerr
-					}
-				} else {
-					fmt.Fprint(a.out, rep.String())
-					for _, m := range rep.ModeFixed {
-						fmt.Fprintf(a.out, "fixed mode %s\n", m)
-					}
-					for _, w := range rep.Written {
-						a.logf(2, "  wrote %s", w)
-					}
-					verb := "changed"
-					if dryRun {
-						verb = "would change"
-					}
-					fmt.Fprintf(a.out, "PKI in %s: %d files %s (%s)\n", d.PKIDir(), len(rep.Written), verb, time.Since(start).Round(time.Millisecond))
+				var written io.Writer
+				if a.verbosity >= 2 {
+					written = a.errOut
+				}
+				if jerr := rep.Write(a.out, output == "json", time.Since(start), written); jerr != nil {
+					return jerr
 				}
 			}
 			var pk *pki.PreciousKeyError
@@ -137,21 +124,7 @@ func newPKIInspectCmd(a *app) *cobra.Command {
 				}
 				infos = append(infos, info)
 			}
-			if output == "json" {
-				enc := json.NewEncoder(a.out)
-				enc.SetIndent("", "  ")
-				if len(args) == 1 {
-					return enc.Encode(infos[0])
-				}
-				return enc.Encode(infos)
-			}
-			for i, info := range infos {
-				if i > 0 {
-					fmt.Fprintln(a.out)
-				}
-				fmt.Fprint(a.out, info.Text())
-			}
-			return nil
+			return pki.WriteInfos(a.out, infos, output == "json", len(args) == 1)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")

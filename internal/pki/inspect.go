@@ -3,8 +3,10 @@ package pki
 import (
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -311,4 +313,25 @@ func CertNames(dir string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// WriteInfos writes infos as khw pki inspect prints them: indented JSON
+// with asJSON (one object when single, the cert named on the command
+// line, else an array), else each one's Text, a blank line between.
+func WriteInfos(w io.Writer, infos []*CertInfo, asJSON, single bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if single {
+			return enc.Encode(infos[0])
+		}
+		return enc.Encode(infos)
+	}
+	for i, info := range infos {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprint(w, info.Text())
+	}
+	return nil
 }

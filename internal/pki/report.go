@@ -1,7 +1,9 @@
 package pki
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/big"
 	"strings"
@@ -201,4 +203,31 @@ func formatSerial(n *big.Int) string {
 		parts[i] = fmt.Sprintf("%02x", x)
 	}
 	return strings.Join(parts, ":")
+}
+
+// Write writes r as khw pki prints it: indented JSON with asJSON; else
+// each cert's line (String), each mode set back, each file written to
+// written (nil: none, as without -vv), and how many files changed (would
+// change, with DryRun) in Dir in took.
+func (r *Report) Write(out io.Writer, asJSON bool, took time.Duration, written io.Writer) error {
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	fmt.Fprint(out, r.String())
+	for _, m := range r.ModeFixed {
+		fmt.Fprintf(out, "fixed mode %s\n", m)
+	}
+	if written != nil {
+		for _, w := range r.Written {
+			fmt.Fprintf(written, "  wrote %s\n", w)
+		}
+	}
+	verb := "changed"
+	if r.DryRun {
+		verb = "would change"
+	}
+	fmt.Fprintf(out, "PKI in %s: %d files %s (%s)\n", r.Dir, len(r.Written), verb, took.Round(time.Millisecond))
+	return nil
 }
