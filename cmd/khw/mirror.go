@@ -82,33 +82,11 @@ func newMirrorExportCmd(a *app) *cobra.Command {
 			}
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			res, err := f.Fetch(ctx, rs)
-			if err != nil {
-				components.WriteFetched(a.out, res)
-				return fmt.Errorf("mirror export: nothing was exported because fetching failed: %w", err)
+			o := components.MirrorExportOptions{Dir: dir, Keep: keep, Arches: arches, NodeDebs: plans, Out: a.out, ErrOut: a.errOut}
+			if a.verbosity >= 2 {
+				o.Written = a.errOut
 			}
-			rep, err := components.ExportKeeping(ctx, res, dir, keep)
-			if err != nil {
-				return err
-			}
-			for _, p := range rep.Written {
-				a.logf(2, "  wrote %s", p)
-			}
-			var total int64
-			for _, r := range res {
-				total += r.Size
-			}
-			fmt.Fprintf(a.out, "Exported %d artifacts (%s, linux/%s) to %s: %d files written, %d unchanged\n",
-				len(res), components.HumanBytes(total), strings.Join(arches, ", linux/"), dir, len(rep.Written), len(rep.Unchanged))
-			components.WriteDropped(a.errOut, filepath.Join(dir, components.MirrorManifestFile), rep.Dropped)
-			if nodeDebs != "" {
-				if rep.Digest, err = f.ExportNodeDebsPlans(ctx, a.out, dir, plans); err != nil {
-					return err
-				}
-			}
-			fmt.Fprintf(a.out, "Mirror pin (the sha256 of %s): %s\n", components.MirrorManifestFile, rep.Digest)
-			fmt.Fprintf(a.out, "Use it on another machine:\n  khw fetch --mirror %s --mirror-digest %s\nor serve it:\n  khw mirror serve %s --listen 0.0.0.0:8080\n", dir, rep.Digest, dir)
-			return nil
+			return f.ExportMirror(ctx, rs, o)
 		},
 	}
 	fl.register(cmd, "")
