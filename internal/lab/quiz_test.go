@@ -109,7 +109,9 @@ func TestQuizShufflesChoicesAndRelabelsWhy(t *testing.T) {
 // only in a form Shuffle relabels: any other "b)" or "c and d" would point
 // at the wrong choice once the choices are shuffled.
 func TestQuizWhyNamesChoicesOnlyByRef(t *testing.T) {
-	bare := regexp.MustCompile(`(^|[^A-Za-z0-9_])[a-e]\)|\b(and|or) [a-e]\b|\b[a-e] (and|or)\b`)
+	// A bare letter: "b)", "c and d", or in Korean a letter with a particle
+	// ("c가 맞아", "b는 틀렸습니다").
+	bare := regexp.MustCompile("(^|[^A-Za-z0-9_])[a-e]\\)|\\b(and|or) [a-e]\\b|\\b[a-e] (and|or)\\b|(^|[^A-Za-z0-9_`/.-])[a-e](가|는|를|도|의|처럼|와|과|이|은|만)")
 	n := 0
 	for _, lang := range []string{"en", "ko"} {
 		for _, l := range mustLabs(t, lang) {
