@@ -2,14 +2,11 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 	k8sversion "k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/khw-dev/khw/internal/config"
-	"github.com/khw-dev/khw/internal/fsutil"
 	"github.com/khw-dev/khw/internal/state"
 )
 
@@ -78,26 +75,7 @@ func newInitCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer unlock()
-			if fsutil.Exists(d.ConfigPath()) && !force {
-				return fmt.Errorf("%s already exists; khw will not overwrite a cluster's desired state (fix: edit it, pick another --name, or pass --force to start over from the defaults)", d.ConfigPath())
-			}
-			if _, err := c.Save(d.ConfigPath()); err != nil {
-				return err
-			}
-			fmt.Fprintf(a.out, "Wrote %s (cluster %q, %s, provider %s, Kubernetes %s)\n", d.ConfigPath(), c.Name, c.Arch, c.Provider, c.Versions.Kubernetes)
-			mode := "?"
-			if st, err := os.Stat(d.Root); err == nil {
-				mode = fmt.Sprintf("%04o", st.Mode().Perm())
-			}
-			fmt.Fprintf(a.out, "State directory: %s (mode %s)\n\n", d.Root, mode)
-			// With several clusters in the state directory, later commands
-			// must name this one.
-			khw := "khw"
-			if names, err := state.Clusters(filepath.Dir(d.Root)); err == nil && len(names) > 1 {
-				khw = "khw -c " + c.Name
-			}
-			fmt.Fprintf(a.out, "Next, one of:\n  %[1]s up           # every step, from machines to smoke tests\n  %[1]s lab 01       # the same steps one lab at a time, explained (khw lab list)\n  %[1]s up --dry-run # what would change, as the hard way's shell commands\n", khw)
-			return nil
+			return d.Create(c, force, a.out)
 		},
 	}
 	f := cmd.Flags()

@@ -15,6 +15,7 @@ package state
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -170,4 +171,31 @@ func (d Dir) Load() (*config.Cluster, []config.Warning, error) {
 		return nil, warns, fmt.Errorf("%s: name %q does not match its state directory %q (fix: set name: %s, or move the directory)", d.ConfigPath(), c.Name, d.Name, d.Name)
 	}
 	return c, warns, nil
+}
+
+// Create is khw init's end, under the caller's lock: it writes c as d's
+// cluster.yaml (refusing to replace one unless force) and says on out
+// where, the state directory's mode and what to run next (with khw -c
+// NAME when the base holds more than this cluster, as later commands
+// must then name it). Errors: an existing cluster.yaml without force,
+// the write's.
+func (d Dir) Create(c *config.Cluster, force bool, out io.Writer) error {
+	if fsutil.Exists(d.ConfigPath()) && !force {
+		return fmt.Errorf("%s already exists; khw will not overwrite a cluster's desired state (fix: edit it, pick another --name, or pass --force to start over from the defaults)", d.ConfigPath())
+	}
+	if _, err := c.Save(d.ConfigPath()); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "Wrote %s (cluster %q, %s, provider %s, Kubernetes %s)\n", d.ConfigPath(), c.Name, c.Arch, c.Provider, c.Versions.Kubernetes)
+	mode := "?"
+	if st, err := os.Stat(d.Root); err == nil {
+		mode = fmt.Sprintf("%04o", st.Mode().Perm())
+	}
+	fmt.Fprintf(out, "State directory: %s (mode %s)\n\n", d.Root, mode)
+	khw := "khw"
+	if names, err := Clusters(filepath.Dir(d.Root)); err == nil && len(names) > 1 {
+		khw = "khw -c " + c.Name
+	}
+	fmt.Fprintf(out, "Next, one of:\n  %[1]s up           # every step, from machines to smoke tests\n  %[1]s lab 01       # the same steps one lab at a time, explained (khw lab list)\n  %[1]s up --dry-run # what would change, as the hard way's shell commands\n", khw)
+	return nil
 }
