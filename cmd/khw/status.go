@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/lab/upgrade"
-	"github.com/spf13/cobra"
 )
 
 func newStatusCmd(a *app) *cobra.Command {
@@ -42,10 +43,7 @@ func newStatusCmd(a *app) *cobra.Command {
 				if err := cluster.WriteStatusTextWith(a.out, c, rep, time.Now(), cluster.StatusOptions{AllCerts: certs}); err != nil {
 					return err
 				}
-				if rec, err := upgrade.LoadRecord(d); err == nil && rec != nil {
-					fmt.Fprintf(a.out, "\nUPGRADE  from %s to %s, under way since %s: khw upgrade --to %s goes on where it stopped, khw upgrade --abandon goes back\n",
-						rec.From, rec.To, rec.StartedAt.Local().Format("2006-01-02 15:04"), rec.To)
-				}
+				upgrade.WriteStatus(a.out, d)
 			}
 			if !read {
 				return fmt.Errorf("cluster %s: nothing could be read (%s)", c.Name, cluster.JoinErrors(rep.Errors))

@@ -3,6 +3,7 @@ package upgrade
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -85,4 +86,14 @@ func removeIfThere(path string) error {
 func InProgressError(r *Record) error {
 	return fmt.Errorf("an upgrade from %s to %s is under way (started %s), and this command would change the nodes outside its order: finish it with khw upgrade --to %s, or go back to %s with khw upgrade --abandon (then khw up)",
 		r.From, r.To, r.StartedAt.Local().Format("2006-01-02 15:04"), r.To, r.From)
+}
+
+// WriteStatus writes khw status's line for the upgrade under way in d:
+// nothing when there is none, or when its record cannot be read (khw
+// status reports what it can).
+func WriteStatus(w io.Writer, d state.Dir) {
+	if rec, err := LoadRecord(d); err == nil && rec != nil {
+		fmt.Fprintf(w, "\nUPGRADE  from %s to %s, under way since %s: khw upgrade --to %s goes on where it stopped, khw upgrade --abandon goes back\n",
+			rec.From, rec.To, rec.StartedAt.Local().Format("2006-01-02 15:04"), rec.To)
+	}
 }
