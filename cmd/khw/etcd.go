@@ -11,8 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/khw-dev/khw/internal/cluster"
-	"github.com/khw-dev/khw/internal/etcdsnap"
 	"github.com/khw-dev/khw/internal/lab/etcdbackup"
 	"github.com/khw-dev/khw/internal/state"
 )
@@ -49,12 +47,7 @@ func newEtcdCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s, err := cluster.Open(c, d, cluster.ProviderOnly, nil)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			res, err := etcdsnap.Save(cmd.Context(), s.Target(), path, force)
+			res, err := etcdbackup.SaveSnapshot(cmd.Context(), c, d, path, force)
 			if err != nil {
 				return err
 			}

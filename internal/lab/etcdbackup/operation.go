@@ -167,3 +167,15 @@ func sizeText(n int64) string {
 	}
 	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
+
+// SaveSnapshot is khw etcd snapshot save of cluster c (state d) into
+// path, under the caller's lock: etcdsnap.Save from the leader of the
+// cluster's etcd, replacing path only with overwrite.
+func SaveSnapshot(ctx context.Context, c *config.Cluster, d state.Dir, path string, overwrite bool) (etcdsnap.Result, error) {
+	s, err := cluster.Open(c, d, cluster.ProviderOnly, nil)
+	if err != nil {
+		return etcdsnap.Result{}, err
+	}
+	defer s.Close()
+	return etcdsnap.Save(ctx, s.Target(), path, overwrite)
+}
