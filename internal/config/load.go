@@ -169,7 +169,7 @@ func explainYAML(source string, err error) error {
 			if where == "" {
 				where = m[3]
 			}
-			lines = append(lines, fmt.Sprintf("line %s: unknown field %s in %s (fix: remove it or correct its spelling; `khw init` writes the known fields, README.md lists the optional sections)", m[1], quote(m[2]), where))
+			lines = append(lines, fmt.Sprintf("line %s: unknown field %s in %s (fix: remove it or correct its spelling; `khw init` writes the known fields, docs/cluster-yaml.md lists every one)", m[1], quote(m[2]), where))
 		case notMapping.MatchString(msg):
 			lines = append(lines, "the document must be a mapping of fields (apiVersion, kind, name, nodes …), not "+clip(notMapping.FindStringSubmatch(msg)[1])+" (fix: start from `khw init`)")
 		case cannotUnmarshal.MatchString(msg):
