@@ -250,3 +250,14 @@ func ServeUntil(ctx context.Context, srv *http.Server, ln net.Listener, grace ti
 	}
 	return nil
 }
+
+// Timeouts of MirrorServer. A download has no overall deadline (a 1 GiB
+// image on a slow classroom network takes minutes); instead each write must
+// make progress within mirrorWriteIdle, so a client that stops reading does
+// not hold a connection and its file open for ever.
+var (
+	mirrorReadHeaderTimeout = 10 * time.Second
+	mirrorReadTimeout       = 30 * time.Second // requests are GET/HEAD without a body
+	mirrorIdleTimeout       = 2 * time.Minute  // keep-alive between requests
+	mirrorWriteIdle         = time.Minute
+)
