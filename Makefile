@@ -154,12 +154,12 @@ test-libvirt: libvirt-deps
 	KHW_LIBVIRT_TEST=1 KHW_LIBVIRT_IMAGE="$$img" \
 		$(GO) test -count=1 -timeout 60m -v ./internal/vm/libvirt/
 
-## e2e-libvirt: khw up --provider libvirt through 11-smoke on lb, cp1, w1 and w3
-## (TLS bootstrap) as TCG VMs from the Ubuntu-like stand-in image, offline from
-## the mirror, with libvirtd in a throwaway network namespace; then witnesses,
-## a no-op khw up, khw lab check 10, the lb drill, khw down; prints the
-## time of each phase and each step (22-35 min on 2 cores with warm caches;
-## CI runs it). E2E_UNTIL=06-lb stops there with lb, cp1 and w1 (~12 min).
+## e2e-libvirt: khw init --provider libvirt, then khw up through 11-smoke on
+## lb, cp1, w1 and w3 (TLS bootstrap) as TCG VMs from the Ubuntu-like stand-in
+## image, offline from the mirror, with libvirtd in a throwaway network
+## namespace; then witnesses, a no-op khw up, khw lab check 10, the lb drill,
+## khw down; prints the time of each phase and each step (22-35 min on 2 cores
+## with warm caches; CI runs it). E2E_UNTIL=06-lb stops there with lb, cp1 and w1 (~12 min).
 e2e-libvirt: deps mirror-deps libvirt-deps build
 	hack/e2e-libvirt.sh
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# make e2e-libvirt: `khw up --provider libvirt` through 11-smoke on a reduced
-# cluster of QEMU/TCG VMs: lb, cp1 (etcd and the control plane), w1 and w3
-# (which joins by TLS bootstrap), with the wall time of each phase and of
-# each step.
+# make e2e-libvirt: `khw init --provider libvirt`, then `khw up` through
+# 11-smoke on a reduced cluster of QEMU/TCG VMs: lb, cp1 (etcd and the
+# control plane), w1 and w3 (which joins by TLS bootstrap), with the wall
+# time of each phase and of each step.
 #
 # libvirtd must never run in the root network namespace (it would make
 # virbr0 192.168.122.1 there), so this script starts virtlogd and libvirtd

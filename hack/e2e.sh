@@ -34,8 +34,9 @@
 #     and `khw lab NN --yes` does 10 and 11 again, a drill that passes
 #     marks 12 done (E2E_DRILLS; else khw lab 12 --yes), khw lab 13 --yes
 #     restores etcd from its snapshot and passes its check, which must then
-#     name a ConfigMap made after the snapshot; `khw lab list` all done and
-#     `khw up` a no-op again;
+#     name a ConfigMap made after the snapshot, khw lab 14 --yes renews
+#     certificates while the cluster serves and passes its check; `khw lab
+#     list` all done and `khw up` a no-op again;
 #   khw down, and a check that nothing is left (network namespace, nspawn
 #     processes, node roots). It cleans up on failure and Ctrl-C too.
 #
