@@ -11,12 +11,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"sort"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/khw-dev/khw/internal/drill"
@@ -26,6 +28,7 @@ import (
 	"github.com/khw-dev/khw/internal/remote"
 	"github.com/khw-dev/khw/internal/state"
 	"github.com/khw-dev/khw/internal/steps"
+	"github.com/khw-dev/khw/internal/termtext"
 	"github.com/khw-dev/khw/internal/vm"
 )
 
@@ -262,4 +265,26 @@ func Down(ctx context.Context, p vm.Provider, d state.Dir, clusterName string) (
 		}
 	}
 	return removed, nil
+}
+
+// WriteList prints rows as khw lab list does: as JSON (indented), or as a
+// table LAB, STATUS, DETAIL (DETAIL cut at 110 characters, control
+// characters of the nodes' text escaped before the columns are measured).
+func WriteList(w io.Writer, rows []LabStatus, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	t := termtext.NewWriter(tw)
+	fmt.Fprintln(t, "LAB\tSTATUS\tDETAIL")
+	for _, r := range rows {
+		detail := r.Detail
+		if len(detail) > 110 {
+			detail = detail[:110] + "…"
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\n", r.ID, r.Status, detail)
+	}
+	return tw.Flush()
 }
