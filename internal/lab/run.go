@@ -117,7 +117,7 @@ func (c *Course) Run(ctx context.Context, l Lab, t labtext.Lab, ui UI) error {
 	if len(diffs) == 0 {
 		ui.say("✓ %s is already done: nothing to change.\n", l.ID)
 		if ui.ByHand {
-			ui.say("  To do it by hand again: khw lab reset %s (back to before it), then khw lab %s --by-hand.\n", l.ID, l.ID)
+			ui.say("%s", c.byHandAgain(l))
 		}
 	} else {
 		if _, err := c.snapshotOnce(ctx, l, ui); err != nil {
@@ -495,4 +495,16 @@ func (iw *indentWriter) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// byHandAgain says how to do lab l by hand once it is done: reset to its
+// snapshot, or, on a cluster built by khw up (no snapshot from before l:
+// CanReset), make a cluster for the labs and start at lab 01.
+func (c *Course) byHandAgain(l Lab) string {
+	if c.CanReset(l) == nil {
+		return fmt.Sprintf("  To do it by hand again: khw lab reset %s (back to before it), then khw lab %s --by-hand.\n", l.ID, l.ID)
+	}
+	return fmt.Sprintf("  This cluster was built without khw lab, so there is no snapshot from before %s to go back to.\n"+
+		"  To do the labs by hand, make a cluster for them and start at lab 01:\n"+
+		"    khw init --name lab --provider %s && khw lab 01 --cluster lab\n", l.ID, c.S.Config.Provider)
 }

@@ -4,11 +4,16 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/khw-dev/khw/internal/cluster"
+	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/lab/labid"
+	"github.com/khw-dev/khw/internal/state"
 )
 
 func TestAskAnswers(t *testing.T) {
@@ -121,5 +126,26 @@ func TestConfirmDrill(t *testing.T) {
 		if c.yes != (out.Len() == 0) {
 			t.Errorf("answer %q (yes %v): asked %q", c.in, c.yes, out.String())
 		}
+	}
+}
+
+// TestByHandAgainOnAClusterBuiltByUp: a lab done by khw up has no snapshot,
+// so the hint must not send the student to a khw lab reset that refuses.
+func TestByHandAgainOnAClusterBuiltByUp(t *testing.T) {
+	d := state.Dir{Root: t.TempDir(), Name: "khw"}
+	c := &Course{S: &cluster.Session{Dir: d, Config: &config.Cluster{Provider: "nspawn"}}}
+	etcd := mustLab(t, labid.Etcd)
+	got := c.byHandAgain(etcd)
+	if strings.Contains(got, "khw lab reset") || !strings.Contains(got, "khw init --name lab --provider nspawn && khw lab 01 --cluster lab") {
+		t.Errorf("no snapshot: %q", got)
+	}
+	if err := c.CanReset(etcd); err == nil {
+		t.Fatalf("CanReset passed without a snapshot; the hint's premise is wrong")
+	}
+	if err := os.MkdirAll(filepath.Join(d.Root, "labs", "snapshots", "before-"+labid.Etcd), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.byHandAgain(etcd); !strings.Contains(got, "khw lab reset 04-etcd") {
+		t.Errorf("with a snapshot: %q", got)
 	}
 }
