@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 	k8sversion "k8s.io/apimachinery/pkg/util/version"
@@ -19,7 +20,7 @@ func newInitCmd(a *app) *cobra.Command {
 		Long:  help("init"),
 		Example: `  khw init                                  # cluster "khw", this host's arch, libvirt
   khw init --name lab --arch amd64 --provider nspawn
-  khw init --force                          # start over from the defaults
+  khw init --force                          # start over from the defaults (same provider and arch)
   khw init --kubernetes-version ` + config.PreviousKubernetes + `      # a cluster to upgrade (khw lab 15)`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -36,6 +37,13 @@ func newInitCmd(a *app) *cobra.Command {
 			}
 			if err := config.ValidName(name); err != nil {
 				return usagef("--name: %v", err)
+			}
+			d, err := state.Resolve(a.stateBase, name)
+			if err != nil {
+				return usageError{err}
+			}
+			if force {
+				keepMachines(a, d, cmd, &arch, &provider)
 			}
 			if arch != config.ArchARM64 && arch != config.ArchAMD64 {
 				return usagef("--arch %q: use arm64 or amd64", arch)
@@ -63,10 +71,6 @@ func newInitCmd(a *app) *cobra.Command {
 						kubeVersion, config.DefaultVersions.Kubernetes, config.PreviousKubernetes)
 				}
 			}
-			d, err := state.Resolve(a.stateBase, c.Name)
-			if err != nil {
-				return usageError{err}
-			}
 			if err := d.CheckNotForeign(); err != nil {
 				return err
 			}
@@ -82,7 +86,7 @@ func newInitCmd(a *app) *cobra.Command {
 	f.StringVar(&name, "name", defaultClusterName(), "cluster name (1-20 lowercase letters, digits, '-')")
 	f.StringVar(&arch, "arch", hostArch(), "node CPU architecture, arm64 or amd64; the default is this host's")
 	f.StringVar(&provider, "provider", config.ProviderLibvirt, "machine provider: libvirt or nspawn")
-	f.BoolVar(&force, "force", false, "overwrite an existing cluster.yaml")
+	f.BoolVar(&force, "force", false, "overwrite an existing cluster.yaml (its provider and arch are kept unless --provider or --arch is given)")
 	f.StringVar(&kubeVersion, "kubernetes-version", "", "the Kubernetes release to install (versions.kubernetes), e.g. "+config.PreviousKubernetes+" to upgrade later (khw lab 15); the default is "+config.DefaultVersions.Kubernetes+", the release khw is made for")
 	cmd.RegisterFlagCompletionFunc("arch", fixedCompletions(config.ArchARM64, config.ArchAMD64))
 	cmd.RegisterFlagCompletionFunc("provider", fixedCompletions(config.ProviderLibvirt, config.ProviderNspawn))
@@ -92,5 +96,28 @@ func newInitCmd(a *app) *cobra.Command {
 func fixedCompletions(vals ...string) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 	return func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return vals, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// keepMachines sets arch and provider, where their flags were not given,
+// from the cluster.yaml that init --force replaces: starting over must not
+// turn an nspawn cluster into a libvirt one because the flag's default is
+// libvirt. A file that cannot be read keeps the flags' defaults.
+func keepMachines(a *app, d state.Dir, cmd *cobra.Command, arch, provider *string) {
+	old, _, err := config.Load(d.ConfigPath())
+	if err != nil || old == nil {
+		return
+	}
+	var kept []string
+	if !cmd.Flags().Changed("provider") && old.Provider != "" {
+		*provider = old.Provider
+		kept = append(kept, "provider "+old.Provider)
+	}
+	if !cmd.Flags().Changed("arch") && old.Arch != "" {
+		*arch = old.Arch
+		kept = append(kept, "arch "+old.Arch)
+	}
+	if len(kept) > 0 {
+		fmt.Fprintf(a.errOut, "keeping %s from the cluster.yaml it replaces (give --provider or --arch to change them)\n", strings.Join(kept, " and "))
 	}
 }

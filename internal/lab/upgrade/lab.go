@@ -70,7 +70,7 @@ func Begin(ctx context.Context, s *cluster.Session, again bool) (Start, error) {
 		return Start{}, err
 	}
 	if AllAt(running, LabTarget) {
-		return Start{}, fmt.Errorf("this cluster already runs %s, the release lab %s upgrades to: the lab starts from a cluster at the minor before it. Build one with khw down, then khw init --force --kubernetes-version %s (add the --name, --arch and --provider you use), then khw up; khw lab %s then upgrades it",
+		return Start{}, fmt.Errorf("this cluster already runs %s, the release lab %s upgrades to: the lab starts from a cluster at the minor before it. Build one with khw down, then khw init --force --kubernetes-version %s (add the --name you use; the provider and arch are kept), then khw up; khw lab %s then upgrades it",
 			LabTarget, labid.Upgrade, config.PreviousKubernetes, labid.Upgrade)
 	}
 	oldest, err := Check(running, LabTarget)
