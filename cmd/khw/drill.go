@@ -3,11 +3,7 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -90,27 +86,10 @@ func runBreak(parent context.Context, a *app, spec drill.Spec, html bool) error 
 	if _, err := drill.Plan(c, spec, drill.Live{}); err != nil {
 		return usageError{err}
 	}
-	env, err := drill.OpenCluster(c, d)
-	if err != nil {
-		return err
-	}
-	defer env.S.Close()
-	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	store := drill.StoreOf(d)
-	rep, err := env.Break(ctx, store, spec, a.out, a.errOut)
+	err = drill.Run(parent, c, d, spec, html, a.out, a.errOut)
 	var pe *drill.PlanError
 	if errors.As(err, &pe) {
 		return usageError{pe.Err}
-	}
-	if err != nil && rep.ID == "" {
-		return err
-	}
-	if perr := drill.WriteSummary(a.out, store, rep); perr != nil && err == nil {
-		err = perr
-	}
-	if html {
-		fmt.Fprintln(a.out, store.HTMLPath(rep.ID))
 	}
 	if err == nil {
 		// A passed drill completes lab 12-failover.

@@ -13,6 +13,35 @@ import (
 	"github.com/khw-dev/khw/internal/state"
 )
 
+// Run is khw break on cluster c (state d), under the caller's lock: the
+// drill of spec run (Env.Break) with a context that Ctrl-C and SIGTERM
+// cancel, then its summary (WriteSummary) and, with html, the path of its
+// report's page alone on the last line. Errors: *PlanError (the live
+// cluster refuses spec: a command-line mistake), Break's (when the drill
+// did not run, nothing else is printed), the summary's (an expectation
+// that did not hold).
+func Run(parent context.Context, c *config.Cluster, d state.Dir, spec Spec, html bool, out, errOut io.Writer) error {
+	env, err := OpenCluster(c, d)
+	if err != nil {
+		return err
+	}
+	defer env.S.Close()
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	store := StoreOf(d)
+	rep, err := env.Break(ctx, store, spec, out, errOut)
+	if err != nil && rep.ID == "" {
+		return err
+	}
+	if perr := WriteSummary(out, store, rep); perr != nil && err == nil {
+		err = perr
+	}
+	if html {
+		fmt.Fprintln(out, store.HTMLPath(rep.ID))
+	}
+	return err
+}
+
 // Heal is khw heal on cluster c (state d): a line on out when no drill is
 // active; else, under the cluster's lock (healLock), the active drill
 // healed and its report written (Env.HealActive) with a context that
