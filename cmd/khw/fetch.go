@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -81,18 +78,7 @@ func newFetchCmd(a *app) *cobra.Command {
 			ctx, stop := signalContext(cmd)
 			defer stop()
 			a.logf(1, "fetching %d artifacts for linux/%s into %s", len(rs), arch, f.CacheDir)
-			res, err := f.Fetch(ctx, rs)
-			if res != nil {
-				components.WriteFetched(a.out, res)
-			}
-			if errors.Is(err, context.Canceled) {
-				return fmt.Errorf("fetch interrupted; nothing unverified was cached, and partial downloads in %s resume on the next `khw fetch`: %w",
-					filepath.Join(f.CacheDir, "partial"), err)
-			}
-			if err != nil {
-				return fmt.Errorf("fetch: %w", err)
-			}
-			return nil
+			return f.FetchAll(ctx, rs, a.out)
 		},
 	}
 	fl.register(cmd, "CPU architecture of the artifacts: amd64 or arm64 (default: the cluster's arch)")

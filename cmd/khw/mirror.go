@@ -2,10 +2,8 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -126,23 +124,9 @@ func newMirrorServeCmd(a *app) *cobra.Command {
 			if err != nil {
 				return invalidInputError{fmt.Errorf("%w (fix: a mirror made by `khw mirror export` has one; export into %s again)", err, dir)}
 			}
-			ln, err := net.Listen("tcp", listen)
-			if err != nil {
-				return fmt.Errorf("listen on %s: %w (fix: choose another --listen address or port)", listen, err)
-			}
-			url := "http://" + ln.Addr().String()
-			fmt.Fprintf(a.out, "Serving mirror %s at %s/ (read-only; Ctrl-C to stop)\n", dir, url)
-			if host, port, _ := net.SplitHostPort(ln.Addr().String()); net.ParseIP(host).IsLoopback() {
-				fmt.Fprintf(a.out, "Only this machine can reach it; for others use --listen 0.0.0.0:%s\n", port)
-			}
-			fmt.Fprintf(a.out, "Mirror pin: %s\nClients: khw fetch --mirror %s --mirror-digest %s\n", digest, url, digest)
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			if err := components.ServeUntil(ctx, srv, ln, 10*time.Second, a.errOut); err != nil {
-				return err
-			}
-			fmt.Fprintln(a.out, "Stopped.")
-			return nil
+			return components.ServeMirror(ctx, srv, dir, digest, listen, a.out, a.errOut)
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "address:port to listen on")

@@ -261,3 +261,27 @@ var (
 	mirrorIdleTimeout       = 2 * time.Minute  // keep-alive between requests
 	mirrorWriteIdle         = time.Minute
 )
+
+// ServeMirror is khw mirror serve once dir and its pin (digest) are
+// checked: srv listens on listen and serves until ctx ends (ServeUntil,
+// with 10 s of grace for downloads in flight). out gets the address, a
+// note when only this machine can reach it, the pin and the command
+// clients run, then "Stopped."; errOut the server's log. Errors: the
+// address cannot be listened on (saying to choose another), ServeUntil's.
+func ServeMirror(ctx context.Context, srv *http.Server, dir, digest, listen string, out, errOut io.Writer) error {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (fix: choose another --listen address or port)", listen, err)
+	}
+	url := "http://" + ln.Addr().String()
+	fmt.Fprintf(out, "Serving mirror %s at %s/ (read-only; Ctrl-C to stop)\n", dir, url)
+	if host, port, _ := net.SplitHostPort(ln.Addr().String()); net.ParseIP(host).IsLoopback() {
+		fmt.Fprintf(out, "Only this machine can reach it; for others use --listen 0.0.0.0:%s\n", port)
+	}
+	fmt.Fprintf(out, "Mirror pin: %s\nClients: khw fetch --mirror %s --mirror-digest %s\n", digest, url, digest)
+	if err := ServeUntil(ctx, srv, ln, 10*time.Second, errOut); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "Stopped.")
+	return nil
+}

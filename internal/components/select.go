@@ -2,8 +2,10 @@ package components
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -254,4 +256,52 @@ func (f *Fetcher) ExportNodeDebsPlans(ctx context.Context, w io.Writer, dir stri
 		digest = rep.Digest
 	}
 	return digest, nil
+}
+
+// FetchAll is khw fetch: rs fetched and verified into the cache, the
+// table of what was fetched (WriteFetched) on out, also when some failed.
+// Errors: an interruption (saying that nothing unverified was cached and
+// where the partial downloads resume), the fetch's.
+func (f *Fetcher) FetchAll(ctx context.Context, rs []Resolved, out io.Writer) error {
+	res, err := f.Fetch(ctx, rs)
+	if res != nil {
+		WriteFetched(out, res)
+	}
+	if errors.Is(err, context.Canceled) {
+		return fmt.Errorf("fetch interrupted; nothing unverified was cached, and partial downloads in %s resume on the next `khw fetch`: %w",
+			filepath.Join(f.CacheDir, "partial"), err)
+	}
+	if err != nil {
+		return fetchError(f.Mirror, res, err)
+	}
+	return nil
+}
+
+// fetchError is FetchAll's error for err, the joined failures of res: one
+// failure as it is; several as their count and the first, since the table
+// above already lists each. Without a mirror, a host that cannot be reached
+// gets the fix for working offline.
+func fetchError(mirror string, res []Fetched, err error) error {
+	var failed []error
+	for _, r := range res {
+		if r.Err != nil {
+			failed = append(failed, r.Err)
+		}
+	}
+	if len(failed) > 1 {
+		err = fmt.Errorf("%d of %d artifacts failed (each is listed above); the first: %w", len(failed), len(res), failed[0])
+	}
+	if mirror == "" && unreachable(err) {
+		return fmt.Errorf("fetch: %w (fix: this machine cannot reach the download site; offline, give khw a mirror and its pin: --mirror and --mirror-digest, or %s and %s; see docs/mirror-and-classroom.md)", err, EnvMirror, EnvMirrorDigest)
+	}
+	return fmt.Errorf("fetch: %w", err)
+}
+
+// unreachable reports whether err is a failure to reach a host at all (no
+// DNS answer, a refused or timed-out connection) rather than an answer the
+// host gave.
+func unreachable(err error) bool {
+	var dnsErr *net.DNSError
+	var opErr *net.OpError
+	return errors.As(err, &dnsErr) || errors.As(err, &opErr)
 }
