@@ -62,3 +62,20 @@ func TestVerifyBlobStamp(t *testing.T) {
 		t.Errorf("a matching stamp did not skip the hash: %v", err)
 	}
 }
+
+func TestDefaultCacheDir(t *testing.T) {
+	t.Setenv(EnvCacheDir, "")
+	t.Setenv("XDG_CACHE_HOME", "/x/cache")
+	if d := DefaultCacheDir(); d != "/x/cache/khw/artifacts" {
+		t.Errorf("XDG: %s", d)
+	}
+	t.Setenv("XDG_CACHE_HOME", "")
+	t.Setenv("HOME", "/home/u")
+	if d := DefaultCacheDir(); d != "/home/u/.cache/khw/artifacts" {
+		t.Errorf("home: %s", d)
+	}
+	t.Setenv(EnvCacheDir, "/c")
+	if d := DefaultCacheDir(); d != "/c" {
+		t.Errorf("env: %s", d)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	cfconfig "github.com/cloudflare/cfssl/config"
 	"github.com/cloudflare/cfssl/csr"
 	"github.com/cloudflare/cfssl/helpers"
+	"github.com/cloudflare/cfssl/initca"
 	"github.com/cloudflare/cfssl/signer"
 	"github.com/cloudflare/cfssl/signer/local"
 
@@ -177,4 +178,14 @@ func assertUnchanged(t *testing.T, dir string, before map[string]fileState) {
 			t.Errorf("%s was changed (present %v, mode %v → %v)", name, ok, b.mode, a.mode)
 		}
 	}
+}
+
+// A second CA made with cfssl's initca, for the "not our CA" case.
+func otherCA(t testing.TB) (certPEM, keyPEM []byte) {
+	t.Helper()
+	cert, _, key, err := initca.New(&csr.CertificateRequest{CN: "Someone Else's CA", KeyRequest: csr.NewKeyRequest()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert, key
 }

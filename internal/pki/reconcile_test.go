@@ -9,7 +9,6 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
-	"log"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,10 +16,8 @@ import (
 	"testing"
 	"time"
 
-	cfconfig "github.com/cloudflare/cfssl/config"
 	"github.com/cloudflare/cfssl/csr"
 	"github.com/cloudflare/cfssl/helpers"
-	"github.com/cloudflare/cfssl/initca"
 
 	"github.com/khw-dev/khw/internal/config"
 )
@@ -198,50 +195,6 @@ func checkCerts(t *testing.T, c *config.Cluster, dir string, now, caNow time.Tim
 				}
 			}
 		})
-	}
-}
-
-func TestSpecsDefault(t *testing.T) {
-	c := defaultCluster(t)
-	specs := Specs(c)
-	var names []string
-	for _, s := range specs {
-		names = append(names, s.Name)
-		if s.Purpose == "" || len(s.Access) == 0 {
-			t.Errorf("%s: Purpose/Access not documented", s.Name)
-		}
-		w, ok := wantDefault[s.Name]
-		if !ok {
-			continue
-		}
-		if s.CN != w.cn || !slices.Equal(nonEmpty(s.O), w.o) {
-			t.Errorf("%s: CN/O = %q/%q, want %q/%q", s.Name, s.CN, s.O, w.cn, w.o)
-		}
-	}
-	if !slices.Equal(names, allNames) {
-		t.Errorf("Specs order = %v, want %v (w3 joins by TLS bootstrap and has none)", names, allNames)
-	}
-	if got := APIServerSANs(c); !slices.Equal(got, kubernetesSANs) || len(got) != 18 {
-		t.Errorf("APIServerSANs = %q (%d), want the 18 of cluster-facts.md %q", got, len(got), kubernetesSANs)
-	}
-}
-
-func TestSpecsFollowConfig(t *testing.T) {
-	c := defaultCluster(t)
-	c.Network.Domain = "lab.example"
-	c.Kubernetes.ServiceCIDR = "10.96.0.0/24"
-	c.Kubernetes.ClusterDNS = "10.96.0.10"
-	c.Kubernetes.ClusterDomain = "corp.local"
-	got := APIServerSANs(c)
-	for _, want := range []string{"10.96.0.1", "cp2.lab.example", "lb.lab.example", "kubernetes.default.svc.corp.local"} {
-		if !slices.Contains(got, want) {
-			t.Errorf("APIServerSANs lacks %s: %q", want, got)
-		}
-	}
-	for _, bad := range []string{"10.32.0.1", "cp2.kubernetes.local", "kubernetes.default.svc.cluster.local"} {
-		if slices.Contains(got, bad) {
-			t.Errorf("APIServerSANs still has %s: %q", bad, got)
-		}
 	}
 }
 
@@ -487,84 +440,6 @@ func TestHalfWrittenPairIsRepaired(t *testing.T) {
 	checkCerts(t, c, dir, now, now)
 }
 
-// A lost CA key is refused (PreciousKeyError, nothing written) unless
-// AllowNewCA; with it, a new CA is made and every cert reissued, except that
-// the service-account cert is re-signed for its own (precious) key.
-func TestCARegeneratedReissuesEverything(t *testing.T) {
-	c := defaultCluster(t)
-	dir := t.TempDir()
-	now := time.Now().Truncate(time.Second)
-	reconcile(t, c, dir, now)
-	oldCA := readCert(t, dir, "ca")
-	saKey := readFile(t, filepath.Join(dir, "service-account-key.pem"))
-	if err := os.Remove(filepath.Join(dir, "ca-key.pem")); err != nil {
-		t.Fatal(err)
-	}
-	before := snapshot(t, dir)
-	rep, err := Reconcile(c, dir, now)
-	var pk *PreciousKeyError
-	if !errors.As(err, &pk) || rep != nil {
-		t.Fatalf("without AllowNewCA: report %v, err %v; want a *PreciousKeyError and no report", rep, err)
-	}
-	assertUnchanged(t, dir, before)
-
-	r := reconcile(t, c, dir, now, AllowNewCA())
-	if s := status(t, r, "ca"); s.Action != Reissued || !strings.HasPrefix(s.Reasons[0].Detail, "ca-key.pem does not exist; a new CA key was made") {
-		t.Errorf("ca: %s %v", s.Action, s.Reasons)
-	}
-	for _, n := range leafNames {
-		want := Reissued
-		if n == "service-account" {
-			want = Resigned
-		}
-		s := status(t, r, n)
-		if s.Action != want || !slices.Equal(codes(s.Reasons), []ReasonCode{ReasonNotSignedBy}) {
-			t.Errorf("%s: %s %v, want %s (not-signed-by-ca only)", n, s.Action, s.Reasons, want)
-		} else if !strings.Contains(s.Reasons[0].Detail, "a new CA (new ca-key.pem) was made in this run") {
-			t.Errorf("%s: detail %q does not say the CA key was replaced", n, s.Reasons[0].Detail)
-		}
-	}
-	if readCert(t, dir, "ca").Equal(oldCA) {
-		t.Error("CA not regenerated")
-	}
-	if !bytes.Equal(saKey, readFile(t, filepath.Join(dir, "service-account-key.pem"))) {
-		t.Error("a new CA replaced the service-account key")
-	}
-	checkCerts(t, c, dir, now, now) // every cert chains to the new CA
-}
-
-func TestCARenewedWithSameKey(t *testing.T) {
-	c := defaultCluster(t)
-	dir := t.TempDir()
-	now := time.Now().Truncate(time.Second)
-	reconcile(t, c, dir, now)
-	oldKey := readFile(t, filepath.Join(dir, "ca-key.pem"))
-	oldCA := readCert(t, dir, "ca")
-	oldAdmin := readCert(t, dir, "admin")
-
-	later := now.Add(c.PKI.CAValidity - c.PKI.RenewBefore + time.Hour)
-	r := reconcile(t, c, dir, later)
-	if s := status(t, r, "ca"); s.Action != Resigned || !slices.Equal(codes(s.Reasons), []ReasonCode{ReasonRenew}) {
-		t.Errorf("ca: %s %v, want re-signed (renew)", s.Action, s.Reasons)
-	}
-	if !bytes.Equal(oldKey, readFile(t, filepath.Join(dir, "ca-key.pem"))) {
-		t.Error("CA key changed on renewal")
-	}
-	newCA := readCert(t, dir, "ca")
-	if newCA.SerialNumber.Cmp(oldCA.SerialNumber) == 0 || !newCA.NotAfter.After(oldCA.NotAfter) {
-		t.Error("CA cert not renewed")
-	}
-	if err := oldAdmin.CheckSignatureFrom(newCA); err != nil {
-		t.Errorf("a cert signed by the old CA cert does not verify with the renewed one: %v", err)
-	}
-	// The leaves are 9 years past their expiry: reissued for that, not for the CA.
-	for _, n := range leafNames {
-		if got := codes(status(t, r, n).Reasons); !slices.Equal(got, []ReasonCode{ReasonExpired}) {
-			t.Errorf("%s reasons = %v, want only expired", n, got)
-		}
-	}
-}
-
 // The seed blog gives kube-scheduler O=system:node-proxier; a directory made
 // that way is repaired.
 func TestWrongSubjectAndUsageAreReissued(t *testing.T) {
@@ -627,78 +502,6 @@ func TestFileModesAreRestored(t *testing.T) {
 	}
 }
 
-func TestCSRJSONAndCAConfig(t *testing.T) {
-	c := defaultCluster(t)
-	dir := t.TempDir()
-	reconcile(t, c, dir, time.Now())
-	for name, w := range wantDefault {
-		var req csr.CertificateRequest
-		if err := json.Unmarshal(readFile(t, filepath.Join(dir, name+"-csr.json")), &req); err != nil {
-			t.Fatalf("%s-csr.json: %v", name, err)
-		}
-		if req.CN != w.cn || len(req.Names) != 1 || req.Names[0].O != w.o[0] {
-			t.Errorf("%s-csr.json: CN %q names %+v, want CN %q O %q", name, req.CN, req.Names, w.cn, w.o[0])
-		}
-		n := req.Names[0]
-		if n.C != "US" || n.ST != "Oregon" || n.L != "Portland" || n.OU == "" {
-			t.Errorf("%s-csr.json: names %+v lack pki.subject", name, n)
-		}
-		if got, want := sortedCopy(req.Hosts), sortedCopy(append(slices.Clone(w.dns), w.ips...)); !slices.Equal(got, want) {
-			t.Errorf("%s-csr.json: hosts %q, want %q", name, got, want)
-		}
-		if req.KeyRequest == nil || req.KeyRequest.A != "ecdsa" || req.KeyRequest.S != 256 {
-			t.Errorf("%s-csr.json: key %+v, want ecdsa 256", name, req.KeyRequest)
-		}
-		if (req.CA != nil) != w.ca {
-			t.Errorf("%s-csr.json: ca section %+v", name, req.CA)
-		}
-	}
-	if got := readFile(t, filepath.Join(dir, "kubernetes-csr.json")); !bytes.Contains(got, []byte(`"kubernetes.default.svc.cluster.local"`)) {
-		t.Errorf("kubernetes-csr.json:\n%s", got)
-	}
-
-	cfg, err := cfconfig.LoadFile(filepath.Join(dir, "ca-config.json"))
-	if err != nil {
-		t.Fatalf("cfssl cannot load ca-config.json: %v", err)
-	}
-	for name, want := range map[string][]x509.ExtKeyUsage{
-		"kubernetes": {x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		"client":     {x509.ExtKeyUsageClientAuth},
-		"signing":    nil,
-	} {
-		p := cfg.Signing.Profiles[name]
-		if p == nil {
-			t.Fatalf("ca-config.json has no %s profile", name)
-		}
-		if p.Expiry != c.PKI.CertValidity {
-			t.Errorf("profile %s expiry %s, want pki.certValidity %s", name, p.Expiry, c.PKI.CertValidity)
-		}
-		ku, eku, unknown := p.Usages()
-		if ku != x509.KeyUsageDigitalSignature || !slices.Equal(eku, want) || len(unknown) != 0 {
-			t.Errorf("profile %s usages %v → %v %v %v", name, p.Usage, ku, eku, unknown)
-		}
-	}
-}
-
-// The files are enough to issue a cert by hand with cfssl's gencert path,
-// and the result is what khw itself would keep.
-func TestStudentCanIssueByHand(t *testing.T) {
-	c := defaultCluster(t)
-	dir := t.TempDir()
-	now := time.Now().Truncate(time.Second)
-	reconcile(t, c, dir, now)
-	var req csr.CertificateRequest
-	if err := json.Unmarshal(readFile(t, filepath.Join(dir, "w2-csr.json")), &req); err != nil {
-		t.Fatal(err)
-	}
-	cert, key := handIssueReq(t, dir, &req, "kubernetes", now.Add(-time.Minute), now.Add(c.PKI.CertValidity))
-	writePair(t, dir, "w2", cert, key)
-	r := reconcile(t, c, dir, now)
-	if s := status(t, r, "w2"); s.Action != Kept {
-		t.Errorf("hand-made w2 from w2-csr.json: %s %v, want kept", s.Action, s.Reasons)
-	}
-}
-
 func TestStaleCertsAreReportedNotDeleted(t *testing.T) {
 	c := defaultCluster(t)
 	dir := t.TempDir()
@@ -753,17 +556,6 @@ func TestDryRun(t *testing.T) {
 	}
 }
 
-func TestCfsslDoesNotLog(t *testing.T) {
-	var buf bytes.Buffer
-	log.SetOutput(&buf)
-	defer log.SetOutput(os.Stderr)
-	c := defaultCluster(t)
-	reconcile(t, c, t.TempDir(), time.Now())
-	if buf.Len() != 0 {
-		t.Errorf("cfssl logged:\n%s", buf.String())
-	}
-}
-
 func TestReportJSON(t *testing.T) {
 	c := defaultCluster(t)
 	var logBuf bytes.Buffer
@@ -782,44 +574,6 @@ func TestReportJSON(t *testing.T) {
 	if len(back.Certs) != len(r.Certs) || back.Certs[0].Action != Created || back.Certs[0].Reasons[0].Code != ReasonMissing {
 		t.Errorf("JSON round trip lost data: %s", b)
 	}
-}
-
-// A second CA made with cfssl's initca, for the "not our CA" case.
-func otherCA(t testing.TB) (certPEM, keyPEM []byte) {
-	t.Helper()
-	cert, _, key, err := initca.New(&csr.CertificateRequest{CN: "Someone Else's CA", KeyRequest: csr.NewKeyRequest()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert, key
-}
-
-// An expired CA is re-signed from its own key (the key is precious): the
-// leaves, long expired too, are reissued for that alone, and chain to it.
-func TestExpiredCAIsResignedFromItsKey(t *testing.T) {
-	c := defaultCluster(t)
-	dir := t.TempDir()
-	now := time.Now().Truncate(time.Second)
-	reconcile(t, c, dir, now)
-	oldKey := readFile(t, filepath.Join(dir, "ca-key.pem"))
-	oldCA := readCert(t, dir, "ca")
-	later := now.Add(c.PKI.CAValidity + time.Hour)
-	r := reconcile(t, c, dir, later)
-	if s := status(t, r, "ca"); s.Action != Resigned || !slices.Equal(codes(s.Reasons), []ReasonCode{ReasonExpired}) {
-		t.Errorf("ca: %s %v, want re-signed (expired)", s.Action, s.Reasons)
-	}
-	if !bytes.Equal(oldKey, readFile(t, filepath.Join(dir, "ca-key.pem"))) {
-		t.Error("an expired CA got a new key; it must be re-signed from the old one")
-	}
-	if ca := readCert(t, dir, "ca"); !bytes.Equal(ca.RawSubject, oldCA.RawSubject) || !ca.NotAfter.After(later) {
-		t.Errorf("re-signed CA: subject %s (was %s), NotAfter %s", ca.Subject, oldCA.Subject, ca.NotAfter)
-	}
-	for _, n := range leafNames {
-		if got := codes(status(t, r, n).Reasons); !slices.Equal(got, []ReasonCode{ReasonExpired}) {
-			t.Errorf("%s reasons = %v, want only expired", n, got)
-		}
-	}
-	checkCerts(t, c, dir, later, later)
 }
 
 func TestInvalidConfigIsRejected(t *testing.T) {

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -336,74 +335,6 @@ func TestVerbosePrintsFixedDiffs(t *testing.T) {
 	)
 }
 
-func ids(steps []Step) []string {
-	var out []string
-	for _, s := range steps {
-		out = append(out, s.ID())
-	}
-	return out
-}
-
-func TestSelect(t *testing.T) {
-	all := []Step{clean("01-machines", ""), clean("02-pki", ""), clean("03-kubeconfig", ""), clean("04-etcd", "")}
-	tests := []struct {
-		from, until string
-		want        []string
-		err         string
-	}{
-		{"", "", []string{"01-machines", "02-pki", "03-kubeconfig", "04-etcd"}, ""},
-		{"02-pki", "", []string{"02-pki", "03-kubeconfig", "04-etcd"}, ""},
-		{"", "02-pki", []string{"01-machines", "02-pki"}, ""},
-		{"03", "etcd", []string{"03-kubeconfig", "04-etcd"}, ""},
-		{"pki", "pki", []string{"02-pki"}, ""},
-		{"3", "4", []string{"03-kubeconfig", "04-etcd"}, ""},
-		{"0", "", nil, `--from: no step "0"`},
-		{"00", "", nil, `--from: no step "00"`},
-		{"05-cp", "", nil, `--from: no step "05-cp": valid steps are 01-machines, 02-pki, 03-kubeconfig, 04-etcd`},
-		{"", "x", nil, `--until: no step "x"`},
-		{"04-etcd", "02-pki", nil, "--from 04-etcd comes after --until 02-pki"},
-	}
-	for _, tt := range tests {
-		got, err := Select(all, tt.from, tt.until)
-		if tt.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.err) {
-				t.Errorf("Select(%q,%q) err = %v, want %q", tt.from, tt.until, err, tt.err)
-			}
-			continue
-		}
-		if err != nil || !slices.Equal(ids(got), tt.want) {
-			t.Errorf("Select(%q,%q) = %v, %v; want %v", tt.from, tt.until, ids(got), err, tt.want)
-		}
-	}
-
-	if _, err := Select([]Step{clean("04-etcd", ""), clean("04-etcd", "")}, "", ""); err == nil || !strings.Contains(err.Error(), `"04-etcd" appears twice`) {
-		t.Errorf("duplicate IDs: err = %v", err)
-	}
-	if _, err := Lookup([]Step{clean("04-etcd", ""), clean("04-etcd-tls", "")}, "04"); err == nil || !strings.Contains(err.Error(), "ambiguous") {
-		t.Errorf("ambiguous lookup: err = %v", err)
-	}
-}
-
-func TestRunFromUntilRunsOnlyThatRange(t *testing.T) {
-	r, out := newRunner(t)
-	a, b, c := dirty("01-a", "A"), dirty("02-b", "B"), dirty("03-c", "C")
-	rep, err := r.Run(context.Background(), []Step{a, b, c}, Options{From: "02-b", Until: "02-b"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a.checks != 0 || c.checks != 0 || b.applies != 1 {
-		t.Fatalf("checks a=%d c=%d, applies b=%d", a.checks, c.checks, b.applies)
-	}
-	if len(rep.Steps) != 1 || rep.Steps[0].ID != "02-b" {
-		t.Fatalf("report %+v", rep.Steps)
-	}
-	matchLines(t, out.String(), `✓ 02-b  B  \(applied 2 changes, `+dur+`\)`)
-
-	if _, err := r.Run(context.Background(), []Step{a}, Options{From: "nope"}); err == nil || a.checks != 0 {
-		t.Fatalf("bad --from: err %v, checks %d", err, a.checks)
-	}
-}
-
 func TestCancelStopsBetweenSteps(t *testing.T) {
 	r, out := newRunner(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -478,93 +409,6 @@ func TestSpinnerOnTTYOnly(t *testing.T) {
 	}
 }
 
-func TestNodeLog(t *testing.T) {
-	env := newEnv(t)
-	logs := env.State.LogsDir()
-
-	// A pre-existing, too-wide log is tightened and appended to.
-	if err := os.MkdirAll(logs, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(logs, "cp1.log")
-	if err := os.WriteFile(p, []byte("old\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	for i := range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fmt.Fprintf(env.NodeLog("cp1"), "line %02d\n", i)
-		}()
-	}
-	wg.Wait()
-	if err := env.Close(); err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintln(env.NodeLog("cp1"), "after close")
-	env.Close()
-
-	st, err := os.Stat(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Mode().Perm() != 0o600 {
-		t.Fatalf("cp1.log mode %v, want 0600", st.Mode().Perm())
-	}
-	if dst, _ := os.Stat(logs); dst.Mode().Perm() != 0o700 {
-		t.Fatalf("logs dir mode %v, want 0700", dst.Mode().Perm())
-	}
-	data, _ := os.ReadFile(p)
-	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-	if len(lines) != 22 || lines[0] != "old" || lines[21] != "after close" {
-		t.Fatalf("log content:\n%s", data)
-	}
-	for i := range 20 {
-		if !slices.Contains(lines, fmt.Sprintf("line %02d", i)) {
-			t.Fatalf("line %d missing or torn:\n%s", i, data)
-		}
-	}
-
-	// A new log is created 0600; node "" is the cluster log; no escape.
-	fmt.Fprintln(env.NodeLog("w3"), "x")
-	env.Close()
-	if st, err := os.Stat(filepath.Join(logs, "w3.log")); err != nil || st.Mode().Perm() != 0o600 {
-		t.Fatalf("w3.log: %v %v", st, err)
-	}
-	for node, want := range map[string]string{"": "_khw.log", "cp2": "cp2.log", "../x": "_.._x.log", "..": "_...log"} {
-		got := env.NodeLogPath(node)
-		if got != filepath.Join(logs, want) {
-			t.Errorf("NodeLogPath(%q) = %s, want %s", node, got, filepath.Join(logs, want))
-		}
-	}
-	if filepath.Dir(env.NodeLogPath("../../etc/passwd")) != logs {
-		t.Error("node name escapes the logs directory")
-	}
-
-	// An Env without a state directory refuses to write to the working dir.
-	bad := &Env{}
-	if _, err := bad.NodeLog("cp1").Write([]byte("x")); err == nil || !strings.Contains(err.Error(), "State.Root is empty") {
-		t.Fatalf("write without state dir: %v", err)
-	}
-}
-
-func TestStepLogNamedInErrorWhenItExists(t *testing.T) {
-	r, _ := newRunner(t)
-	a := dirty("04-etcd", "Bootstrap the etcd cluster")
-	a.stuck = map[string]bool{"cp1/etcd": true, "cp2/etcd": true}
-	_, err := r.Run(context.Background(), []Step{a}, Options{})
-	var se *StepError
-	if !errors.As(err, &se) {
-		t.Fatal(err)
-	}
-	// Two nodes left: no single Node, both logs named, then the runner log.
-	want := []string{r.Env.NodeLogPath("cp1"), r.Env.NodeLogPath("cp2"), r.Env.NodeLogPath("")}
-	if se.Node != "" || !slices.Equal(se.Logs, want) {
-		t.Fatalf("Node %q Logs %v, want %v", se.Node, se.Logs, want)
-	}
-}
-
 func TestFmtDuration(t *testing.T) {
 	for d, want := range map[time.Duration]string{
 		0:                        "0.0s",
@@ -591,78 +435,6 @@ func TestDiffAndCommandString(t *testing.T) {
 		if tt.got != tt.want {
 			t.Errorf("got %q, want %q", tt.got, tt.want)
 		}
-	}
-}
-
-// costly is a clean step that the Runner may skip (SkipWhenUnchanged).
-type costly struct{ *mapStep }
-
-func (costly) SkipWhenUnchanged() {}
-
-// A SkipWhenUnchanged step runs once, then is skipped while nothing is
-// applied and every earlier step is checked clean; a change, --smoke
-// (Recheck) or a run that starts after the first step runs it again.
-func TestSkipWhenUnchanged(t *testing.T) {
-	r, out := newRunner(t)
-	a := clean("01-a", "A")
-	s := costly{clean("11-smoke", "Smoke")}
-	all := []Step{a, s}
-	run := func(opts Options) *Report {
-		t.Helper()
-		out.Reset()
-		rep, err := r.Run(context.Background(), all, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rep
-	}
-	run(Options{})
-	if s.checks != 1 {
-		t.Fatalf("first run: smoke checked %d times", s.checks)
-	}
-	matchLines(t, out.String(),
-		`✓ 01-a  A  \(clean, `+dur+`\)`,
-		`✓ 11-smoke  Smoke  \(passed, `+dur+`\)`)
-	rep := run(Options{})
-	if s.checks != 1 || rep.Steps[1].Skipped == "" || !rep.Steps[1].Clean {
-		t.Fatalf("second run: smoke checked %d times, result %+v; want it skipped", s.checks, rep.Steps[1])
-	}
-	matchLines(t, out.String(),
-		`✓ 01-a  A  \(clean, `+dur+`\)`,
-		`✓ 11-smoke  Smoke  \(clean, 0s\) skipped: passed .*, nothing applied since; khw up --smoke runs it again`)
-	run(Options{Recheck: true})
-	if s.checks != 2 {
-		t.Errorf("--smoke: smoke checked %d times, want 2", s.checks)
-	}
-	run(Options{From: "11-smoke"})
-	if s.checks != 3 {
-		t.Errorf("a run from the smoke step: checked %d times, want 3 (the earlier steps were not checked)", s.checks)
-	}
-	run(Options{})
-	if s.checks != 3 {
-		t.Errorf("nothing changed: smoke checked %d times, want it skipped (3)", s.checks)
-	}
-	// A change applied: the next run checks the smoke again, and so does
-	// the one after an Apply that failed.
-	a.actual["cp1/a"] = "0"
-	run(Options{})
-	if a.applies != 1 || s.checks != 4 {
-		t.Errorf("after a change: %d applies, smoke checked %d times, want 1 and 4", a.applies, s.checks)
-	}
-	a.actual["cp1/a"], a.applyErr = "0", errors.New("boom")
-	if _, err := r.Run(context.Background(), all, Options{}); err == nil {
-		t.Fatal("a failing Apply did not fail the run")
-	}
-	a.actual["cp1/a"], a.applyErr = "1", nil
-	run(Options{})
-	if s.checks != 5 {
-		t.Errorf("after a failed Apply: smoke checked %d times, want 5", s.checks)
-	}
-	// A dry-run writes no record and skips nothing.
-	rec, _ := os.ReadFile(filepath.Join(r.Env.State.Root, RecordFile))
-	run(Options{DryRun: true})
-	if again, _ := os.ReadFile(filepath.Join(r.Env.State.Root, RecordFile)); string(again) != string(rec) || s.checks != 6 {
-		t.Errorf("dry-run: record changed %v, smoke checked %d times (want 6)", string(again) != string(rec), s.checks)
 	}
 }
 
