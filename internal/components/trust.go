@@ -125,6 +125,9 @@ func (f *Fetcher) loadPinnedManifest(ctx context.Context, run *fetchRun, pin str
 	loc, isFile := f.mirrorFile(MirrorManifestFile)
 	data, err := f.getBounded(ctx, run, loc, isFile, maxManifestSize, "mirror manifest")
 	if err != nil {
+		if unreachable(err) {
+			return nil, fmt.Errorf("mirror %s: %w (fix: nothing answers there: check the address and port, and that `khw mirror serve` runs on that machine)", f.Mirror, err)
+		}
 		return nil, fmt.Errorf("mirror %s: %w (fix: the mirror must be made by `khw mirror export` or hack/build-mirror.sh, which write %s)", f.Mirror, err, MirrorManifestFile)
 	}
 	h := sha256.Sum256(data)
