@@ -233,3 +233,23 @@ func TestSlugAndLinkParsing(t *testing.T) {
 		t.Errorf("targets = %v, want %v", got, want)
 	}
 }
+
+// TestREADMEStaysShort keeps the README a page a newcomer reads in five
+// minutes: at most 150 lines, and no dated figure or CI history (those
+// belong in docs/measurements.md).
+func TestREADMEStaysShort(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > 150 {
+		t.Errorf("README.md has %d lines; keep it at most 150 and move details into docs/", len(lines))
+	}
+	dated := regexp.MustCompile(`\b20\d\d-[01]\d-[0-3]\d\b`)
+	for i, l := range lines {
+		if m := dated.FindString(l); m != "" {
+			t.Errorf("README.md:%d holds a date (%s): dated figures and history go to docs/measurements.md", i+1, m)
+		}
+	}
+}
