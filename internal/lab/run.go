@@ -163,18 +163,21 @@ func (c *Course) snapshotOnce(ctx context.Context, l Lab, ui UI) (again bool, er
 	return false, nil
 }
 
-// waitByHand shows cmds for the student to type, where they are written
-// (path) and later, then waits for a line on ui.In; false when the input
+// waitByHand shows cmds for the student to type in khw shell of cluster
+// (named, so that another terminal's KHW_CLUSTER cannot pick another
+// cluster), where they are written (path) and later, then waits for a line on ui.In; false when the input
 // ended first (it then says how to grade later).
-func waitByHand(ui UI, l Lab, cmds []steps.Command, path, later string) bool {
+func waitByHand(ui UI, cluster string, l Lab, cmds []steps.Command, path, later string) bool {
 	ui.say("\nThe commands, in order:\n")
 	for _, cmd := range cmds {
 		for _, ln := range strings.Split(cmd.String(), "\n") {
 			ui.say("    %s\n", ln)
 		}
 	}
-	ui.say("\nType these commands in khw shell (in another terminal), then press Enter here to grade your work.\n"+
-		"They are also in %s, to read or copy from.\n%s\n", path, later)
+	// The cluster is named: another terminal may have KHW_CLUSTER set to
+	// another cluster, whose nodes the commands would change.
+	ui.say("\nType these commands in `khw --cluster %s shell` (in another terminal), then press Enter here to grade your work.\n"+
+		"They are also in %s, to read or copy from.\n%s\n", cluster, path, later)
 	if ui.In == nil {
 		ui.In = strings.NewReader("")
 	}
@@ -219,7 +222,7 @@ func (c *Course) runOperation(ctx context.Context, l Lab, t labtext.Lab, ui UI) 
 		if err != nil {
 			return err
 		}
-		if !waitByHand(ui, l, cmds, path, "khw lab check "+l.ID+" grades it later too; khw lab reset "+l.ID+" starts again.") {
+		if !waitByHand(ui, c.S.Dir.Name, l, cmds, path, "khw lab check "+l.ID+" grades it later too; khw lab reset "+l.ID+" starts again.") {
 			return nil
 		}
 	} else if err := ui.Operate(ctx, l); err != nil {
@@ -268,7 +271,7 @@ func (c *Course) byHand(ctx context.Context, l Lab, t labtext.Lab, ui UI, diffs 
 		}
 		ui.say("  - %s: %s\n", where, d.What)
 	}
-	if !waitByHand(ui, l, cmds, path, fmt.Sprintf("khw lab check %s --hints grades it later too; khw lab hint %s helps with a mistake; khw lab reset %s starts again.", l.ID, l.ID, l.ID)) {
+	if !waitByHand(ui, c.S.Dir.Name, l, cmds, path, fmt.Sprintf("khw lab check %s --hints grades it later too; khw lab hint %s helps with a mistake; khw lab reset %s starts again.", l.ID, l.ID, l.ID)) {
 		return nil
 	}
 	ui.Hints = true

@@ -149,3 +149,15 @@ func TestByHandAgainOnAClusterBuiltByUp(t *testing.T) {
 		t.Errorf("with a snapshot: %q", got)
 	}
 }
+
+// TestWaitByHandNamesTheCluster: the shell the student opens in another
+// terminal must be this cluster's, whatever KHW_CLUSTER says there.
+func TestWaitByHandNamesTheCluster(t *testing.T) {
+	var out bytes.Buffer
+	if !waitByHand(UI{Out: &out, In: strings.NewReader("\n")}, "lab", mustLab(t, labid.Etcd), nil, "/s/lab/labs/by-hand-04-etcd.sh", "later") {
+		t.Fatal("waitByHand returned false on an answered prompt")
+	}
+	if !strings.Contains(out.String(), "`khw --cluster lab shell`") {
+		t.Errorf("the prompt does not name the cluster's shell:\n%s", out.String())
+	}
+}
