@@ -2,7 +2,6 @@ package nodeplan
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -368,21 +367,14 @@ func (s *ComponentStep) Apply(ctx context.Context, env *steps.Env, diffs []steps
 		return err
 	}
 	if s.Rolling && s.Health != nil && len(nd) > 0 {
-		hd, err := s.Health(ctx, env)
-		if err == nil && len(hd) == 0 {
+		roll, err := s.rollReady(ctx, env, s.Wait*vm.Slowdown(s.M.Provider))
+		if err != nil {
+			return err
+		}
+		if roll {
 			// The cluster is serving: change one node at a time, each
 			// checked healthy before the next, so it keeps serving.
 			return s.rollingApply(ctx, env, wants, nd)
-		}
-		if s.RollingOnly {
-			if err == nil {
-				var ss []string
-				for _, d := range hd {
-					ss = append(ss, d.String())
-				}
-				err = errors.New(strings.Join(ss, "; "))
-			}
-			return fmt.Errorf("the cluster is not healthy, and %s changes nodes only one at a time while it serves: %w", s.ID(), err)
 		}
 	}
 	rs, err := applyNodes(ctx, env, s.M, s.ID(), wants, nd)
@@ -497,6 +489,28 @@ func (s *ComponentStep) fixAfterUnits(ctx context.Context, env *steps.Env, wants
 
 // rollingApply applies the nodes named in diffs one at a time: install,
 // restart, wait for its units and for the whole check to pass.
+// rollReady says how Apply changes the nodes of a Rolling step: true to
+// roll, one node at a time, when the cluster is healthy; false to change
+// them all at once when it is not serving anyway. A RollingOnly step never
+// changes them all at once: it waits up to timeout for the cluster to be
+// healthy, because the step before it may have just restarted a control
+// plane, whose Lease holder then misses its renewals until another
+// instance takes the Lease over (within the lease duration, 15 s
+// upstream). Error: still not healthy at timeout, naming what is not.
+func (s *ComponentStep) rollReady(ctx context.Context, env *steps.Env, timeout time.Duration) (bool, error) {
+	hd, err := s.Health(ctx, env)
+	if err == nil && len(hd) == 0 {
+		return true, nil
+	}
+	if !s.RollingOnly {
+		return false, nil
+	}
+	if err := WaitHealthy(ctx, env, s.Health, timeout); err != nil {
+		return false, fmt.Errorf("the cluster is not healthy, and %s changes nodes only one at a time while it serves: %w", s.ID(), err)
+	}
+	return true, nil
+}
+
 func (s *ComponentStep) rollingApply(ctx context.Context, env *steps.Env, wants []*NodeWant, diffs []steps.Diff) error {
 	for _, w := range wants {
 		var mine []steps.Diff
