@@ -61,27 +61,34 @@ func referenceTree(t *testing.T, fence bool) *cobra.Command {
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
 	home, _ := os.UserHomeDir()
-	var walk func(c *cobra.Command)
-	walk = func(c *cobra.Command) {
+	eachCommand(root, func(c *cobra.Command) {
 		c.DisableAutoGenTag = true
 		if fence && c.Long != "" {
 			c.Long = "```text\n" + strings.TrimRight(c.Long, "\n") + "\n```"
 		}
-		for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
-			fs.VisitAll(func(f *pflag.Flag) {
-				if d, ok := docDefaults[f.Name]; ok {
-					f.DefValue = d
-				} else if home != "" && home != "/" && strings.Contains(f.DefValue, home) {
-					t.Errorf("%s --%s: its default %q names this machine's home directory; add the rule that computes it to docDefaults", c.CommandPath(), f.Name, f.DefValue)
-				}
-			})
-		}
-		for _, s := range c.Commands() {
-			walk(s)
-		}
-	}
-	walk(root)
+		eachFlag(c, func(f *pflag.Flag) {
+			if d, ok := docDefaults[f.Name]; ok {
+				f.DefValue = d
+			} else if home != "" && home != "/" && strings.Contains(f.DefValue, home) {
+				t.Errorf("%s --%s: its default %q names this machine's home directory; add the rule that computes it to docDefaults", c.CommandPath(), f.Name, f.DefValue)
+			}
+		})
+	})
 	return root
+}
+
+// eachCommand calls fn on c and on every command below it, parents first.
+func eachCommand(c *cobra.Command, fn func(*cobra.Command)) {
+	fn(c)
+	for _, s := range c.Commands() {
+		eachCommand(s, fn)
+	}
+}
+
+// eachFlag calls fn on every flag c defines, local and persistent.
+func eachFlag(c *cobra.Command, fn func(*pflag.Flag)) {
+	c.Flags().VisitAll(fn)
+	c.PersistentFlags().VisitAll(fn)
 }
 
 // generateReference writes the Markdown and man pages of khw into two new
@@ -105,16 +112,9 @@ func generateReference(t *testing.T, tmp string) (mdDir, manDir string) {
 	// Flag usages are not fenced; a backslash keeps a <placeholder> literal
 	// in the Markdown the man generator reads.
 	escape := strings.NewReplacer("<", `\<`, ">", `\>`)
-	var walk func(c *cobra.Command)
-	walk = func(c *cobra.Command) {
-		for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
-			fs.VisitAll(func(f *pflag.Flag) { f.Usage = escape.Replace(f.Usage) })
-		}
-		for _, s := range c.Commands() {
-			walk(s)
-		}
-	}
-	walk(man)
+	eachCommand(man, func(c *cobra.Command) {
+		eachFlag(c, func(f *pflag.Flag) { f.Usage = escape.Replace(f.Usage) })
+	})
 	if err := doc.GenManTree(man, hdr, manDir); err != nil {
 		t.Fatalf("man pages: %v", err)
 	}
