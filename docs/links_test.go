@@ -50,6 +50,8 @@ var (
 	refDef     = regexp.MustCompile(`^\s*\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+"[^"]*")?\s*$`)
 	htmlAnchor = regexp.MustCompile(`<a\s+(?:name|id)="([^"]+)"`)
 	heading    = regexp.MustCompile(`^(#{1,6})\s+(.*?)\s*#*\s*$`)
+	// headingLink is a link inside a heading; its text counts for the slug.
+	headingLink = regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`)
 )
 
 // prose returns the lines of a Markdown file outside fenced code blocks, with
@@ -74,7 +76,7 @@ func prose(text string) map[int]string {
 // hyphens (github.com/gjtorikian/html-pipeline TableOfContentsFilter, which
 // GitHub's Markdown rendering uses). Markup characters go first.
 func slug(h string) string {
-	h = regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`).ReplaceAllString(h, "$1")
+	h = headingLink.ReplaceAllString(h, "$1")
 	h = strings.ToLower(h)
 	var b strings.Builder
 	for _, r := range h {

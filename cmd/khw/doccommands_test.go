@@ -148,12 +148,15 @@ func shellSegments(line string) [][]string {
 	return segs
 }
 
+// envAssign is a NAME=value word before a command.
+var envAssign = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
+
 // khwArgs returns the arguments of a simple command that runs khw (khw,
 // bin/khw or ./bin/khw, after NAME=value assignments and sudo with its
 // options).
 func khwArgs(words []string) ([]string, bool) {
 	i := 0
-	for i < len(words) && regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`).MatchString(words[i]) {
+	for i < len(words) && envAssign.MatchString(words[i]) {
 		i++
 	}
 	if i < len(words) && words[i] == "sudo" {
