@@ -169,6 +169,9 @@ func (h *haCheck) route() (labcheck.Mistake, bool) {
 			}
 		}
 	}
+	if h.front != nil {
+		h.bindAddress()
+	}
 	if h.front == nil {
 		return h.mk("no frontend binds port "+h.port+": clients of https://"+h.lb.Name+":"+h.port+" get connection refused", "no `bind *:"+h.port+"` in a frontend or listen section", "frontend kube-apiserver / bind *:"+h.port+" / default_backend kube-apiservers"), false
 	}
@@ -201,6 +204,35 @@ func (h *haCheck) route() (labcheck.Mistake, bool) {
 	}
 	h.backChain = append(slices.Clone(h.backDefs), h.back)
 	return labcheck.Mistake{}, true
+}
+
+// bindAddress: the frontend's bind lines for the apiserver port must listen
+// where the clients connect: on every address ("*", "0.0.0.0", "::" or
+// none: HAProxy's bind keyword, https://docs.haproxy.org/2.8/configuration.html#4.2-bind)
+// or on the load balancer's own IP, which every kubeconfig names through
+// lb. Any other address (127.0.0.1, another host's) leaves the clients on
+// the other machines with connection refused.
+func (h *haCheck) bindAddress() {
+	var seen []string
+	for _, l := range h.front.lines {
+		if l.words[0] != "bind" || len(l.words) < 2 || !strings.HasSuffix(l.words[1], ":"+h.port) {
+			continue
+		}
+		addr := strings.Trim(strings.TrimSuffix(l.words[1], ":"+h.port), "[]")
+		switch addr {
+		case "", "*", "0.0.0.0", "::", "::ffff:0.0.0.0", h.lb.IP:
+			return
+		}
+		seen = append(seen, l.words[1])
+	}
+	if len(seen) == 0 {
+		return
+	}
+	m := h.mk(fmt.Sprintf("%s %s listens on %s only: clients of https://%s:%s (every kubeconfig, the kubelets, kube-proxy) connect to %s:%s and get connection refused",
+		h.front.kind, h.front.name, strings.Join(seen, ", "), h.lb.Name, h.port, h.lb.IP, h.port),
+		"bind "+strings.Join(seen, ", "), fmt.Sprintf("bind *:%s (or %s:%s) in %s %s, then systemctl reload haproxy", h.port, h.lb.IP, h.port, h.front.kind, h.front.name))
+	m.Subject = haproxyCfg + " " + h.front.kind + " " + h.front.name + ": bind"
+	h.out = append(h.out, m)
 }
 
 // modes: the frontend and the backend must pass TLS through (mode tcp).

@@ -33,6 +33,9 @@ func TestDetectorsLB(t *testing.T) {
 		{"backend at a wrong IP", "06-lb", func(t *testing.T, f *labchecktest.Fixture) {
 			f.Src.Edit(t, "lb", "/etc/haproxy/haproxy.cfg", "192.168.122.13:6443", "192.168.122.31:6443")
 		}, []labchecktest.Want{{"06-lb", "lb", "points at 192.168.122.31"}, {"06-lb", "lb", "cp3 is not a server"}}},
+		{"frontend bound to loopback only", "06-lb", func(t *testing.T, f *labchecktest.Fixture) {
+			f.Src.Edit(t, "lb", "/etc/haproxy/haproxy.cfg", "bind *:6443", "bind 127.0.0.1:6443")
+		}, []labchecktest.Want{{"06-lb", "lb", "listens on 127.0.0.1:6443 only"}}},
 		{"mode http", "06-lb", func(t *testing.T, f *labchecktest.Fixture) {
 			f.Src.Edit(t, "lb", "/etc/haproxy/haproxy.cfg", "mode tcp", "mode http")
 		}, []labchecktest.Want{{"06-lb", "lb", "runs in mode http"}}},
