@@ -77,21 +77,7 @@ func coreDNS(e *labcheck.Env) ([]labcheck.Mistake, error) {
 		return nil, fmt.Errorf("get ConfigMap kube-system/coredns: %w", err)
 	default:
 		dom := strings.TrimSuffix(e.Cluster.Kubernetes.ClusterDomain, ".")
-		var zones []string
-		found := false
-		for _, l := range strings.Split(cm.Data["Corefile"], "\n") {
-			f := strings.Fields(l)
-			if len(f) == 0 || f[0] != "kubernetes" {
-				continue
-			}
-			found = true
-			for _, z := range f[1:] {
-				if z == "{" {
-					break
-				}
-				zones = append(zones, strings.TrimSuffix(z, "."))
-			}
-		}
+		zones, found := kubernetesZones(cm.Data["Corefile"])
 		switch {
 		case !found:
 			out = append(out, labcheck.Mistake{Lab: lab, What: "the Corefile has no kubernetes plugin: CoreDNS does not answer for Services at all",
@@ -102,6 +88,27 @@ func coreDNS(e *labcheck.Env) ([]labcheck.Mistake, error) {
 		}
 	}
 	return out, nil
+}
+
+// kubernetesZones returns the zones of the Corefile's kubernetes plugin
+// lines (https://coredns.io/plugins/kubernetes/: `kubernetes [ZONES...]`,
+// none meaning the server block's zones), without trailing dots; found
+// is false when no such line exists.
+func kubernetesZones(corefile string) (zones []string, found bool) {
+	for _, l := range strings.Split(corefile, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 || f[0] != "kubernetes" {
+			continue
+		}
+		found = true
+		for _, z := range f[1:] {
+			if z == "{" {
+				break
+			}
+			zones = append(zones, strings.TrimSuffix(z, "."))
+		}
+	}
+	return zones, found
 }
 
 func containsFold(list []string, v string) bool {

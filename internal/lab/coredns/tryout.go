@@ -188,6 +188,16 @@ func dnsCause(e *labcheck.Env, pods *labcheck.WebPods, node config.Node) (lab, e
 				"give the Service kube-system/kube-dns the selector k8s-app: kube-dns (the label of CoreDNS's pods)"
 		}
 	}
+	// CoreDNS forwards a name outside its kubernetes zones upstream
+	// (forward . /etc/resolv.conf), where a cluster name gets no answer
+	// or times out offline: not a lost query.
+	if cm, err := e.API.CoreV1().ConfigMaps("kube-system").Get(ctx, "coredns", metav1.GetOptions{}); err == nil {
+		dom := strings.TrimSuffix(e.Cluster.Kubernetes.ClusterDomain, ".")
+		if zones, found := kubernetesZones(cm.Data["Corefile"]); !found || (len(zones) > 0 && !containsFold(zones, dom)) {
+			return labid.CoreDNS, fmt.Sprintf("%d CoreDNS pod(s) Ready and reached, but the Corefile's kubernetes plugin does not serve %s (zones %v): CoreDNS forwards the cluster's names to its upstream resolvers, which do not know them", ready, dom, zones),
+				"kubernetes " + dom + " in-addr.arpa ip6.arpa in the Corefile (kubectl -n kube-system edit configmap coredns), then kubectl -n kube-system rollout restart deploy/coredns"
+		}
+	}
 	return labid.Workers, fmt.Sprintf("%d CoreDNS pod(s) Ready, the kube-dns Service has endpoints, the pod asks %s: the query is lost between the pod and CoreDNS", ready, dns),
 		fmt.Sprintf("look at kube-proxy on %s (systemctl status kube-proxy; iptables -t nat -S KUBE-SERVICES | grep %s) and at pod traffic between workers (khw lab check 08)", node.Name, dns)
 }
