@@ -3,8 +3,11 @@
 #
 #   - cmd/khw is the command line's wiring (cobra commands, flags, usage
 #     errors, help texts, calls into the packages): its non-test .go files
-#     hold at most MAX_CMD_LOC lines of code, counting the lines that are
-#     neither blank nor comment-only. The logic of an operation lives in
+#     hold at most MAX_LOC_PER_COMMAND lines of code per command, counting
+#     the lines that are neither blank nor comment-only, and the commands
+#     as the pages of the generated CLI reference (docs/cli/khw*.md, which
+#     TestCLIReference keeps equal to the command tree). Wiring grows with
+#     the commands; logic does not belong here: an operation's lives in
 #     the package that owns it.
 #   - No Go file in the repository, tests included, has more than
 #     MAX_FILE_LINES lines: a longer one is split along its concerns.
@@ -14,7 +17,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MAX_CMD_LOC=${MAX_CMD_LOC:-2000}
+MAX_LOC_PER_COMMAND=${MAX_LOC_PER_COMMAND:-41}
+commands=$(find docs/cli -maxdepth 1 -name 'khw*.md' | wc -l)
+MAX_CMD_LOC=$((MAX_LOC_PER_COMMAND * commands))
 MAX_FILE_LINES=${MAX_FILE_LINES:-650}
 failed=0
 
@@ -26,10 +31,10 @@ for f in cmd/khw/*.go; do
   loc=$((loc + n))
 done
 if [ "$loc" -gt "$MAX_CMD_LOC" ]; then
-  echo "cmd/khw: $loc lines of code, over the limit of $MAX_CMD_LOC: move the logic into the package that owns the operation (cmd/khw keeps cobra wiring, flags, usage errors and calls)"
+  echo "cmd/khw: $loc lines of code, over the limit of $MAX_CMD_LOC ($MAX_LOC_PER_COMMAND per command, $commands commands): move the logic into the package that owns the operation (cmd/khw keeps cobra wiring, flags, usage errors and calls)"
   failed=1
 else
-  echo "cmd/khw: $loc lines of code (limit $MAX_CMD_LOC)"
+  echo "cmd/khw: $loc lines of code (limit $MAX_CMD_LOC: $MAX_LOC_PER_COMMAND per command, $commands commands)"
 fi
 
 over=0
