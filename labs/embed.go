@@ -6,6 +6,8 @@
 //
 //	ko/NN-name.md                  the same labs in Korean (khw lab --lang ko)
 //	ko/glossary.md                 the field's terms, English | 한국어 | meaning
+//	challenges/NN-name.md          the troubleshooting challenges of lab NN
+//	ko/challenges/NN-name.md       the same in Korean (khw challenge --lang ko)
 //
 // Every lab file has the same shape, which package internal/labtext parses and
 // checks: a level-1 title "# NN · Title", a one-paragraph summary, then the
@@ -20,7 +22,8 @@ package labs
 
 import "embed"
 
-// FS holds every *.md file of this directory and of ko/.
+// FS holds every *.md file of this directory, of ko/ and of their
+// challenges/.
 //
-//go:embed *.md ko/*.md
+//go:embed *.md ko/*.md challenges/*.md ko/challenges/*.md
 var FS embed.FS

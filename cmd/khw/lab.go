@@ -17,6 +17,7 @@ import (
 	"github.com/khw-dev/khw/internal/drill"
 	"github.com/khw-dev/khw/internal/jumpbox"
 	"github.com/khw-dev/khw/internal/lab"
+	"github.com/khw-dev/khw/internal/lab/challenge"
 	"github.com/khw-dev/khw/internal/lab/labid"
 	"github.com/khw-dev/khw/internal/lab/upgrade"
 	"github.com/khw-dev/khw/internal/labtext"
@@ -58,7 +59,7 @@ func newLabCmd(a *app) *cobra.Command {
 	}
 	for _, c := range []*cobra.Command{cmd, runCmd} {
 		c.Flags().BoolVarP(&o.yes, "yes", "y", false, "apply every change without asking")
-		c.Flags().BoolVar(&o.force, "force", false, "run even if an earlier lab is not done")
+		c.Flags().BoolVar(&o.force, "force", false, "run even if an earlier lab is not done, or while a challenge is under way (it ends as not solved)")
 		c.Flags().BoolVar(&o.plain, "plain", false, "plain Markdown text, no terminal styling (the lab still runs)")
 		c.Flags().BoolVar(&o.byHand, "by-hand", false, "show the changes for you to type in khw shell, wait, then grade them with hints")
 	}
@@ -110,16 +111,19 @@ func newLabCmd(a *app) *cobra.Command {
 			return err
 		},
 	}
-	var resetYes bool
+	var resetYes, resetForce bool
 	resetCmd := &cobra.Command{
 		Use:               "reset LAB",
 		Short:             "Put the nodes and the state dir back to before LAB",
 		Long:              help("lab-reset"),
 		Args:              labArg,
 		ValidArgsFunction: completeLab,
-		RunE:              func(cmd *cobra.Command, args []string) error { return labReset(cmd.Context(), a, args[0], resetYes) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return labReset(cmd.Context(), a, args[0], resetYes, resetForce)
+		},
 	}
 	resetCmd.Flags().BoolVarP(&resetYes, "yes", "y", false, "do not ask for confirmation")
+	resetCmd.Flags().BoolVar(&resetForce, "force", false, "reset even while a challenge is under way (it ends as not solved)")
 	cmd.AddCommand(runCmd, listCmd, checkCmd, hintCmd, quizCmd, resetCmd)
 	return cmd
 }
@@ -256,6 +260,9 @@ func runLab(parent context.Context, a *app, id string, o labOpts) error {
 	return withLab(parent, a, id, o, func(ctx context.Context, l lab.Lab, t labtext.Lab, e *labEnv, ui lab.UI) error {
 		// A step of khw up run by khw installs cluster.yaml's release
 		// like khw up does, so it is refused as khw up is.
+		if err := challenge.StoreOf(e.d).RefuseDuring("khw lab "+l.ID, o.force, a.errOut, time.Now()); err != nil {
+			return err
+		}
 		if l.HasStep() && !o.byHand {
 			if err := lab.RefuseReleaseChange(ctx, e.d, e.c, e.course.S); err != nil {
 				return err
@@ -286,8 +293,11 @@ func labCheck(parent context.Context, a *app, id string, hints bool) error {
 	})
 }
 
-func labReset(parent context.Context, a *app, id string, yes bool) error {
+func labReset(parent context.Context, a *app, id string, yes, force bool) error {
 	return withLab(parent, a, id, labOpts{yes: yes}, func(ctx context.Context, l lab.Lab, _ labtext.Lab, e *labEnv, ui lab.UI) error {
+		if err := challenge.StoreOf(e.d).RefuseDuring("khw lab reset", force, a.errOut, time.Now()); err != nil {
+			return err
+		}
 		err := e.course.ResetAsked(ctx, l, ui)
 		if errors.Is(err, lab.ErrNoAnswer) {
 			return usageError{err}

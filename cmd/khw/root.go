@@ -140,6 +140,7 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 		newReportCmd(a),
 		newUpgradeCmd(a),
 		newLabCmd(a),
+		newChallengeCmd(a),
 		newVersionCmd(a),
 	)
 	return root

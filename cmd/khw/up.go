@@ -2,17 +2,20 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/khw-dev/khw/internal/cluster"
 	"github.com/khw-dev/khw/internal/lab"
+	"github.com/khw-dev/khw/internal/lab/challenge"
 	"github.com/khw-dev/khw/internal/lab/upgrade"
 	"github.com/khw-dev/khw/internal/steps"
 )
 
 func newUpCmd(a *app) *cobra.Command {
 	var opts steps.Options
+	var force bool
 	cmd := &cobra.Command{
 		Use:     "up",
 		Short:   "Create the machines and build the cluster, step by step",
@@ -35,6 +38,9 @@ func newUpCmd(a *app) *cobra.Command {
 				if err := upgrade.RefuseDuring(d); err != nil {
 					return err
 				}
+				if err := challenge.StoreOf(d).RefuseDuring("khw up", force, a.errOut, time.Now()); err != nil {
+					return err
+				}
 			}
 			// Step names are checked before anything is touched (the
 			// constructors do not use the machines).
@@ -51,6 +57,7 @@ func newUpCmd(a *app) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.BoolVar(&opts.DryRun, "dry-run", false, "check only: print what would change and the shell commands, change nothing")
+	f.BoolVar(&force, "force", false, "run even while a challenge is under way (it ends as not solved)")
 	f.StringVar(&opts.From, "from", "", "first step to run (ID, number or name, e.g. "+lab.IDs()[0]+")")
 	f.StringVar(&opts.Until, "until", "", "last step to run (ID, number or name)")
 	f.BoolVar(&opts.Recheck, "smoke", false, helpVars.Replace("run the smoke tests ({smoke}) even when nothing changed since they last passed"))

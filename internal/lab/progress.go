@@ -121,7 +121,10 @@ var stateExcludes = []string{"/nspawn", "/libvirt", "/labs", "/drills", "/logs",
 // cut short (Ctrl-C, a crash) never replaces a whole one: RestoreState,
 // which deletes what the copy lacks, only ever reads a whole copy.
 func SnapshotState(ctx context.Context, d state.Dir, id string) error {
-	dst := stateSnapshotDir(d, id)
+	return snapshotStateAt(ctx, d, stateSnapshotDir(d, id))
+}
+
+func snapshotStateAt(ctx context.Context, d state.Dir, dst string) error {
 	tmp := filepath.Join(filepath.Dir(dst), "partial-"+filepath.Base(dst))
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
