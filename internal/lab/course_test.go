@@ -289,12 +289,12 @@ func TestSettleWaitsForTheEarlierLabs(t *testing.T) {
 	ctx := context.Background()
 	// Lab 03 is the one reset: 01 boots after two checks, 02 is done, 03
 	// itself is not waited for.
-	if pending := co.settle(ctx, mustLab(t, labid.Kubeconfig), 5*time.Second, time.Millisecond); len(pending) != 0 || s1.checks != 3 {
+	if pending := co.settle(ctx, labid.Kubeconfig, 5*time.Second, time.Millisecond); len(pending) != 0 || s1.checks != 3 {
 		t.Fatalf("pending %v after %d checks of 01, want none after 3", pending, s1.checks)
 	}
 	// A lab that stays drifted is named when the limit is reached.
 	s1.checks, s1.n = 0, 1000
-	pending := co.settle(ctx, mustLab(t, labid.Kubeconfig), 30*time.Millisecond, time.Millisecond)
+	pending := co.settle(ctx, labid.Kubeconfig, 30*time.Millisecond, time.Millisecond)
 	if len(pending) != 1 || !strings.HasPrefix(pending[0], labid.Machines+" (") || !strings.Contains(pending[0], "SSH does not answer") {
 		t.Fatalf("pending %v, want 01 with its detail", pending)
 	}
@@ -305,7 +305,7 @@ func TestSettleWaitsForTheEarlierLabs(t *testing.T) {
 	if err := MarkDone(co.S.Dir, labid.Kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	if pending := co.settle(ctx, mustLab(t, labid.EtcdBackup), 30*time.Millisecond, time.Millisecond); len(pending) != 0 {
+	if pending := co.settle(ctx, labid.EtcdBackup, 30*time.Millisecond, time.Millisecond); len(pending) != 0 {
 		t.Fatalf("reset 13: pending %v, want none (12 is a drill, not done)", pending)
 	}
 }

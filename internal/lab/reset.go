@@ -48,7 +48,7 @@ func (c *Course) ResetAsked(ctx context.Context, l Lab, ui UI) error {
 		limit := vm.Scaled(c.S.Provider, SettleLimit, 6*SettleLimit)
 		ui.say("Waiting for the nodes to boot again and the labs before %s to check done (at most %s)…\n", l.ID, limit)
 		t1 := time.Now()
-		if pending := c.settle(ctx, l, limit, 2*time.Second); len(pending) > 0 {
+		if pending := c.settle(ctx, l.ID, limit, 2*time.Second); len(pending) > 0 {
 			fmt.Fprintf(ui.Err, "Warning: after %s, not done yet: %s; khw lab list shows them again\n", limit, strings.Join(pending, "; "))
 		} else {
 			ui.say("The labs before %s check done again (%s).\n", l.ID, time.Since(t1).Round(100*time.Millisecond))
@@ -63,11 +63,12 @@ func (c *Course) ResetAsked(ctx context.Context, l Lab, ui UI) error {
 // slow ones, Target.Scaled).
 const SettleLimit = 2 * time.Minute
 
-// settle checks the labs before l every interval until each that is a
-// step of khw up is done, at most limit (or until ctx ends): a reverted node boots again, and until
-// its units run and its apiserver is ready the labs it belongs to look
-// drifted. It returns the labs still not done then ("ID (detail)").
-func (c *Course) settle(ctx context.Context, l Lab, limit, interval time.Duration) []string {
+// settle checks the labs before the lab before ("" every lab) every
+// interval until each that is a step of khw up is done, at most limit (or
+// until ctx ends): a reverted node boots again, and until its units run
+// and its apiserver is ready the labs it belongs to look drifted. It
+// returns the labs still not done then ("ID (detail)").
+func (c *Course) settle(ctx context.Context, before string, limit, interval time.Duration) []string {
 	deadline := time.Now().Add(limit)
 	for {
 		rows, err := c.List(ctx)
@@ -78,7 +79,7 @@ func (c *Course) settle(ctx context.Context, l Lab, limit, interval time.Duratio
 		for _, r := range rows {
 			// A drill's or an operation's status is a record, which no
 			// booting node changes.
-			if r.ID < l.ID && r.Status != Done && byID(r.ID).HasStep() {
+			if (before == "" || r.ID < before) && r.Status != Done && byID(r.ID).HasStep() {
 				pending = append(pending, r.ID+" ("+r.Detail+")")
 			}
 		}
@@ -96,3 +97,10 @@ func (c *Course) settle(ctx context.Context, l Lab, limit, interval time.Duratio
 // ErrNoAnswer is ResetAsked's error when no answer could be read: a usage
 // mistake (the command needs --yes without a terminal).
 var ErrNoAnswer = errors.New("no answer (stdin closed): add --yes to reset without asking")
+
+// WaitSteps waits until every lab that is a step of khw up checks done
+// again, at most limit, as khw lab reset does after a revert; it returns
+// the labs still not done then ("ID (detail)"), none when all are.
+func (c *Course) WaitSteps(ctx context.Context, limit time.Duration) []string {
+	return c.settle(ctx, "", limit, 2*time.Second)
+}

@@ -16,8 +16,13 @@ import (
 	"strings"
 
 	"github.com/khw-dev/khw/internal/lab"
+	"github.com/khw-dev/khw/internal/lab/coredns"
+	"github.com/khw-dev/khw/internal/lab/etcd"
 	"github.com/khw-dev/khw/internal/lab/fault"
 	"github.com/khw-dev/khw/internal/lab/lb"
+	"github.com/khw-dev/khw/internal/lab/pki"
+	"github.com/khw-dev/khw/internal/lab/tlsbootstrap"
+	"github.com/khw-dev/khw/internal/lab/workers"
 	"github.com/khw-dev/khw/internal/labtext"
 )
 
@@ -25,7 +30,7 @@ import (
 // the lab folders (internal/lab/<name>/faults.go).
 func Catalogue() []fault.Fault {
 	var all []fault.Fault
-	for _, rows := range [][]fault.Fault{lb.Faults()} {
+	for _, rows := range [][]fault.Fault{pki.Faults(), etcd.Faults(), lb.Faults(), workers.Faults(), coredns.Faults(), tlsbootstrap.Faults()} {
 		all = append(all, rows...)
 	}
 	sort.SliceStable(all, func(i, j int) bool {

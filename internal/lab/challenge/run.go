@@ -249,8 +249,13 @@ func (e *Env) GiveUp(ctx context.Context) error {
 		return fmt.Errorf("restoring the snapshot: %w (khw challenge give-up tries again)", err)
 	}
 	limit := vm.Scaled(e.Course.S.Provider, lab.SettleLimit, 6*lab.SettleLimit)
-	e.say("Waiting for the cluster to be healthy again (at most %s)…\n", limit)
-	if problems := e.settle(ctx, limit); len(problems) > 0 {
+	e.say("Waiting for the nodes to boot again, every step to check done and the cluster to be healthy (at most %s)…\n", limit)
+	t0 := time.Now()
+	problems := e.Course.WaitSteps(ctx, limit)
+	if len(problems) == 0 {
+		problems = e.settle(ctx, max(limit-time.Since(t0), 10*time.Second))
+	}
+	if len(problems) > 0 {
 		fmt.Fprintf(e.Err, "Warning: after %s the cluster is not healthy yet:\n  - %s\nkhw status shows it; khw up repairs what is left\n", limit, strings.Join(problems, "\n  - "))
 	}
 	if _, err := e.Store.Finish(a, GaveUp, "", e.now()); err != nil {

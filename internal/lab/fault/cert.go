@@ -2,13 +2,17 @@ package fault
 
 import (
 	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
 	"math/big"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // Reissue returns a faulty twin of the state directory's certificate
@@ -92,4 +96,29 @@ func readKey(p string) (crypto.Signer, error) {
 		return nil, fmt.Errorf("%s: not a signing key", p)
 	}
 	return s, nil
+}
+
+// NewCA returns a self-signed CA certificate, PEM-encoded, that is not the
+// cluster's: what a student gets by running cfssl gencert -initca again.
+// Its key is thrown away.
+func NewCA(commonName string) ([]byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(now.UnixNano()),
+		Subject:               pkix.Name{CommonName: commonName, Organization: []string{"Kubernetes"}},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(365 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }

@@ -14,8 +14,8 @@ func Faults() []fault.Fault {
 	return []fault.Fault{
 		{
 			ID: "lb-bind-loopback", Lab: labid.LB, Level: 1,
-			Source: fault.Source{Title: "HAProxy 2.8 configuration manual, the bind keyword: the address it listens on",
-				URL: "https://docs.haproxy.org/2.8/configuration.html#4.2-bind"},
+			Source: fault.Source{Title: "mmumshad/kubernetes-the-hard-way #301: the HAProxy config used the load balancer's loopback address, not its static IP",
+				URL: "https://github.com/mmumshad/kubernetes-the-hard-way/issues/301"},
 			Break: func(ctx context.Context, a fault.Actions) error {
 				return onLB(ctx, a, `sed -i 's/^\(\s*bind\s\+\)\(\*\|0\.0\.0\.0\)\?:6443\b/\1127.0.0.1:6443/' /etc/haproxy/haproxy.cfg
 grep -q '^\s*bind\s\+127\.0\.0\.1:6443' /etc/haproxy/haproxy.cfg
