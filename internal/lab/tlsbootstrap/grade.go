@@ -255,6 +255,30 @@ func bootstrapCSRs(e *labcheck.Env) ([]labcheck.Mistake, error) {
 		return nil, fmt.Errorf("list CertificateSigningRequests: %w", err)
 	}
 	var out []labcheck.Mistake
+	waiting := map[string]bool{} // nodes with a Pending serving CSR
+	for i := range list.Items {
+		csr := &list.Items[i]
+		if st, _ := tb.State(csr); csr.Spec.SignerName == tb.ServingSigner && st == "Pending" {
+			waiting[strings.TrimPrefix(csr.Spec.Username, labcheck.NodeUserPrefix)] = true
+		}
+	}
+	// A bootstrapped kubelet without a serving certificate answers every
+	// TLS handshake on 10250 with an alert: the apiserver's logs, exec
+	// and port-forward to it fail (kubelet serverTLSBootstrap, https://kubernetes.io/docs/reference/access-authn-authz/kubelet-tls-bootstrapping/#certificate-rotation).
+	for _, n := range bootstrapWorkers(e) {
+		if waiting[n.Name] {
+			continue
+		}
+		if _, joined, err := e.Read(n.Name, clientCurrent); err != nil || !joined {
+			continue // not bootstrapped yet: bootstrap-identity says why
+		}
+		if _, found, err := e.Read(n.Name, servingCurrent); err == nil && !found {
+			out = append(out, labcheck.Mistake{Lab: labTLS, Node: n.Name,
+				What:     "the kubelet on " + n.Name + " has no serving certificate and no kubelet-serving CSR waits for approval: the apiserver's logs, exec and port-forward to " + n.Name + " fail with \"remote error: tls: internal error\"",
+				Evidence: "no " + servingCurrent + " on " + n.Name + "; no Pending CSR of signer " + tb.ServingSigner + " from " + labcheck.NodeUserPrefix + n.Name,
+				Fix:      "the kubelet asks for one by a CSR within seconds of its start (serverTLSBootstrap: true): kubectl get csr; if none comes, systemctl restart kubelet on " + n.Name + "; then read the CSR and approve it"})
+		}
+	}
 	for i := range list.Items {
 		csr := &list.Items[i]
 		state, issued := tb.State(csr)
@@ -286,6 +310,13 @@ func bootstrapCSRs(e *labcheck.Env) ([]labcheck.Mistake, error) {
 	}
 	return out, nil
 }
+
+// The kubelet's current client and serving certificates when it got them
+// by CSRs (its --cert-dir, /var/lib/kubelet/pki).
+const (
+	clientCurrent  = "/var/lib/kubelet/pki/kubelet-client-current.pem"
+	servingCurrent = "/var/lib/kubelet/pki/kubelet-server-current.pem"
+)
 
 // requestSANs lists the SANs of the CSR's PKCS#10 request.
 func requestSANs(csr *certsv1.CertificateSigningRequest) string {

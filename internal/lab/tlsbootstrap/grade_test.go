@@ -115,3 +115,28 @@ func TestServingCSRWithWrongSANsIsNotToBeApproved(t *testing.T) {
 		t.Errorf("got %v", ms)
 	}
 }
+
+// TestBootstrappedWorkerWithoutServingCert: a kubelet that joined but lost
+// its serving certificate, before its new CSR shows up, is a mistake (its
+// logs and exec fail), not only a difference.
+func TestBootstrappedWorkerWithoutServingCert(t *testing.T) {
+	f := labchecktest.NewFixture(t)
+	f.Bootstrapped(t, "system:node:w3")
+	f.Src.Del("w3", "/var/lib/kubelet/pki/kubelet-server-current.pem")
+	ms, err := f.Check(t, Detectors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 1 || ms[0].Node != "w3" || !strings.Contains(ms[0].What, "has no serving certificate") {
+		t.Fatalf("got %v, want w3 named without a serving certificate", ms)
+	}
+	// Once its CSR waits, the Pending CSR is the finding, not this one.
+	f.Objs = append(f.Objs, labchecktest.ServingCSR(t, "csr-new", "w3", []string{"w3"}, []string{"192.168.122.23"}, labchecktest.Now))
+	ms, err = f.Check(t, Detectors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 1 || !strings.Contains(ms[0].What, "csr-new is Pending") {
+		t.Errorf("with its CSR waiting: got %v, want the Pending CSR alone", ms)
+	}
+}

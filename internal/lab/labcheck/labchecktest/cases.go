@@ -164,6 +164,8 @@ func (f *Fixture) Bootstrapped(t *testing.T, cn string) {
 	c, k := f.Issue(t, CertSpec{CN: cn, Org: []string{"system:nodes"}, Client: true})
 	const p = "/var/lib/kubelet/pki/kubelet-client-current.pem"
 	f.Src.Set("w3", p, string(c)+string(k))
+	sc, sk := f.Issue(t, CertSpec{CN: "system:node:w3", Org: []string{"system:nodes"}, DNS: []string{"w3"}, IPs: []string{"192.168.122.23"}, Server: true})
+	f.Src.Set("w3", "/var/lib/kubelet/pki/kubelet-server-current.pem", string(sc)+string(sk))
 	ca := base64.StdEncoding.EncodeToString([]byte(f.Src.Get(t, labcheck.Jumpbox, "pki/ca.pem")))
 	f.Src.Set("w3", "/var/lib/kubelet/kubeconfig", `apiVersion: v1
 kind: Config
