@@ -10,7 +10,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X main.version=$(VERSION)
 PKGS     := ./...
 
-.PHONY: all build test test-unit testbins lint fmt vet size fuzz bench versions-check docs deps clean e2e e2e-day2 e2e-drills e2e-labs e2e-nspawn up
+.PHONY: all build test test-unit testbins lint fmt vet size fuzz bench versions-check docs deps clean e2e e2e-challenges e2e-day2 e2e-drills e2e-labs e2e-nspawn up
 
 include hack/mirror.mk
 
@@ -80,9 +80,12 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./internal/config
 
 ## docs: regenerate the CLI reference (docs/cli/*.md, docs/man/*.1) from the
-## cobra commands; TestCLIReference in make test fails while it is stale
+## cobra commands and the challenge catalogue's table (docs/challenges.md)
+## from the faults; TestCLIReference and TestCatalogueDoc in make test fail
+## while they are stale
 docs:
 	$(GO) test -count=1 -run '^TestCLIReference$$' ./cmd/khw -update-cli-docs
+	$(GO) test -count=1 -run '^TestCatalogueDoc$$' ./internal/lab/challenge -update-catalogue-doc
 
 ## versions-check: each pinned version line against the newest patch the Go
 ## module proxy serves (hack/check-versions.sh; exit 1 when one is stale)
@@ -127,9 +130,19 @@ e2e-labs: deps mirror-deps
 	E2E_LABS=1 hack/e2e.sh
 
 ## e2e-nspawn: e2e-labs and e2e-drills on one cluster (what CI runs): the
-## labs build it, the drills and the mistakes run on it, then khw down
+## labs build it, four troubleshooting challenges proven on it (a rotating
+## part of the catalogue: other ones each day), the drills and the mistakes,
+## then khw down
+E2E_CHALLENGES_CI ?= rotate:4
 e2e-nspawn: deps mirror-deps
-	E2E_LABS=1 E2E_DRILLS=1 hack/e2e.sh
+	E2E_LABS=1 E2E_DRILLS=1 E2E_CHALLENGES=$(E2E_CHALLENGES_CI) hack/e2e.sh
+
+## e2e-challenges: make e2e plus the proof of every troubleshooting challenge
+## on the cluster (each injected, named by khw lab check, fixed in khw shell
+## as its text says, graded solved, khw up clean); prints a table of fault,
+## the check that named it and seconds (root; about 1 min per fault)
+e2e-challenges: deps mirror-deps
+	E2E_CHALLENGES=all hack/e2e.sh
 
 ## up: the main job (root): host packages, khw, the offline mirror, then a
 ## cluster on nspawn nodes with khw up, and how to use it

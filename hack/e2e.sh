@@ -37,6 +37,8 @@
 #     name a ConfigMap made after the snapshot, khw lab 14 --yes renews
 #     certificates while the cluster serves and passes its check; `khw lab
 #     list` all done and `khw up` a no-op again;
+#   E2E_CHALLENGES=all|ID,…|rotate:N: the troubleshooting challenges'
+#     proof (function challenges below) on the built cluster;
 #   khw down, and a check that nothing is left (network namespace, nspawn
 #     processes, node roots). It cleans up on failure and Ctrl-C too.
 #
@@ -45,7 +47,8 @@
 #
 # Env: MIRROR_DIR (default ~/.cache/khw/mirror), E2E_ONLY (mirror components
 # to build, default all), E2E_CNI=mybridge (the seed's teaching CNI plugin
-# instead of the standard bridge), E2E_LABS=1, E2E_DRILLS=1 (above),
+# instead of the standard bridge), E2E_LABS=1, E2E_DRILLS=1,
+# E2E_CHALLENGES (above),
 # E2E_KEEP=1 keeps the cluster up at the end (tear it down with the printed
 # khw down).
 set -euo pipefail
@@ -419,6 +422,20 @@ etcd_snapshot() {
   jq -e --argjson r "$rev" '.revision == $r' <<<"$out" >/dev/null || { echo "e2e: etcdutl reads another revision than $rev" >&2; return 1; }
 }
 
+# challenges: the proof of the challenge catalogue on this cluster
+# (TestCatalogueOnLiveCluster drives this khw binary: start, check fails,
+# khw lab check names the cause, the text's fix in khw shell, check
+# passes, khw up --dry-run clean); E2E_CHALLENGES says which faults: all,
+# IDs, or rotate:N (N a day, the whole catalogue over the days). Its table
+# is kept in $STATE/challenges.log and printed.
+challenges() {
+  local rc=0
+  KHW_PROOF_BIN=$KHW KHW_PROOF_FAULTS=$E2E_CHALLENGES \
+    go test -count=1 -timeout 3h -run '^TestCatalogueOnLiveCluster$' -v ./internal/lab/challenge/ >"$STATE/challenges.log" 2>&1 || rc=$?
+  sed -n '/^Proving /p; /^Fault proof/,$p' "$STATE/challenges.log"
+  if [ $rc != 0 ]; then tail -60 "$STATE/challenges.log"; return $rc; fi
+}
+
 # ---- the labs (E2E_LABS=1)
 
 # lab runs one lab with its (long) output in $STATE/lab-<id>.log, shown only
@@ -725,6 +742,9 @@ if [ "${E2E_LABS:-}" != 1 ]; then
   phase "etcd restore"  etcd_restore   # with E2E_LABS, lab 13 restores at the end
 fi
 phase "khw up (no-op)"  noop_check
+if [ -n "${E2E_CHALLENGES:-}" ]; then
+  phase "challenges"    challenges
+fi
 if [ "${E2E_DRILLS:-}" = 1 ]; then
   # The failover drills, each must pass its verdict (exit 0): one etcd
   # member down (the leader: one election, API stays up; with E2E_LABS

@@ -232,6 +232,9 @@ func withLab(parent context.Context, a *app, id string, o labOpts, fn func(ctx c
 	}
 	if o.show {
 		t.Render(a.out, o.plain)
+		if err := challenge.WriteLabChallenges(a.out, l.ID, t.Lang); err != nil {
+			return err
+		}
 	}
 	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -19,6 +19,7 @@ import (
 	"github.com/khw-dev/khw/internal/lab/coredns"
 	"github.com/khw-dev/khw/internal/lab/etcd"
 	"github.com/khw-dev/khw/internal/lab/fault"
+	"github.com/khw-dev/khw/internal/lab/kubeconfig"
 	"github.com/khw-dev/khw/internal/lab/lb"
 	"github.com/khw-dev/khw/internal/lab/pki"
 	"github.com/khw-dev/khw/internal/lab/tlsbootstrap"
@@ -30,7 +31,7 @@ import (
 // the lab folders (internal/lab/<name>/faults.go).
 func Catalogue() []fault.Fault {
 	var all []fault.Fault
-	for _, rows := range [][]fault.Fault{pki.Faults(), etcd.Faults(), lb.Faults(), workers.Faults(), coredns.Faults(), tlsbootstrap.Faults()} {
+	for _, rows := range [][]fault.Fault{pki.Faults(), kubeconfig.Faults(), etcd.Faults(), lb.Faults(), workers.Faults(), coredns.Faults(), tlsbootstrap.Faults()} {
 		all = append(all, rows...)
 	}
 	sort.SliceStable(all, func(i, j int) bool {

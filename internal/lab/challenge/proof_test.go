@@ -65,9 +65,9 @@ func TestCatalogueOnLiveCluster(t *testing.T) {
 				t.Errorf("%s: give-up after the failure: %v", f.ID, gerr)
 			}
 		}
-		table = append(table, fmt.Sprintf("  %-28s %-20s %5.0f s  %s", f.ID, "lab check "+f.CheckedBy(), secs, mark))
+		table = append(table, fmt.Sprintf("  %-28s %-26s %5.0f s  %s", f.ID, "lab check "+f.CheckedBy(), secs, mark))
 	}
-	fmt.Printf("\nFault proof (%d faults, %d failed):\n  %-28s %-20s %7s\n%s\n", len(faults), failed, "fault", "named by", "time", strings.Join(table, "\n"))
+	fmt.Printf("\nFault proof (%d faults, %d failed):\n  %-28s %-26s %7s\n%s\n", len(faults), failed, "fault", "named by", "time", strings.Join(table, "\n"))
 }
 
 // proveOne runs the proof of f (see TestCatalogueOnLiveCluster).

@@ -271,7 +271,11 @@ func judgeInputs(files []File) []Finding {
 				fd.Evidence = "no file " + f.Path + " on " + f.Node.Name
 			case len(same) > 0:
 				fd.Kind = Inconsistent
-				fd.What = f.Path + " is not the file that " + strings.Join(same, ", ") + " have"
+				verb := " have"
+				if len(same) == 1 {
+					verb = " has"
+				}
+				fd.What = f.Path + " is not the file that " + strings.Join(same, ", ") + verb
 				fd.Why = "what one node signs, encrypts or trusts with it, its peers must accept: the same file on every " + roleName(f.Node.Role)
 			default:
 				fd.What = f.Path + " is not the state directory's copy"

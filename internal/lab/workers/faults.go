@@ -28,15 +28,6 @@ systemctl restart kubelet`),
 			Named: []string{"[07-workers] w2: clusterDNS in kubelet-config.yaml is 10.32.0.100, want 10.32.0.10"},
 		},
 		{
-			ID: "kubelet-kubeconfig-port", Lab: labid.Workers, Level: 1,
-			Source: fault.Source{Title: "kelseyhightower/kubernetes-the-hard-way #247: unable to register worker nodes, \"dial tcp :6443: connection refused\"",
-				URL: "https://github.com/kelseyhightower/kubernetes-the-hard-way/issues/247"},
-			Break: run("w1", `sed -i 's|^\(\s*server: https://[^:]*\):6443$|\1:6444|' /var/lib/kubelet/kubeconfig
-grep -q 'server: https://.*:6444$' /var/lib/kubelet/kubeconfig
-systemctl restart kubelet`),
-			Named: []string{"[07-workers] w1: the server URL of /var/lib/kubelet/kubeconfig has port 6444"},
-		},
-		{
 			ID: "kubelet-anonymous", Lab: labid.Workers, Level: 2,
 			Source: fault.Source{Title: "Kubernetes documentation, kubelet authentication/authorization: requests no other method rejects are treated as anonymous",
 				URL: "https://kubernetes.io/docs/reference/access-authn-authz/kubelet-authn-authz/"},
