@@ -15,13 +15,15 @@ import (
 
 func newChallengeCmd(a *app) *cobra.Command {
 	var lang, output string
+	var plain bool
 	var req challenge.Request
 	cmd := &cobra.Command{Use: "challenge", Short: "Troubleshooting challenges: a fault on the live cluster to find and fix",
 		Long: help("challenge"), Example: help("challenge.example"), Args: exactArgs(0)}
 	cmd.PersistentFlags().StringVar(&lang, "lang", "", "language of the texts: en or ko (default: $KHW_LANG, else ko in a Korean locale, else en)")
+	cmd.PersistentFlags().BoolVar(&plain, "plain", false, "plain Markdown texts, no terminal styling")
 	sub := func(use, short, long string, write bool, fn func(ctx context.Context, e *challenge.Env) error) *cobra.Command {
 		c := &cobra.Command{Use: use, Short: short, Args: exactArgs(0), RunE: func(cmd *cobra.Command, args []string) error {
-			return withChallenges(cmd.Context(), a, lang, write, fn)
+			return withChallenges(cmd.Context(), a, lang, plain, write, fn)
 		}}
 		if long != "" {
 			c.Long = help(long)
@@ -61,7 +63,7 @@ func newChallengeCmd(a *app) *cobra.Command {
 			if len(args) == 1 {
 				req.ID = args[0]
 			}
-			return withChallenges(cmd.Context(), a, lang, true, func(ctx context.Context, e *challenge.Env) error {
+			return withChallenges(cmd.Context(), a, lang, plain, true, func(ctx context.Context, e *challenge.Env) error {
 				f, err := challenge.Choose(e.Store, req)
 				if err != nil {
 					return err
@@ -88,7 +90,7 @@ func newChallengeCmd(a *app) *cobra.Command {
 // cluster lock, as khw lab check) and runs fn with a context that Ctrl-C
 // and SIGTERM cancel. No challenge under way, and a request that names
 // nothing, are usage errors.
-func withChallenges(parent context.Context, a *app, langFlag string, write bool, fn func(ctx context.Context, e *challenge.Env) error) error {
+func withChallenges(parent context.Context, a *app, langFlag string, plain, write bool, fn func(ctx context.Context, e *challenge.Env) error) error {
 	lang, err := lab.Language(langFlag, os.Getenv)
 	if err != nil {
 		return usageError{err}
@@ -100,7 +102,7 @@ func withChallenges(parent context.Context, a *app, langFlag string, write bool,
 		return err
 	}
 	defer e.close()
-	err = fn(ctx, &challenge.Env{Course: e.course, Store: challenge.StoreOf(e.d), Lang: lang, Out: a.out, Err: a.errOut})
+	err = fn(ctx, &challenge.Env{Course: e.course, Store: challenge.StoreOf(e.d), Lang: lang, Plain: plain, Out: a.out, Err: a.errOut})
 	var re *challenge.RequestError
 	if errors.Is(err, challenge.ErrNone) || errors.As(err, &re) {
 		return usageError{err}

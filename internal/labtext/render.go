@@ -9,11 +9,13 @@ import (
 	"golang.org/x/term"
 )
 
-// Render writes the lab's text as View has it to w: rendered for a terminal (glamour,
-// wrapped to its width, style $GLAMOUR_STYLE or dark) when w is one and
-// not plain, else the Markdown as it is.
-func (l Lab) Render(w io.Writer, plain bool) {
-	md := l.View()
+// Render writes the lab's text as View has it to w (RenderMarkdown).
+func (l Lab) Render(w io.Writer, plain bool) { RenderMarkdown(w, l.View(), plain) }
+
+// RenderMarkdown writes md to w: rendered for a terminal (glamour, wrapped
+// to its width, style $GLAMOUR_STYLE or dark) when w is one and not plain,
+// else as it is.
+func RenderMarkdown(w io.Writer, md string, plain bool) {
 	f, isFile := w.(*os.File)
 	if plain || !isFile || !term.IsTerminal(int(f.Fd())) {
 		fmt.Fprintln(w, md)

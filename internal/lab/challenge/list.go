@@ -126,8 +126,7 @@ func (e *Env) WriteStatus() error {
 	if since.IsZero() {
 		since = a.Started
 	}
-	e.say("Challenge %s (lab %s, level %d): %s\nRunning for %s; %d %s taken, %d %s.\n\n%s\n\n%s\n\n%s\n\n%s\n",
-		a.ID, a.Lab, a.Level, t.Title, e.now().Sub(since).Round(time.Second), a.Hints, plural(a.Hints, "hint", "hints"), a.Checks, plural(a.Checks, "check", "checks"),
-		heading(e.Lang, 0), t.Symptom, heading(e.Lang, 1), t.Goal)
+	e.say(e.word("running"), a.ID, a.Lab, a.Level, e.now().Sub(since).Round(time.Second), a.Hints, a.Checks)
+	e.markdown(fmt.Sprintf("## %s · %s\n\n### %s\n\n%s\n\n### %s\n\n%s\n", a.ID, t.Title, heading(e.Lang, 0), t.Symptom, heading(e.Lang, 1), t.Goal))
 	return nil
 }

@@ -29,8 +29,10 @@ var ErrNotSolved = errors.New("not solved yet")
 type Env struct {
 	Course *lab.Course
 	Store  Store
-	// Lang is the language of the texts ("en", "ko").
-	Lang string
+	// Lang is the language of the texts ("en", "ko"); Plain prints them
+	// as Markdown also on a terminal.
+	Lang  string
+	Plain bool
 	// Out receives the texts and progress, in order; Err the warnings.
 	Out, Err io.Writer
 	// Now is the clock (time.Now when nil).
@@ -47,6 +49,10 @@ func (e *Env) now() time.Time {
 func (e *Env) say(format string, args ...any) {
 	fmt.Fprintf(termtext.NewWriter(e.Out), format, args...)
 }
+
+// markdown writes a challenge text (khw's own, not read on a node):
+// rendered on a terminal, as Markdown elsewhere (labtext.RenderMarkdown).
+func (e *Env) markdown(md string) { labtext.RenderMarkdown(e.Out, md, e.Plain) }
 
 // text returns f's text in e.Lang (English when it has none).
 func (e *Env) text(id string) (labtext.ChallengeText, error) {
@@ -129,10 +135,8 @@ func (e *Env) Start(ctx context.Context, f fault.Fault) error {
 	if err := e.Store.SaveActive(a); err != nil {
 		return err
 	}
-	e.say("\nChallenge %s (lab %s, level %d): %s\n\n", f.ID, f.Lab, f.Level, t.Title)
-	e.say("%s\n\n%s\n\n", heading(e.Lang, 0), t.Symptom)
-	e.say("%s\n\n%s\n\n", heading(e.Lang, 1), t.Goal)
-	e.say("The clock runs from now. Work in khw shell; then:\n  khw challenge check    grade the repair (it says where to look while something is wrong)\n  khw challenge hint     one more hint (where to look, what is wrong, the fix)\n  khw challenge give-up  the answer, and the cluster back as it was\n")
+	e.markdown(fmt.Sprintf("## %s · %s\n\n"+e.word("level")+"\n\n### %s\n\n%s\n\n### %s\n\n%s\n", f.ID, t.Title, f.Lab, f.Level, heading(e.Lang, 0), t.Symptom, heading(e.Lang, 1), t.Goal))
+	e.say("%s", e.word("clock"))
 	return nil
 }
 
@@ -170,7 +174,7 @@ func (e *Env) Check(ctx context.Context) error {
 	problems := e.health(ctx)
 	labErr := e.Course.Check(ctx, l, lab.UI{Out: e.Out, Err: e.Err, Hints: true})
 	if len(problems) > 0 {
-		e.say("✗ the cluster is not healthy yet:\n")
+		e.say("%s", e.word("unhealthy"))
 		for _, p := range problems {
 			e.say("  - %s\n", p)
 		}
@@ -186,7 +190,8 @@ func (e *Env) Check(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.say("\n✓ Challenge %s solved in %s with %d %s.\n\n%s\n\n%s\n\n", a.ID, time.Duration(r.Seconds)*time.Second, r.Hints, plural(r.Hints, "hint", "hints"), heading(e.Lang, 5), t.Why)
+	e.say(e.word("solved"), a.ID, time.Duration(r.Seconds)*time.Second, r.Hints)
+	e.markdown(fmt.Sprintf("### %s\n\n%s\n", heading(e.Lang, 5), t.Why))
 	if err := e.Course.DropCheckpoint(ctx, SnapshotName); err != nil {
 		fmt.Fprintf(e.Err, "Warning: the challenge's snapshot could not be removed: %v\n", err)
 	}
@@ -212,16 +217,18 @@ func (e *Env) Hint() error {
 		return err
 	}
 	if a.Hints >= len(t.Hints) {
-		e.say("No more hints: the last one was the fix.\n\n%s\n\n%s\n\nkhw challenge check grades it; khw challenge give-up shows the answer and restores the cluster.\n", heading(e.Lang, 4), t.Hints[2])
+		e.say("%s", e.word("nomore"))
+		e.markdown(fmt.Sprintf("### %s\n\n%s\n", heading(e.Lang, 4), t.Hints[2]))
+		e.say("%s", e.word("nomore2"))
 		return nil
 	}
 	a.Hints++
 	if err := e.Store.SaveActive(a); err != nil {
 		return err
 	}
-	e.say("Hint %d of %d — %s\n\n%s\n", a.Hints, len(t.Hints), heading(e.Lang, 1+a.Hints), t.Hints[a.Hints-1])
+	e.markdown(fmt.Sprintf("### "+e.word("hint")+"\n\n%s\n", a.Hints, len(t.Hints), heading(e.Lang, 1+a.Hints), t.Hints[a.Hints-1]))
 	if a.Hints < len(t.Hints) {
-		e.say("\nkhw challenge hint gives the next one.\n")
+		e.say("%s", e.word("next"))
 	}
 	return nil
 }
@@ -240,7 +247,7 @@ func (e *Env) GiveUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.say("Challenge %s: %s\n\n%s\n\n%s\n\n%s\n\n%s\n\n%s\n\n%s\n\n", a.ID, t.Title, heading(e.Lang, 3), t.Hints[1], heading(e.Lang, 4), t.Hints[2], heading(e.Lang, 5), t.Why)
+	e.markdown(fmt.Sprintf("## %s · %s\n\n### %s\n\n%s\n\n### %s\n\n%s\n\n### %s\n\n%s\n", a.ID, t.Title, heading(e.Lang, 3), t.Hints[1], heading(e.Lang, 4), t.Hints[2], heading(e.Lang, 5), t.Why))
 	warning, err := e.Course.RevertCheckpoint(ctx, SnapshotName, func(format string, args ...any) { e.say(format+"\n", args...) })
 	if warning != nil {
 		fmt.Fprintf(e.Err, "Warning: %v\n", warning)
@@ -264,7 +271,7 @@ func (e *Env) GiveUp(ctx context.Context) error {
 	if err := e.Course.DropCheckpoint(ctx, SnapshotName); err != nil {
 		fmt.Fprintf(e.Err, "Warning: the challenge's snapshot could not be removed: %v\n", err)
 	}
-	e.say("The cluster is back as it was before the challenge. khw challenge list shows what is left.\n")
+	e.say("%s", e.word("back"))
 	return nil
 }
 
