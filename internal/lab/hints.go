@@ -46,9 +46,10 @@ func (g *Grade) hintFindings(l Lab) []grade.Finding {
 }
 
 // writeFirstHints saves g's findings for khw lab hint and prints the first
-// rung of each one's ladder: where to look, not yet what is wrong. It
-// returns how many findings it saved.
-func (g *Grade) writeFirstHints(w io.Writer, d state.Dir, l Lab) (int, error) {
+// rung of each one's ladder: where to look, not yet what is wrong, then
+// what to do next (next; "" names khw lab hint). It returns how many
+// findings it saved.
+func (g *Grade) writeFirstHints(w io.Writer, d state.Dir, l Lab, next string) (int, error) {
 	fs := g.hintFindings(l)
 	st := hintState{Checked: time.Now().UTC(), Findings: fs, Given: make([]int, len(fs))}
 	for _, warn := range g.Warnings {
@@ -69,7 +70,10 @@ func (g *Grade) writeFirstHints(w io.Writer, d state.Dir, l Lab) (int, error) {
 	for _, first := range order {
 		fmt.Fprintf(w, "  %s. %s\n", strings.Join(nums[first], ", "), first)
 	}
-	fmt.Fprintf(w, "Next: khw lab hint %02d (one more hint each time); after a fix, khw lab check %02d --hints\n", l.Number(), l.Number())
+	if next == "" {
+		next = fmt.Sprintf("khw lab hint %02d (one more hint each time); after a fix, khw lab check %02d --hints", l.Number(), l.Number())
+	}
+	fmt.Fprintf(w, "Next: %s\n", next)
 	return len(fs), saveHints(d, l.ID, st)
 }
 

@@ -32,7 +32,7 @@ func TestHintLadder(t *testing.T) {
 		{Lab: labid.Etcd, Node: "cp3", What: "etcd on cp3 listens on 127.0.0.1 only", Fix: "--listen-client-urls=https://192.168.122.13:2379,https://127.0.0.1:2379"},
 		{Lab: labid.Etcd, Node: "cp3", What: "etcd on cp3 has another token", Fix: "--initial-cluster-token=khw"},
 	}}
-	if n, err := g.writeFirstHints(&out, d, l); err != nil || n != 3 {
+	if n, err := g.writeFirstHints(&out, d, l, ""); err != nil || n != 3 {
 		t.Fatalf("writeFirstHints: %d, %v", n, err)
 	}
 	first := out.String()

@@ -30,6 +30,9 @@ type UI struct {
 	// the hint ladders for NextHint; ByHand makes Run show the changes for
 	// the student to type, wait, and grade them instead of applying them.
 	Yes, Force, Plain, Hints, ByHand bool
+	// NextHint is what Check with Hints says to do next ("" names khw
+	// lab hint and khw lab check --hints).
+	NextHint string
 	// QuizOrder gives the order in which Quiz shows a question's n
 	// choices, as rand.Perm does; nil shuffles them at random.
 	QuizOrder func(n int) []int

@@ -110,7 +110,7 @@ func (e *Env) WriteStatus() error {
 		e.say("No challenge is under way.\n")
 		for i := max(0, len(rs)-5); i < len(rs); i++ {
 			r := rs[i]
-			e.say("  %s  %-24s %-8s %s, %d %s\n", r.Ended.Local().Format("2006-01-02 15:04"), r.ID, r.Outcome, time.Duration(r.Seconds)*time.Second, r.Hints, plural(r.Hints, "hint", "hints"))
+			e.say("  %s  %-28s %-8s %s, %d %s\n", r.Ended.Local().Format("2006-01-02 15:04"), r.ID, r.Outcome, time.Duration(r.Seconds)*time.Second, r.Hints, plural(r.Hints, "hint", "hints"))
 		}
 		e.say("khw challenge list shows them all; khw challenge start begins one.\n")
 		return nil

@@ -16,6 +16,7 @@ var words = map[string]map[string]string{
 		"back":      "클러스터가 도전 과제 전으로 돌아왔습니다. 남은 과제는 khw challenge list로 봅니다.\n",
 		"running":   "도전 과제 %s(실습 %s, 수준 %d): %s째 진행 중, 힌트 %d개, 채점 %d번.\n",
 		"level":     "실습 %s, 수준 %d.",
+		"nexthint":  "khw challenge hint(힌트를 하나 더), 고친 뒤에는 khw challenge check",
 	},
 }
 
@@ -30,6 +31,7 @@ var english = map[string]string{
 	"back":      "The cluster is back as it was before the challenge. khw challenge list shows what is left.\n",
 	"running":   "Challenge %s (lab %s, level %d): running for %s; %d hint(s) taken, %d check(s).\n",
 	"level":     "Lab %s, level %d.",
+	"nexthint":  "khw challenge hint (one more hint); after a fix, khw challenge check",
 }
 
 // word is the line key in e's language.
