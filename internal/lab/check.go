@@ -102,9 +102,22 @@ func (g *Grade) write(w io.Writer, l Lab) {
 		fmt.Fprintf(w, "✗ %s\n", m.String())
 	}
 	if len(g.Variants) > 0 {
-		fmt.Fprintf(w, "Variants of khw's reference (information: they work as they are):\n")
+		fmt.Fprintf(w, "Variants of khw's reference that a rule knows to work (information):\n")
 		for _, v := range g.Variants {
 			fmt.Fprintf(w, "  ~ %s: %s\n", v.Node, v.What)
+			if v.Why != "" {
+				fmt.Fprintf(w, "      what it does: %s\n", v.Why)
+			}
+		}
+	}
+	if len(g.NotJudged) > 0 {
+		tryout := "the lab's live tryout passed with them"
+		if len(g.Mistakes) > 0 || g.Detectors == 0 {
+			tryout = "see the mistakes above; the lab's live tryout decides"
+		}
+		fmt.Fprintf(w, "Not judged: no rule knows whether these differences from khw's reference work (%s):\n", tryout)
+		for _, v := range g.NotJudged {
+			fmt.Fprintf(w, "  ? %s: %s\n", v.Node, v.What)
 			if v.Why != "" {
 				fmt.Fprintf(w, "      what it does: %s\n", v.Why)
 			}

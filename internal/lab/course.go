@@ -204,9 +204,13 @@ type Grade struct {
 	// files that break, weaken or disagree (grade.Judge) and the detectors'
 	// findings, sorted by lab.
 	Mistakes []labcheck.Mistake
-	// Variants are the other settings in which the step's files differ
-	// from khw's reference, each with what the setting does: information.
+	// Variants are the settings in which the step's files differ from
+	// khw's reference in a way a rule knows to work, each with what the
+	// setting does and why the change is harmless: information.
 	Variants []grade.Finding
+	// NotJudged are the other settings that differ, which no rule knows:
+	// each with what the setting does; the lab's live tryout decides.
+	NotJudged []grade.Finding
 	// Differences are the step's other differences from khw's reference
 	// (a binary, a file's mode): information when the lab has detectors (a
 	// hand-made variant may differ), the problems themselves when it has
@@ -219,9 +223,9 @@ type Grade struct {
 	Warnings []string
 }
 
-// dropJudgedVariants leaves out the variants whose setting a mistake is
-// about (same node and Subject): a setting is either a mistake or a
-// variant, never both.
+// dropJudgedVariants leaves out the variants and the settings not judged
+// whose setting a mistake is about (same node and Subject): a setting is
+// either a mistake or not, never both.
 func (g *Grade) dropJudgedVariants() {
 	judged := map[[2]string]bool{}
 	for _, m := range g.Mistakes {
@@ -229,7 +233,9 @@ func (g *Grade) dropJudgedVariants() {
 			judged[[2]string{m.Node, m.Subject}] = true
 		}
 	}
-	g.Variants = slices.DeleteFunc(g.Variants, func(v grade.Finding) bool { return judged[[2]string{v.Node, v.Subject}] })
+	drop := func(v grade.Finding) bool { return judged[[2]string{v.Node, v.Subject}] }
+	g.Variants = slices.DeleteFunc(g.Variants, drop)
+	g.NotJudged = slices.DeleteFunc(g.NotJudged, drop)
 }
 
 // Pass reports whether the lab passes: no mistake, the step's Check ran,
@@ -358,9 +364,12 @@ func (c *Course) judgeFiles(ctx context.Context, l Lab, diffs []steps.Diff, src 
 		return diffs, err
 	}
 	for _, f := range found {
-		if f.Mistake() {
+		switch {
+		case f.Mistake():
 			g.Mistakes = append(g.Mistakes, f)
-		} else {
+		case f.Kind == grade.NotJudged:
+			g.NotJudged = append(g.NotJudged, f)
+		default:
 			g.Variants = append(g.Variants, f)
 		}
 	}

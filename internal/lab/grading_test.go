@@ -108,17 +108,20 @@ func TestAMistakeIsNotAlsoAVariant(t *testing.T) {
 	}
 	g := &Grade{Mistakes: ms}
 	for _, j := range judged {
-		if j.Kind == grade.Variant {
+		switch j.Kind {
+		case grade.Variant:
 			g.Variants = append(g.Variants, j)
+		case grade.NotJudged:
+			g.NotJudged = append(g.NotJudged, j)
 		}
 	}
 	var before []string
-	for _, v := range g.Variants {
+	for _, v := range append(g.Variants, g.NotJudged...) {
 		before = append(before, v.What)
 	}
 	g.dropJudgedVariants()
 	var after []string
-	for _, v := range g.Variants {
+	for _, v := range append(g.Variants, g.NotJudged...) {
 		after = append(after, v.What)
 	}
 	if len(after) != 1 || !strings.Contains(after[0], "timeout connect: 1s → 2s") || len(before) < 2 {

@@ -23,9 +23,14 @@ const (
 	// peers (every control plane, every worker) or agree with another
 	// component's, and does not.
 	Inconsistent Kind = "inconsistent"
-	// Variant: differs from khw's reference in a way that works; reported
-	// for information, with what the setting does.
+	// Variant: differs from khw's reference in a way that a rule knows to
+	// work (harmless); reported for information, with what the setting
+	// does and why the change is harmless.
 	Variant Kind = "variant"
+	// NotJudged: differs from khw's reference in a setting that no rule
+	// knows; reported with what the setting does. It fails nothing by
+	// itself: the lab's live tryout decides whether the cluster works.
+	NotJudged Kind = "not-judged"
 )
 
 // Finding is one thing grading found.
@@ -54,8 +59,9 @@ type Finding struct {
 	Fix string
 }
 
-// Mistake reports whether f fails the lab (every kind but Variant).
-func (f Finding) Mistake() bool { return f.Kind != Variant }
+// Mistake reports whether f fails the lab (every kind but Variant and
+// NotJudged).
+func (f Finding) Mistake() bool { return f.Kind != Variant && f.Kind != NotJudged }
 
 // String formats f on one line per field, for terminals and logs.
 func (f Finding) String() string {

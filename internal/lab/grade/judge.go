@@ -73,6 +73,9 @@ func Judge(c *config.Cluster, files []File) ([]Finding, error) {
 	out = append(out, judgeInputs(files)...)
 
 	judged := judgedSet{}
+	// accepted are the settings a rule checked and found fine: a rule
+	// knows that their value works.
+	accepted := map[[3]string]string{}
 	for _, p := range all {
 		f := p.f
 		if p.got == nil {
@@ -103,6 +106,7 @@ func Judge(c *config.Cluster, files []File) ([]Finding, error) {
 			}
 			problem := r.check(v)
 			if problem == "" {
+				accepted[[3]string{f.Node.Name, f.Path, r.key}] = r.why
 				continue
 			}
 			judged.mark(f.Node.Name, f.Path, r.key)
@@ -122,9 +126,17 @@ func Judge(c *config.Cluster, files []File) ([]Finding, error) {
 			if judged.has(p.f.Node.Name, p.f.Path, ch.Key) {
 				continue
 			}
-			out = append(out, Finding{Lab: p.f.Lab, Node: p.f.Node.Name, Kind: Variant, Subject: p.f.Path + " " + ch.Key,
+			fd := Finding{Lab: p.f.Lab, Node: p.f.Node.Name, Kind: NotJudged, Subject: p.f.Path + " " + ch.Key,
 				What: path.Base(p.f.Path) + ": " + ch.String(), Why: ch.Meaning,
-				Evidence: evidence(p.got, p.f, ch.Key)})
+				Evidence: evidence(p.got, p.f, ch.Key)}
+			if why, ok := harmlessChange(p.f.Path, ch); ok {
+				fd.Kind = Variant
+				fd.Why = strings.TrimSpace(ch.Meaning + " " + why)
+			} else if why, ok := accepted[[3]string{p.f.Node.Name, p.f.Path, ch.Key}]; ok {
+				fd.Kind = Variant
+				fd.Why = strings.TrimSpace(ch.Meaning + " A rule accepts this value (" + why + ").")
+			}
+			out = append(out, fd)
 		}
 	}
 	return out, nil

@@ -1,6 +1,7 @@
 package grade
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
@@ -171,39 +172,46 @@ func TestJudgeResolverStub(t *testing.T) {
 	}
 }
 
-// A correct hand-made variant is no mistake, and says what the setting does.
+// A correct hand-made variant is no mistake, and says what the setting
+// does; it is a Variant only when a rule (harmless, or a rule that checks
+// the setting and accepts its value) knows that it works, else NotJudged.
 func TestJudgeVariants(t *testing.T) {
 	cases := []struct {
 		name       string
 		node, path string
 		change     func(string) string
-		variants   []string // in the Variant findings' What
-		meaning    string   // in one Variant's Why
+		variants   []string // in the findings' What
+		meaning    string   // in one finding's Why
+		kind       Kind     // of every finding: Variant (a rule knows it works) or NotJudged
 	}{
-		{"log level", "cp1", apiserverUnit, replace("--v=2", "--v=4"), []string{"kube-apiserver.service: --v: 2 → 4"}, ""},
-		{"bind to own IP", "cp2", apiserverUnit, replace("--bind-address=0.0.0.0 \\", "--bind-address=192.168.122.12 \\"), []string{"--bind-address: 0.0.0.0 → 192.168.122.12"}, "listens on every interface"},
+		{"log level", "cp1", apiserverUnit, replace("--v=2", "--v=4"), []string{"kube-apiserver.service: --v: 2 → 4"}, "", Variant},
+		{"bind to own IP", "cp2", apiserverUnit, replace("--bind-address=0.0.0.0 \\", "--bind-address=192.168.122.12 \\"), []string{"--bind-address: 0.0.0.0 → 192.168.122.12"}, "listens on every interface", Variant},
 		{"spelling and order", "cp1", etcdUnit, func(s string) string {
 			s = strings.Replace(s, "--name=cp1", "--name cp1", 1)
 			s = strings.Replace(s, "  --client-cert-auth \\\n", "", 1)
 			return strings.Replace(s, "--data-dir=/var/lib/etcd \\\n", "--data-dir=/var/lib/etcd \\\n  --client-cert-auth=true \\\n", 1)
-		}, nil, ""},
-		{"haproxy connect timeout", "lb", haproxyCfg, replace("timeout connect 1s", "timeout connect 2s"), []string{"defaults: timeout connect: 1s → 2s"}, "a connect that takes longer than 1 s goes to a dead host"},
-		{"kubelet timeout", "w1", kubeletYAML, replace("runtimeRequestTimeout: 15m", "runtimeRequestTimeout: 10m"), []string{"runtimeRequestTimeout: 15m → 10m"}, ""},
-		{"kubelet added address", "w1", kubeletYAML, replace("registerNode: true", "registerNode: true\naddress: 0.0.0.0"), []string{"address: added (0.0.0.0)"}, ""},
-		{"comments", "cp1", apiserverUnit, replace("[Service]", "[Service]\n# my own note"), nil, ""},
-		{"booleans spelt otherwise", "cp1", etcdUnit, replace("  --client-cert-auth \\\n", "  --client-cert-auth=1 \\\n"), nil, ""},
-		{"a default left out", "cp1", cmUnit, replace("  --leader-elect=true \\\n", ""), []string{"--leader-elect: missing (reference: true)"}, ""},
-		{"kubelet authorization default", "w1", kubeletYAML, replace("authorization:\n  mode: Webhook\n", ""), []string{"authorization.mode: missing (reference: Webhook)"}, ""},
-		{"an empty ExecStart= resets", "cp1", etcdUnit, replace("ExecStart=/usr/local/bin/etcd", "ExecStart=\nExecStart=/usr/local/bin/etcd"), nil, ""},
-		{"sysctl.d spellings", "w1", sysctlConf, replace("net.ipv4.ip_forward = 1", "-net/ipv4/ip_forward = 1"), nil, ""},
+		}, nil, "", Variant},
+		{"haproxy connect timeout", "lb", haproxyCfg, replace("timeout connect 1s", "timeout connect 2s"), []string{"defaults: timeout connect: 1s → 2s"}, "a connect that takes longer than 1 s goes to a dead host", Variant},
+		{"haproxy timeout 0 (none at all)", "lb", haproxyCfg, replace("timeout connect 1s", "timeout connect 0"), []string{"defaults: timeout connect: 1s → 0"}, "", NotJudged},
+		{"a check interval", "lb", haproxyCfg, func(s string) string {
+			return regexp.MustCompile(` inter [0-9a-z]+ `).ReplaceAllString(s, " inter 3s ")
+		}, []string{"default-server inter: "}, "", Variant},
+		{"kubelet timeout", "w1", kubeletYAML, replace("runtimeRequestTimeout: 15m", "runtimeRequestTimeout: 10m"), []string{"runtimeRequestTimeout: 15m → 10m"}, "", NotJudged},
+		{"kubelet added address", "w1", kubeletYAML, replace("registerNode: true", "registerNode: true\naddress: 0.0.0.0"), []string{"address: added (0.0.0.0)"}, "", NotJudged},
+		{"comments", "cp1", apiserverUnit, replace("[Service]", "[Service]\n# my own note"), nil, "", Variant},
+		{"booleans spelt otherwise", "cp1", etcdUnit, replace("  --client-cert-auth \\\n", "  --client-cert-auth=1 \\\n"), nil, "", Variant},
+		{"a default left out", "cp1", cmUnit, replace("  --leader-elect=true \\\n", ""), []string{"--leader-elect: missing (reference: true)"}, "", Variant},
+		{"kubelet authorization default", "w1", kubeletYAML, replace("authorization:\n  mode: Webhook\n", ""), []string{"authorization.mode: missing (reference: Webhook)"}, "", Variant},
+		{"an empty ExecStart= resets", "cp1", etcdUnit, replace("ExecStart=/usr/local/bin/etcd", "ExecStart=\nExecStart=/usr/local/bin/etcd"), nil, "", Variant},
+		{"sysctl.d spellings", "w1", sysctlConf, replace("net.ipv4.ip_forward = 1", "-net/ipv4/ip_forward = 1"), nil, "", Variant},
 		{"haproxy without indentation", "lb", haproxyCfg, func(s string) string {
 			var out []string
 			for _, l := range strings.Split(s, "\n") {
 				out = append(out, strings.TrimSpace(l))
 			}
 			return strings.Join(out, "\n")
-		}, nil, ""},
-		{"stats password", "lb", haproxyCfg, replace("    stats refresh 5s", "    stats refresh 5s\n    stats auth admin:S3cretPassw0rd"), []string{"listen stats: stats auth: added (<hidden: may be a secret>)"}, ""},
+		}, nil, "", Variant},
+		{"stats password", "lb", haproxyCfg, replace("    stats refresh 5s", "    stats refresh 5s\n    stats auth admin:S3cretPassw0rd"), []string{"listen stats: stats auth: added (<hidden: may be a secret>)"}, "", NotJudged},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -221,7 +229,7 @@ func TestJudgeVariants(t *testing.T) {
 				t.Errorf("want %d variants, got %v", len(tc.variants), got)
 			}
 			for i, w := range tc.variants {
-				if i < len(got) && (got[i].Kind != Variant || !strings.Contains(got[i].What, w)) {
+				if i < len(got) && (got[i].Kind != tc.kind || !strings.Contains(got[i].What, w)) {
 					t.Errorf("variant %d: want %q, got %q (%s)", i, w, got[i].What, got[i].Kind)
 				}
 			}
