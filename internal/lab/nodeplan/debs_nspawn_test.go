@@ -156,6 +156,23 @@ func TestAptWaitsForDpkgLockChroot(t *testing.T) {
 	root, mirror, pin, inNode := aptChroot(t)
 	cmd := offlineDebsInChroot(t, root, mirror, pin, inNode)
 
+	// The dpkg directory on a plain filesystem, as on a real node: through
+	// overlayfs, stat names the overlay's device while /proc/locks names
+	// the upper layer's, so the probe could not match the lock.
+	plain := filepath.Join(t.TempDir(), "dpkg")
+	dpkgDir := filepath.Join(root, "var/lib/dpkg")
+	if out, err := exec.Command("cp", "-a", dpkgDir, plain).CombinedOutput(); err != nil {
+		t.Fatalf("copy %s: %v: %s", dpkgDir, err, out)
+	}
+	if out, err := exec.Command("mount", "--bind", plain, dpkgDir).CombinedOutput(); err != nil {
+		t.Fatalf("bind %s: %v: %s", dpkgDir, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dpkgDir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dpkgDir, err, out)
+		}
+	})
+
 	var held []*os.File
 	for _, f := range []string{"/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock"} {
 		fh, err := os.OpenFile(filepath.Join(root, f), os.O_RDWR|os.O_CREATE, 0o640)
