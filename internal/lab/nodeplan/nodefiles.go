@@ -10,8 +10,10 @@ import (
 	"path"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/khw-dev/khw/internal/config"
 	"github.com/khw-dev/khw/internal/lab/labid"
@@ -184,6 +186,7 @@ const (
 	unitNotKnown   = " is not known to systemd"
 	unitNotEnabled = " is not enabled"
 	unitNotRunning = " is not running"
+	unitLoops      = " crash-loops"
 )
 
 func RemoteNode(n config.Node) remote.Node {
@@ -266,6 +269,13 @@ func unitDiffs(w *NodeWant, st nodeState, changing map[string]bool) []steps.Diff
 			diffs = append(diffs, steps.Diff{Kind: steps.DiffUnit, Subject: u.Name, Node: node, What: fmt.Sprintf("%s%s (%s/%s)", u.Name, unitNotRunning, got.Active, got.Sub), Fix: "systemctl restart " + u.Name})
 			continue
 		}
+		if crashLooping(got, st.Now) {
+			diffs = append(diffs, steps.Diff{Kind: steps.DiffUnit, Subject: u.Name, Node: node,
+				What:     fmt.Sprintf("%s%s: systemd restarted it %d times, the last %s ago (it%s; between two crashes it only looks running)", u.Name, unitNotRunning, got.Restarts, st.Now.Sub(got.Started).Round(time.Second), unitLoops),
+				Evidence: "systemctl show " + u.Name + ": NRestarts=" + strconv.Itoa(got.Restarts),
+				Fix:      "read why it exits: journalctl -u " + u.Name + " -n 30 --no-pager; fix that, then systemctl restart " + u.Name})
+			continue
+		}
 		var stale, replaced []string
 		for _, dep := range u.Deps {
 			if fst, ok := st.Files[dep]; ok && got.runsOld(fst) {
@@ -302,6 +312,14 @@ func unitDiffs(w *NodeWant, st nodeState, changing map[string]bool) []steps.Diff
 func readOnlyAtStart(p string) bool {
 	base := path.Base(p)
 	return !strings.HasSuffix(base, ".pem") && !strings.HasSuffix(base, "kubeconfig")
+}
+
+// crashLooping reports a unit that systemd keeps restarting: restarted
+// by its Restart= setting at least twice since it was last started by
+// hand, the last time within a minute of now (a unit that crashed twice
+// long ago and has run since is not looping).
+func crashLooping(u unitState, now time.Time) bool {
+	return u.Restarts >= 2 && !u.Started.IsZero() && !now.IsZero() && now.Sub(u.Started) < time.Minute
 }
 
 // starting reports a unit on its way up (after a boot or a power-on):
@@ -364,8 +382,26 @@ func CheckNode(ctx context.Context, m *Machines, w *NodeWant) ([]steps.Diff, nod
 		}
 		diffs = append(diffs, d...)
 	}
-	diffs = append(diffs, unitDiffs(w, st, changing)...)
+	for _, d := range unitDiffs(w, st, changing) {
+		if d.Kind == steps.DiffUnit && strings.Contains(d.What, unitLoops) {
+			// The evidence of a crash loop is why the process exits.
+			if last := lastError(ctx, cl, d.Subject); last != "" {
+				d.Evidence += "; its journal's last error: " + last
+			}
+		}
+		diffs = append(diffs, d)
+	}
 	return diffs, st, nil
+}
+
+// lastError returns the last line of unit's journal (its last 50 lines)
+// that reports an error, "" when none does or it cannot be read.
+func lastError(ctx context.Context, cl *remote.Client, unit string) string {
+	out, _, err := cl.Run(ctx, "journalctl -u "+quote(unit)+" -n 50 --no-pager -o cat | grep -iE 'error|fail|fatal|invalid|unknown' | tail -n 1", remote.RunOptions{Sudo: true})
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // fixExtras runs the Fix of every extra of w with AfterUnits == after whose

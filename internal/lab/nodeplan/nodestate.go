@@ -37,6 +37,10 @@ type unitState struct {
 	// Started is ExecMainStartTimestamp: when the running main process was
 	// started; zero when it never was.
 	Started time.Time
+	// Restarts is NRestarts: how often systemd restarted the unit by its
+	// Restart= setting since it was last started or stopped by hand
+	// (systemd.service(5)).
+	Restarts int
 	// Reloaded is when the unit's last reload command (its last ExecReload
 	// line, e.g. haproxy's kill -USR2) started, if it exited with status 0;
 	// zero when the unit has none or it never ran. A unit's reload makes
@@ -62,6 +66,9 @@ func (u unitState) runsOld(f fileState) bool {
 type nodeState struct {
 	Files map[string]fileState
 	Units map[string]unitState
+	// Now is the node's clock when the units were read (zero without
+	// units): unit times compare with it, not with the jumpbox's.
+	Now time.Time
 }
 
 // unitTimeLayout is systemd's --timestamp=us+utc format.
@@ -120,8 +127,8 @@ fi
 `)
 	}
 	if len(units) > 0 {
-		b.WriteString("echo '--units--'\n")
-		b.WriteString("systemctl show --timestamp=us+utc -p Id,LoadState,ActiveState,SubState,UnitFileState,NeedDaemonReload,ExecMainStartTimestamp,ExecReload")
+		b.WriteString("echo \"N $(date -u +%s.%N)\"\necho '--units--'\n")
+		b.WriteString("systemctl show --timestamp=us+utc -p Id,LoadState,ActiveState,SubState,UnitFileState,NeedDaemonReload,ExecMainStartTimestamp,ExecReload,NRestarts")
 		for _, u := range units {
 			b.WriteString(" " + quote(u))
 		}
@@ -163,6 +170,12 @@ func parseProbe(out []byte) (nodeState, error) {
 			switch {
 			case len(f) == 2 && f[0] == "A":
 				st.Files[f[1]] = fileState{Path: f[1]}
+			case len(f) == 2 && f[0] == "N":
+				now, err := parseEpoch(f[1])
+				if err != nil {
+					return st, fmt.Errorf("probe: bad clock in %q: %w", line, err)
+				}
+				st.Now = now
 			case len(f) == 2 && f[0] == "X":
 				st.Files[f[1]] = fileState{Path: f[1], Other: true}
 			case len(f) == 7 && f[0] == "F":
@@ -239,6 +252,9 @@ func unitFromShow(kv map[string]string) (unitState, error) {
 		u.Started = t
 	}
 	u.Reloaded = reloadedAt(kv["ExecReload"])
+	if n, err := strconv.Atoi(kv["NRestarts"]); err == nil {
+		u.Restarts = n
+	}
 	return u, nil
 }
 

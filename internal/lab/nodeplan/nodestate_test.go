@@ -136,11 +136,14 @@ func TestUnitDiffs(t *testing.T) {
 		{"binary about to change", unitState{Load: "loaded", Active: "active", Enabled: "enabled", Started: start}, start.Add(-time.Second), map[string]bool{"/usr/local/bin/etcd": true}, "etcd.service must restart to read khw's /usr/local/bin/etcd"},
 		{"failed", unitState{Load: "loaded", Active: "failed", Sub: "failed", Enabled: "enabled"}, start, nil, "is not running (failed/failed)"},
 		{"not found", unitState{Load: "not-found"}, start, nil, "is not known to systemd"},
+		{"crash-looping, between two crashes", unitState{Load: "loaded", Active: "active", Enabled: "enabled", Started: start.Add(-5 * time.Second), Restarts: 4}, start.Add(-time.Hour), nil, "systemd restarted it 4 times, the last 5s ago"},
+		{"restarted twice long ago, running since", unitState{Load: "loaded", Active: "active", Enabled: "enabled", Started: start.Add(-time.Hour), Restarts: 2}, start.Add(-2 * time.Hour), nil, ""},
+		{"restarted once, just now", unitState{Load: "loaded", Active: "active", Enabled: "enabled", Started: start.Add(-time.Second), Restarts: 1}, start.Add(-time.Hour), nil, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.unit.Name = "etcd.service"
-			st := nodeState{Units: map[string]unitState{"etcd.service": tt.unit},
+			st := nodeState{Units: map[string]unitState{"etcd.service": tt.unit}, Now: start,
 				Files: map[string]fileState{"/etc/etcd/kubernetes.pem": {Present: true, MTime: tt.certTime}}}
 			diffs := unitDiffs(w, st, tt.changing)
 			if tt.want == "" {
@@ -262,5 +265,23 @@ func TestDiffCommandsNamesAndDownloads(t *testing.T) {
 	}
 	if n := strings.Count(text, "sha256sum -c"); n != 1 {
 		t.Errorf("the shared download is checked %d times, want once:\n%s", n, text)
+	}
+}
+
+// TestParseProbeClockAndRestarts: the node's clock line and NRestarts.
+func TestParseProbeClockAndRestarts(t *testing.T) {
+	out := "N 1796000000.250000000\n--units--\nId=etcd.service\nLoadState=loaded\nActiveState=active\nSubState=running\nUnitFileState=enabled\nNRestarts=3\n\n"
+	st, err := parseProbe([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := time.Unix(1796000000, 250000000); !st.Now.Equal(want) {
+		t.Errorf("Now %v, want %v", st.Now, want)
+	}
+	if u := st.Units["etcd.service"]; u.Restarts != 3 {
+		t.Errorf("Restarts %d, want 3", u.Restarts)
+	}
+	if _, err := parseProbe([]byte("N soon\n")); err == nil {
+		t.Error("a clock line that is not a time: no error")
 	}
 }
