@@ -18,7 +18,8 @@ func newChallengeCmd(a *app) *cobra.Command {
 	var plain bool
 	var req challenge.Request
 	cmd := &cobra.Command{Use: "challenge", Short: "Troubleshooting challenges: a fault on the live cluster to find and fix",
-		Long: help("challenge"), Example: help("challenge.example"), Args: exactArgs(0)}
+		Long: help("challenge"), Example: help("challenge.example"), Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() }}
 	cmd.PersistentFlags().StringVar(&lang, "lang", "", "language of the texts: en or ko (default: $KHW_LANG, else ko in a Korean locale, else en)")
 	cmd.PersistentFlags().BoolVar(&plain, "plain", false, "plain Markdown texts, no terminal styling")
 	sub := func(use, short, long string, write bool, fn func(ctx context.Context, e *challenge.Env) error) *cobra.Command {
@@ -51,7 +52,12 @@ func newChallengeCmd(a *app) *cobra.Command {
 		}}
 	list.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	start := &cobra.Command{Use: "start [ID]", Short: "Break the cluster for a challenge: snapshot, inject, show the symptom and the goal",
-		Long: help("challenge-start"), Args: cobra.MaximumNArgs(1),
+		Long: help("challenge-start"), Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usagef("%s takes at most one challenge ID (khw challenge list shows them)", cmd.CommandPath())
+			}
+			return nil
+		},
 		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 			var ids []string
 			for _, f := range challenge.Catalogue() {
@@ -62,6 +68,9 @@ func newChallengeCmd(a *app) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				req.ID = args[0]
+			}
+			if cmd.Flags().Changed("level") && req.Level == 0 {
+				return usagef("--level 0: use 1, 2 or 3 (or leave --level out for any level)")
 			}
 			return withChallenges(cmd.Context(), a, lang, plain, true, func(ctx context.Context, e *challenge.Env) error {
 				f, err := challenge.Choose(e.Store, req)

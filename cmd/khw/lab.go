@@ -259,13 +259,16 @@ func runLab(parent context.Context, a *app, id string, o labOpts) error {
 	if l, err := lab.Lookup(id); err == nil && o.byHand && o.yes && !l.MakesNodes {
 		return usageError{fmt.Errorf("--yes does nothing with --by-hand: khw changes nothing, you type the commands (only lab %s asks, as khw makes the machines)", labid.Machines)}
 	}
+	// Refused before the lab's text is shown, not after it.
+	if d, err := a.dir(); err == nil {
+		if err := challenge.StoreOf(d).RefuseDuring("khw lab "+id, o.force, a.errOut, time.Now()); err != nil {
+			return err
+		}
+	}
 	o.show = true
 	return withLab(parent, a, id, o, func(ctx context.Context, l lab.Lab, t labtext.Lab, e *labEnv, ui lab.UI) error {
 		// A step of khw up run by khw installs cluster.yaml's release
 		// like khw up does, so it is refused as khw up is.
-		if err := challenge.StoreOf(e.d).RefuseDuring("khw lab "+l.ID, o.force, a.errOut, time.Now()); err != nil {
-			return err
-		}
 		if l.HasStep() && !o.byHand {
 			if err := lab.RefuseReleaseChange(ctx, e.d, e.c, e.course.S); err != nil {
 				return err
@@ -286,18 +289,30 @@ func labHint(a *app, id string) error {
 		return err
 	}
 	defer unlock()
+	if err := challenge.StoreOf(d).Peek("khw lab hint "+l.ID, a.errOut); err != nil {
+		return err
+	}
 	// The hint quotes a finding read on the nodes.
 	return lab.NextHint(termtext.NewWriter(a.out), d, l)
 }
 
 func labCheck(parent context.Context, a *app, id string, hints bool) error {
 	return withLab(parent, a, id, labOpts{hints: hints}, func(ctx context.Context, l lab.Lab, _ labtext.Lab, e *labEnv, ui lab.UI) error {
+		if !hints {
+			if err := challenge.StoreOf(e.d).Peek("khw lab check "+l.ID, a.errOut); err != nil {
+				return err
+			}
+		}
 		return e.course.Check(ctx, l, ui)
 	})
 }
 
 func labReset(parent context.Context, a *app, id string, yes, force bool) error {
 	return withLab(parent, a, id, labOpts{yes: yes}, func(ctx context.Context, l lab.Lab, _ labtext.Lab, e *labEnv, ui lab.UI) error {
+		// A reset that cannot run must not end the challenge first.
+		if err := e.course.CanReset(l); err != nil {
+			return err
+		}
 		if err := challenge.StoreOf(e.d).RefuseDuring("khw lab reset", force, a.errOut, time.Now()); err != nil {
 			return err
 		}

@@ -29,7 +29,11 @@ func newUpCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if !opts.DryRun {
+			if opts.DryRun {
+				if err := challenge.StoreOf(d).Peek("khw up --dry-run", a.errOut); err != nil {
+					return err
+				}
+			} else {
 				unlock, err := a.lock(d)
 				if err != nil {
 					return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -82,7 +83,7 @@ func WriteList(w io.Writer, rows []Row, format string) error {
 			done = fmt.Sprintf("solved ×%d", r.Solved)
 			solved++
 		case r.GaveUp > 0:
-			done = "gave up"
+			done = fmt.Sprintf("gave up ×%d", r.GaveUp)
 		}
 		if r.BestSec > 0 {
 			best = (time.Duration(r.BestSec) * time.Second).String()
@@ -127,6 +128,9 @@ func (e *Env) WriteStatus() error {
 		since = a.Started
 	}
 	e.say(e.word("running"), a.ID, a.Lab, a.Level, e.now().Sub(since).Round(time.Second), a.Hints, a.Checks)
+	if len(a.Peeked) > 0 {
+		e.say(e.word("peeked"), strings.Join(a.Peeked, ", "))
+	}
 	e.markdown(fmt.Sprintf("## %s · %s\n\n### %s\n\n%s\n\n### %s\n\n%s\n", a.ID, t.Title, heading(e.Lang, 0), t.Symptom, heading(e.Lang, 1), t.Goal))
 	return nil
 }

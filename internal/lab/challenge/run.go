@@ -191,6 +191,9 @@ func (e *Env) Check(ctx context.Context) error {
 		return err
 	}
 	e.say(e.word("solved"), a.ID, time.Duration(r.Seconds)*time.Second, r.Hints)
+	if len(r.Peeked) > 0 {
+		e.say(e.word("peeked"), strings.Join(r.Peeked, ", "))
+	}
 	e.markdown(fmt.Sprintf("### %s\n\n%s\n", heading(e.Lang, 5), t.Why))
 	if err := e.Course.DropCheckpoint(ctx, SnapshotName); err != nil {
 		fmt.Fprintf(e.Err, "Warning: the challenge's snapshot could not be removed: %v\n", err)

@@ -31,6 +31,9 @@ type Active struct {
 	Hints int `json:"hints"`
 	// Checks is how many times khw challenge check ran.
 	Checks int `json:"checks"`
+	// Peeked are the commands run meanwhile that show the answer (khw lab
+	// check without --hints, khw lab hint, khw up --dry-run), once each.
+	Peeked []string `json:"peeked,omitempty"`
 }
 
 func (a Active) checked() string {
@@ -62,10 +65,12 @@ type Result struct {
 	Started time.Time `json:"started"`
 	Ended   time.Time `json:"ended"`
 	// Seconds is the time from the injection to the end, whole seconds.
-	Seconds int     `json:"seconds"`
-	Hints   int     `json:"hints"`
-	Checks  int     `json:"checks"`
-	Outcome Outcome `json:"outcome"`
+	Seconds int `json:"seconds"`
+	Hints   int `json:"hints"`
+	Checks  int `json:"checks"`
+	// Peeked are the commands that showed the answer (Active.Peeked).
+	Peeked  []string `json:"peeked,omitempty"`
+	Outcome Outcome  `json:"outcome"`
 	// By is what ended a challenge that was not solved or given up (the
 	// command, e.g. "khw up --force").
 	By string `json:"by,omitempty"`
@@ -128,7 +133,7 @@ func (s Store) Finish(a Active, o Outcome, by string, now time.Time) (Result, er
 		from = a.Started
 	}
 	r := Result{ID: a.ID, Lab: a.Lab, Level: a.Level, Started: a.Started, Ended: now.UTC(),
-		Seconds: int(now.Sub(from).Seconds()), Hints: a.Hints, Checks: a.Checks, Outcome: o, By: by}
+		Seconds: int(now.Sub(from).Seconds()), Hints: a.Hints, Checks: a.Checks, Peeked: a.Peeked, Outcome: o, By: by}
 	rs, err := s.Results()
 	if err != nil {
 		return r, err
@@ -176,4 +181,26 @@ func (s Store) RefuseDuring(command string, force bool, w io.Writer, now time.Ti
 	}
 	fmt.Fprintf(w, "Challenge %s ended, not solved: %s --force runs while it was under way.\n", a.ID, command)
 	return nil
+}
+
+// Peek records that command, which shows the answer, ran while a
+// challenge was under way, and says so on w: the challenge goes on, and
+// its result keeps it (a teacher sees it). Nothing happens without a
+// challenge.
+func (s Store) Peek(command string, w io.Writer) error {
+	a, err := s.Active()
+	if errors.Is(err, ErrNone) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "Note: challenge %s is under way, and %s shows the answer; its result will say so (khw challenge check says only where to look).\n", a.ID, command)
+	for _, p := range a.Peeked {
+		if p == command {
+			return nil
+		}
+	}
+	a.Peeked = append(a.Peeked, command)
+	return s.SaveActive(a)
 }

@@ -73,3 +73,31 @@ func TestRefuseDuring(t *testing.T) {
 		t.Errorf("khw up --force said %q; want that the challenge ended not solved", out.String())
 	}
 }
+
+func TestPeekIsKeptOnce(t *testing.T) {
+	s := Store{Dir: t.TempDir()}
+	var out bytes.Buffer
+	if err := s.Peek("khw lab check 04-etcd", &out); err != nil || out.Len() != 0 {
+		t.Fatalf("no challenge: %v, %q; want nothing", err, out.String())
+	}
+	now := time.Now()
+	if err := s.SaveActive(Active{ID: "etcd-peer-ca", Lab: "04-etcd", Started: now, Injected: now}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := s.Peek("khw lab check 04-etcd", &out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Peek("khw up --dry-run", &out); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := s.Active()
+	if len(a.Peeked) != 2 || !strings.Contains(out.String(), "shows the answer") {
+		t.Fatalf("peeked %v, said %q: want two commands, each once, and a note", a.Peeked, out.String())
+	}
+	r, err := s.Finish(a, Solved, "", now.Add(time.Minute))
+	if err != nil || len(r.Peeked) != 2 {
+		t.Errorf("result %+v (%v): want the two commands kept", r, err)
+	}
+}

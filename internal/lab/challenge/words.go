@@ -17,6 +17,7 @@ var words = map[string]map[string]string{
 		"running":   "도전 과제 %s(실습 %s, 수준 %d): %s째 진행 중, 힌트 %d개, 채점 %d번.\n",
 		"level":     "실습 %s, 수준 %d.",
 		"nexthint":  "khw challenge hint(힌트를 하나 더), 고친 뒤에는 khw challenge check",
+		"peeked":    "  답은 이것으로도 보였습니다: %s(결과에 남습니다).\n",
 	},
 }
 
@@ -32,6 +33,7 @@ var english = map[string]string{
 	"running":   "Challenge %s (lab %s, level %d): running for %s; %d hint(s) taken, %d check(s).\n",
 	"level":     "Lab %s, level %d.",
 	"nexthint":  "khw challenge hint (one more hint); after a fix, khw challenge check",
+	"peeked":    "  The answer was also seen through: %s (kept in the result).\n",
 }
 
 // word is the line key in e's language.

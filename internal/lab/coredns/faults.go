@@ -54,6 +54,12 @@ func Faults() []fault.Fault {
 					return fmt.Errorf("the Corefile has no %q line", old)
 				}
 				cm.Data["Corefile"] = strings.Replace(cm.Data["Corefile"], old, "kubernetes cluster.locl ", 1)
+				// kubectl apply's record of the last applied object would
+				// still show the right zone: it says the same as the data.
+				const last = "kubectl.kubernetes.io/last-applied-configuration"
+				if v, ok := cm.Annotations[last]; ok {
+					cm.Annotations[last] = strings.Replace(v, old, "kubernetes cluster.locl ", 1)
+				}
 				if _, err := cs.CoreV1().ConfigMaps("kube-system").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 					return err
 				}

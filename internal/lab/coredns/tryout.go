@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/khw-dev/khw/internal/config"
@@ -197,7 +198,37 @@ func dnsCause(e *labcheck.Env, pods *labcheck.WebPods, node config.Node) (lab, e
 			return labid.CoreDNS, fmt.Sprintf("%d CoreDNS pod(s) Ready and reached, but the Corefile's kubernetes plugin does not serve %s (zones %v): CoreDNS forwards the cluster's names to its upstream resolvers, which do not know them", ready, dom, zones),
 				"kubernetes " + dom + " in-addr.arpa ip6.arpa in the Corefile (kubectl -n kube-system edit configmap coredns), then kubectl -n kube-system rollout restart deploy/coredns"
 		}
+		// A Corefile changed after every CoreDNS pod started may not be
+		// loaded yet: the kubelet refreshes a mounted ConfigMap on its
+		// sync period (about a minute) and the reload plugin looks every
+		// 30 s (https://coredns.io/plugins/reload/).
+		if changed := lastUpdate(cm.ManagedFields); !changed.IsZero() && e.Now.Sub(changed) < 3*time.Minute && startedBefore(list.Items, changed) {
+			return labid.CoreDNS, fmt.Sprintf("the Corefile changed %s ago, after every CoreDNS pod started: they may still run the old one (the kubelet refreshes a mounted ConfigMap within about a minute, then the reload plugin reads it within 30 s)", e.Now.Sub(changed).Round(time.Second)),
+				"wait a minute and check again, or load it now: kubectl -n kube-system rollout restart deploy/coredns"
+		}
 	}
 	return labid.Workers, fmt.Sprintf("%d CoreDNS pod(s) Ready, the kube-dns Service has endpoints, the pod asks %s: the query is lost between the pod and CoreDNS", ready, dns),
 		fmt.Sprintf("look at kube-proxy on %s (systemctl status kube-proxy; iptables -t nat -S KUBE-SERVICES | grep %s) and at pod traffic between workers (khw lab check 08)", node.Name, dns)
+}
+
+// lastUpdate is the newest time in an object's managedFields: when one of
+// its writers last changed it (zero when none says).
+func lastUpdate(fields []metav1.ManagedFieldsEntry) time.Time {
+	var t time.Time
+	for _, f := range fields {
+		if f.Time != nil && f.Time.After(t) {
+			t = f.Time.Time
+		}
+	}
+	return t
+}
+
+// startedBefore reports whether every pod of pods started before t.
+func startedBefore(pods []corev1.Pod, t time.Time) bool {
+	for _, p := range pods {
+		if p.Status.StartTime == nil || !p.Status.StartTime.Time.Before(t) {
+			return false
+		}
+	}
+	return len(pods) > 0
 }

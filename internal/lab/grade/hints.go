@@ -76,7 +76,7 @@ func lookAt(f Finding, labLook string) string {
 	case strings.HasSuffix(f.Subject, ".service") && !strings.Contains(f.Subject, " "):
 		return ssh + "systemctl status " + f.Subject + "`, and " + ssh + "sudo journalctl -u " + f.Subject + " -n 30 --no-pager`"
 	case strings.HasPrefix(f.Subject, "sysctl "):
-		return ssh + "sysctl net.ipv4 net.bridge` (the kernel settings lab 07 sets), and /etc/sysctl.d/ there"
+		return ssh + "sudo sysctl net.ipv4 net.bridge` (the kernel settings lab 07 sets), and /etc/sysctl.d/ there"
 	case strings.HasPrefix(f.Subject, "kernel module "):
 		return ssh + "lsmod` (the kernel modules lab 07 loads), and /etc/modules-load.d/ there"
 	}

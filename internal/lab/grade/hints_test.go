@@ -51,7 +51,7 @@ func TestLadderLooksWhereTheSubjectIs(t *testing.T) {
 	}{
 		{Finding{Lab: "05-control-plane", Node: "cp2", Subject: "/etc/systemd/system/kube-apiserver.service --enable-admission-plugins"},
 			"cp2 systemctl cat kube-apiserver.service", "admission"},
-		{Finding{Lab: "07-workers", Node: "w1", Subject: "sysctl net.ipv4.ip_forward"}, "w1 sysctl net.ipv4 net.bridge", "ip_forward"},
+		{Finding{Lab: "07-workers", Node: "w1", Subject: "sysctl net.ipv4.ip_forward"}, "w1 sudo sysctl net.ipv4 net.bridge", "ip_forward"},
 		{Finding{Lab: "07-workers", Node: "w1", Subject: "kernel module br_netfilter"}, "w1 lsmod", "br_netfilter"},
 		{Finding{Lab: "04-etcd", Node: "cp3", Subject: "etcd.service"}, "cp3 systemctl status etcd.service", "listen"},
 		{Finding{Lab: "06-lb", Node: "lb", Subject: "/etc/haproxy/haproxy.cfg backend kube-apiservers server cp3"},
