@@ -428,9 +428,14 @@ func (g *Grade) addStepDiffs(l Lab, diffs []steps.Diff) {
 				What: d.What, Evidence: d.Evidence, Fix: d.Fix})
 			continue
 		case steps.DiffUnit:
-			down = append(down, labcheck.Mistake{Lab: l.ID, Node: d.Node, What: d.What,
-				Evidence: "systemctl show " + d.Subject + " on " + d.Node + " (khw status shows every unit)",
-				Fix:      d.Fix + " (and read why it stopped: journalctl -u " + d.Subject + " on the node)"})
+			m := labcheck.Mistake{Lab: l.ID, Node: d.Node, What: d.What, Evidence: d.Evidence, Fix: d.Fix}
+			if m.Evidence == "" {
+				m.Evidence = "systemctl show " + d.Subject + " on " + d.Node + " (khw status shows every unit)"
+			}
+			if !strings.Contains(m.Fix, "journalctl") {
+				m.Fix += " (and read why it stopped: journalctl -u " + d.Subject + " on the node)"
+			}
+			down = append(down, m)
 			continue
 		case steps.DiffCopy:
 			g.Mistakes = append(g.Mistakes, labcheck.Mistake{Lab: l.ID, Node: d.Node, Subject: d.Subject, What: d.What,
