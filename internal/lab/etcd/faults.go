@@ -15,23 +15,17 @@ func Faults() []fault.Fault {
 			ID: "etcd-member-stopped", Lab: labid.Etcd, Level: 1,
 			Source: fault.Source{Title: "etcd v3.4 operations guide, failure modes: clients lose connectivity to a failed member while the cluster keeps its quorum",
 				URL: "https://etcd.io/docs/v3.4/op-guide/failures/"},
-			Break: func(ctx context.Context, a fault.Actions) error {
-				_, err := a.Run(ctx, "cp1", "systemctl disable --now etcd")
-				return err
-			},
+			Break: fault.OnNode("cp1", "systemctl disable --now etcd"),
 			Named: []string{"[04-etcd] cp1: etcd.service is not running"},
 		},
 		{
 			ID: "etcd-client-loopback", Lab: labid.Etcd, Level: 2,
 			Source: fault.Source{Title: "etcd-io/etcd #4377: etcd listened on 127.0.0.1:2379, so it cannot be reached through another IP",
 				URL: "https://github.com/etcd-io/etcd/issues/4377"},
-			Break: func(ctx context.Context, a fault.Actions) error {
-				_, err := a.Run(ctx, "cp3", `sed -i 's|--listen-client-urls=https://[0-9.]*:2379,|--listen-client-urls=|' /etc/systemd/system/etcd.service
+			Break: fault.OnNode("cp3", `sed -i 's|--listen-client-urls=https://[0-9.]*:2379,|--listen-client-urls=|' /etc/systemd/system/etcd.service
 grep -q -- '--listen-client-urls=https://127.0.0.1:2379 ' /etc/systemd/system/etcd.service
 systemctl daemon-reload
-systemctl restart etcd`)
-				return err
-			},
+systemctl restart etcd`),
 			Named: []string{"[04-etcd] cp3: --listen-client-urls in etcd.service is https://127.0.0.1:2379: nothing listens on https://192.168.122.13:2379"},
 		},
 		{

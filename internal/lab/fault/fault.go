@@ -100,3 +100,12 @@ func (f Fault) CheckedBy() string {
 	}
 	return f.Lab
 }
+
+// OnNode is a Break that runs script as root on node (Actions.Run) and
+// nothing else.
+func OnNode(node, script string) func(context.Context, Actions) error {
+	return func(ctx context.Context, a Actions) error {
+		_, err := a.Run(ctx, node, script)
+		return err
+	}
+}

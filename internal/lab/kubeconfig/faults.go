@@ -2,11 +2,6 @@ package kubeconfig
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
-
-	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/khw-dev/khw/internal/lab/fault"
@@ -23,12 +18,9 @@ func Faults() []fault.Fault {
 			ID: "kubelet-kubeconfig-port", Lab: labid.Kubeconfig, Checked: labid.Workers, Level: 1,
 			Source: fault.Source{Title: "kelseyhightower/kubernetes-the-hard-way #247: unable to register worker nodes, \"dial tcp :6443: connection refused\"",
 				URL: "https://github.com/kelseyhightower/kubernetes-the-hard-way/issues/247"},
-			Break: func(ctx context.Context, a fault.Actions) error {
-				_, err := a.Run(ctx, "w1", `sed -i 's|^\(\s*server: https://[^:]*\):6443$|\1:6444|' /var/lib/kubelet/kubeconfig
+			Break: fault.OnNode("w1", `sed -i 's|^\(\s*server: https://[^:]*\):6443$|\1:6444|' /var/lib/kubelet/kubeconfig
 grep -q 'server: https://.*:6444$' /var/lib/kubelet/kubeconfig
-systemctl restart kubelet`)
-				return err
-			},
+systemctl restart kubelet`),
 			Named: []string{"[07-workers] w1: the server URL of /var/lib/kubelet/kubeconfig has port 6444"},
 		},
 		{
@@ -40,7 +32,7 @@ systemctl restart kubelet`)
 				if err != nil {
 					return err
 				}
-				return nodeKubeconfig(ctx, a, "w2", "kube-proxy.kubeconfig", "/var/lib/kube-proxy/kubeconfig", "kube-proxy", func(k *clientcmdapi.Config) {
+				return fault.PushKubeconfig(ctx, a, "w2", "kube-proxy.kubeconfig", "/var/lib/kube-proxy/kubeconfig", "kube-proxy", func(k *clientcmdapi.Config) {
 					for _, c := range k.Clusters {
 						c.CertificateAuthorityData = ca
 					}
@@ -49,27 +41,4 @@ systemctl restart kubelet`)
 			Named: []string{"[07-workers] w2: /var/lib/kube-proxy/kubeconfig trusts another CA than the cluster CA"},
 		},
 	}
-}
-
-// nodeKubeconfig installs on node, at path, the state directory's
-// kubeconfigs/<name> changed by change, and restarts unit.
-func nodeKubeconfig(ctx context.Context, a fault.Actions, node, name, path, unit string, change func(*clientcmdapi.Config)) error {
-	data, err := os.ReadFile(filepath.Join(a.State().KubeconfigDir(), name))
-	if err != nil {
-		return err
-	}
-	k, err := clientcmd.Load(data)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	change(k)
-	out, err := clientcmd.Write(*k)
-	if err != nil {
-		return err
-	}
-	if err := a.Push(ctx, node, path, out, 0o600); err != nil {
-		return err
-	}
-	_, err = a.Run(ctx, node, "systemctl restart "+unit)
-	return err
 }

@@ -4,12 +4,11 @@ import (
 	"context"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"fmt"
 	"net"
 	"slices"
 	"time"
 
-	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/khw-dev/khw/internal/lab/fault"
 	"github.com/khw-dev/khw/internal/lab/labid"
@@ -83,25 +82,9 @@ func kubeletClientCert(ctx context.Context, a fault.Actions, node string, change
 	if err != nil {
 		return err
 	}
-	kc, err := clientcmd.LoadFromFile(a.State().KubeconfigDir() + "/" + node + ".kubeconfig")
-	if err != nil {
-		return err
-	}
-	n := 0
-	for _, u := range kc.AuthInfos {
-		u.ClientCertificateData = pem
-		n++
-	}
-	if n != 1 {
-		return fmt.Errorf("%s.kubeconfig has %d users, want 1", node, n)
-	}
-	data, err := clientcmd.Write(*kc)
-	if err != nil {
-		return err
-	}
-	if err := a.Push(ctx, node, "/var/lib/kubelet/kubeconfig", data, 0o600); err != nil {
-		return err
-	}
-	_, err = a.Run(ctx, node, "systemctl restart kubelet")
-	return err
+	return fault.PushKubeconfig(ctx, a, node, node+".kubeconfig", "/var/lib/kubelet/kubeconfig", "kubelet", func(k *clientcmdapi.Config) {
+		for _, u := range k.AuthInfos {
+			u.ClientCertificateData = pem
+		}
+	})
 }
