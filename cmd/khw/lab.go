@@ -84,7 +84,9 @@ func newLabCmd(a *app) *cobra.Command {
 		Long:              help("lab-check"),
 		Args:              labArg,
 		ValidArgsFunction: completeLab,
-		RunE:              func(cmd *cobra.Command, args []string) error { return labCheck(cmd.Context(), a, args[0], o.hints) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return labCheck(cmd.Context(), a, args[0], o.hints, o.lang)
+		},
 	}
 	checkCmd.Flags().BoolVar(&o.hints, "hints", false, "say only where to look for each mistake; khw lab hint LAB gives more")
 	hintCmd := &cobra.Command{
@@ -93,7 +95,7 @@ func newLabCmd(a *app) *cobra.Command {
 		Long:              help("lab-hint"),
 		Args:              labArg,
 		ValidArgsFunction: completeLab,
-		RunE:              func(cmd *cobra.Command, args []string) error { return labHint(a, args[0]) },
+		RunE:              func(cmd *cobra.Command, args []string) error { return labHint(a, args[0], o.lang) },
 	}
 	quizCmd := &cobra.Command{
 		Use:               "quiz LAB",
@@ -243,7 +245,7 @@ func withLab(parent context.Context, a *app, id string, o labOpts, fn func(ctx c
 		return err
 	}
 	defer e.close()
-	ui := lab.UI{Out: a.out, Err: a.errOut, In: os.Stdin, Yes: o.yes, Force: o.force, Plain: o.plain, Hints: o.hints, ByHand: o.byHand,
+	ui := lab.UI{Out: a.out, Err: a.errOut, In: os.Stdin, Yes: o.yes, Force: o.force, Plain: o.plain, Hints: o.hints, ByHand: o.byHand, Lang: t.Lang,
 		Observe: func(ctx context.Context, shell string, w io.Writer) error {
 			return jumpbox.ObserveInShell(ctx, e.d, e.c.Name, shell, w)
 		},
@@ -279,8 +281,12 @@ func runLab(parent context.Context, a *app, id string, o labOpts) error {
 }
 
 // labHint gives lab id's next hint, under the lock (it records it).
-func labHint(a *app, id string) error {
+func labHint(a *app, id, langFlag string) error {
 	l, err := lab.Lookup(id)
+	if err != nil {
+		return usageError{err}
+	}
+	lang, err := lab.Language(langFlag, os.Getenv)
 	if err != nil {
 		return usageError{err}
 	}
@@ -293,11 +299,11 @@ func labHint(a *app, id string) error {
 		return err
 	}
 	// The hint quotes a finding read on the nodes.
-	return lab.NextHint(termtext.NewWriter(a.out), d, l)
+	return lab.NextHint(termtext.NewWriter(a.out), d, l, lang)
 }
 
-func labCheck(parent context.Context, a *app, id string, hints bool) error {
-	return withLab(parent, a, id, labOpts{hints: hints}, func(ctx context.Context, l lab.Lab, _ labtext.Lab, e *labEnv, ui lab.UI) error {
+func labCheck(parent context.Context, a *app, id string, hints bool, lang string) error {
+	return withLab(parent, a, id, labOpts{hints: hints, lang: lang}, func(ctx context.Context, l lab.Lab, _ labtext.Lab, e *labEnv, ui lab.UI) error {
 		if !hints {
 			if err := challenge.StoreOf(e.d).Peek("khw lab check "+l.ID, a.errOut); err != nil {
 				return err

@@ -40,7 +40,7 @@ func (c *Course) Check(ctx context.Context, l Lab, ui UI) error {
 		return fmt.Errorf("lab %s could not be checked: %s", l.ID, g.Status.Detail)
 	}
 	if ui.Hints && !g.Pass() {
-		n, err := g.writeFirstHints(termtext.NewWriter(ui.Out), c.S.Dir, l, ui.NextHint)
+		n, err := g.writeFirstHints(termtext.NewWriter(ui.Out), c.S.Dir, l, ui.NextHint, ui.Lang)
 		if err != nil {
 			return err
 		}

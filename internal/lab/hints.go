@@ -49,19 +49,23 @@ func (g *Grade) hintFindings(l Lab) []grade.Finding {
 // rung of each one's ladder: where to look, not yet what is wrong, then
 // what to do next (next; "" names khw lab hint). It returns how many
 // findings it saved.
-func (g *Grade) writeFirstHints(w io.Writer, d state.Dir, l Lab, next string) (int, error) {
+func (g *Grade) writeFirstHints(w io.Writer, d state.Dir, l Lab, next, lang string) (int, error) {
 	fs := g.hintFindings(l)
 	st := hintState{Checked: time.Now().UTC(), Findings: fs, Given: make([]int, len(fs))}
 	for _, warn := range g.Warnings {
 		fmt.Fprintf(w, "! %s\n", warn)
 	}
-	fmt.Fprintf(w, "✗ lab %s: %d %s. Where to look:\n", l.ID, len(fs), steps.Plural(len(fs), "mistake", "mistakes"))
+	if lang == "ko" {
+		fmt.Fprintf(w, "✗ 실습 %s: 실수 %d개. 볼 곳:\n", l.ID, len(fs))
+	} else {
+		fmt.Fprintf(w, "✗ lab %s: %d %s. Where to look:\n", l.ID, len(fs), steps.Plural(len(fs), "mistake", "mistakes"))
+	}
 	// Mistakes with the same first hint (one node, one lab) share a line.
 	var order []string
 	nums := map[string][]string{}
 	for i, f := range fs {
 		st.Given[i] = 1
-		first := grade.LadderOf(f, byID(f.Lab).Look)[0]
+		first := grade.LadderIn(f, byID(f.Lab).Look, lang)[0]
 		if nums[first] == nil {
 			order = append(order, first)
 		}
@@ -70,10 +74,17 @@ func (g *Grade) writeFirstHints(w io.Writer, d state.Dir, l Lab, next string) (i
 	for _, first := range order {
 		fmt.Fprintf(w, "  %s. %s\n", strings.Join(nums[first], ", "), first)
 	}
+	label := "Next: "
+	if lang == "ko" {
+		label = "다음: "
+	}
 	if next == "" {
 		next = fmt.Sprintf("khw lab hint %02d (one more hint each time); after a fix, khw lab check %02d --hints", l.Number(), l.Number())
+		if lang == "ko" {
+			next = fmt.Sprintf("khw lab hint %02d(한 번에 힌트 하나), 고친 뒤에는 khw lab check %02d --hints", l.Number(), l.Number())
+		}
 	}
-	fmt.Fprintf(w, "Next: %s\n", next)
+	fmt.Fprintf(w, "%s%s\n", label, next)
 	return len(fs), saveHints(d, l.ID, st)
 }
 
@@ -146,7 +157,7 @@ var ErrNoHints = errors.New("no hints")
 // When every rung is given it says so. Errors: ErrNoHints (wrapped, with
 // what to run) when there is nothing saved; a state file that cannot be
 // read or written.
-func NextHint(w io.Writer, d state.Dir, l Lab) error {
+func NextHint(w io.Writer, d state.Dir, l Lab, lang string) error {
 	st, err := loadHints(d, l.ID)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%w for lab %s: run khw lab check %02d --hints first (a lab that passed its last check has none)", ErrNoHints, l.ID, l.Number())
@@ -158,11 +169,19 @@ func NextHint(w io.Writer, d state.Dir, l Lab) error {
 		if st.Given[i] >= grade.Rungs {
 			continue
 		}
-		rung := grade.LadderOf(f, byID(f.Lab).Look)[st.Given[i]]
+		rung := grade.LadderIn(f, byID(f.Lab).Look, lang)[st.Given[i]]
 		st.Given[i]++
-		fmt.Fprintf(w, "Mistake %d of %d, hint %d of %d:\n  %s\n", i+1, len(st.Findings), st.Given[i], grade.Rungs, rung)
+		if lang == "ko" {
+			fmt.Fprintf(w, "실수 %d/%d, 힌트 %d/%d:\n  %s\n", i+1, len(st.Findings), st.Given[i], grade.Rungs, rung)
+		} else {
+			fmt.Fprintf(w, "Mistake %d of %d, hint %d of %d:\n  %s\n", i+1, len(st.Findings), st.Given[i], grade.Rungs, rung)
+		}
 		if st.Given[i] == grade.Rungs {
-			fmt.Fprintf(w, "That was the fix. Make it, then khw lab check %02d --hints.\n", l.Number())
+			if lang == "ko" {
+				fmt.Fprintf(w, "이것이 고치는 법이었습니다. 고친 뒤 khw lab check %02d --hints를 실행하세요.\n", l.Number())
+			} else {
+				fmt.Fprintf(w, "That was the fix. Make it, then khw lab check %02d --hints.\n", l.Number())
+			}
 		}
 		return saveHints(d, l.ID, st)
 	}

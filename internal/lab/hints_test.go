@@ -23,7 +23,7 @@ func TestHintLadder(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := NextHint(&out, d, l); !errors.Is(err, ErrNoHints) || !strings.Contains(err.Error(), "khw lab check 05 --hints") {
+	if err := NextHint(&out, d, l, "en"); !errors.Is(err, ErrNoHints) || !strings.Contains(err.Error(), "khw lab check 05 --hints") {
 		t.Fatalf("no check yet: %v", err)
 	}
 
@@ -32,7 +32,7 @@ func TestHintLadder(t *testing.T) {
 		{Lab: labid.Etcd, Node: "cp3", What: "etcd on cp3 listens on 127.0.0.1 only", Fix: "--listen-client-urls=https://192.168.122.13:2379,https://127.0.0.1:2379"},
 		{Lab: labid.Etcd, Node: "cp3", What: "etcd on cp3 has another token", Fix: "--initial-cluster-token=khw"},
 	}}
-	if n, err := g.writeFirstHints(&out, d, l, ""); err != nil || n != 3 {
+	if n, err := g.writeFirstHints(&out, d, l, "", "en"); err != nil || n != 3 {
 		t.Fatalf("writeFirstHints: %d, %v", n, err)
 	}
 	first := out.String()
@@ -61,7 +61,7 @@ func TestHintLadder(t *testing.T) {
 	}
 	for i, w := range want {
 		out.Reset()
-		if err := NextHint(&out, d, l); err != nil {
+		if err := NextHint(&out, d, l, "en"); err != nil {
 			t.Fatalf("hint %d: %v", i+1, err)
 		}
 		if !strings.Contains(out.String(), w) {
@@ -110,7 +110,7 @@ func TestNextHintRefusesDamagedState(t *testing.T) {
 				t.Fatal(err)
 			}
 			var out bytes.Buffer
-			err := NextHint(&out, d, l)
+			err := NextHint(&out, d, l, "en")
 			if err == nil || !strings.Contains(err.Error(), p+" is damaged: "+tc.want) || !strings.Contains(err.Error(), "khw lab check 05-control-plane --hints") {
 				t.Fatalf("NextHint: %v (printed %q); want an error naming %s, %q and the fix", err, out.String(), p, tc.want)
 			}

@@ -33,6 +33,8 @@ type UI struct {
 	// NextHint is what Check with Hints says to do next ("" names khw
 	// lab hint and khw lab check --hints).
 	NextHint string
+	// Lang is the language of the hints' framing ("en", "ko"; "" English).
+	Lang string
 	// QuizOrder gives the order in which Quiz shows a question's n
 	// choices, as rand.Perm does; nil shuffles them at random.
 	QuizOrder func(n int) []int

@@ -172,7 +172,7 @@ func (e *Env) Check(ctx context.Context) error {
 		return err
 	}
 	problems := e.health(ctx)
-	labErr := e.Course.Check(ctx, l, lab.UI{Out: e.Out, Err: e.Err, Hints: true, NextHint: e.word("nexthint")})
+	labErr := e.Course.Check(ctx, l, lab.UI{Out: e.Out, Err: e.Err, Hints: true, NextHint: e.word("nexthint"), Lang: e.Lang})
 	if len(problems) > 0 {
 		e.say("%s", e.word("unhealthy"))
 		for _, p := range problems {

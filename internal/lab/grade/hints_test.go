@@ -64,3 +64,27 @@ func TestLadderLooksWhereTheSubjectIs(t *testing.T) {
 		}
 	}
 }
+
+// TestLadderInKorean: the framing speaks Korean; the finding's own text
+// and the commands stay as they are; every English phrase has a Korean one.
+func TestLadderInKorean(t *testing.T) {
+	f := Finding{Lab: "07-workers", Node: "w1", Subject: "/etc/systemd/system/kubelet.service --node-ip", What: "--node-ip in kubelet.service is 10.0.0.9", Evidence: "line 12", Fix: "set --node-ip=192.168.122.21"}
+	l := LadderIn(f, "", "ko")
+	if !strings.Contains(l[0], "w1에서 무언가 잘못됐습니다(실습 07-workers)") || !strings.Contains(l[0], "systemctl cat kubelet.service") {
+		t.Errorf("rung 1 %q: want the Korean framing and the command as it is", l[0])
+	}
+	if !strings.HasPrefix(l[1], f.What) || !strings.Contains(l[1], "읽은 것: line 12") {
+		t.Errorf("rung 2 %q", l[1])
+	}
+	if l[2] != "고치는 법: "+f.Fix {
+		t.Errorf("rung 3 %q", l[2])
+	}
+	for k := range ladderWords["en"] {
+		if _, ok := ladderWords["ko"][k]; !ok {
+			t.Errorf("no Korean for %q", k)
+		}
+	}
+	if LadderOf(f, "")[0] != LadderIn(f, "", "fr")[0] {
+		t.Error("another language should fall back to English")
+	}
+}
