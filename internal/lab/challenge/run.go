@@ -265,6 +265,16 @@ func (e *Env) GiveUp(ctx context.Context) error {
 	if len(problems) == 0 {
 		problems = e.settle(ctx, max(limit-time.Since(t0), 10*time.Second))
 	}
+	if len(problems) == 0 {
+		// Once more a little later: right after the revert, a kubelet
+		// that has just come back restarts its pods, and CoreDNS can
+		// drop out of ready for a moment after it first looked done.
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second):
+		}
+		problems = e.Course.WaitSteps(ctx, max(limit-time.Since(t0), 30*time.Second))
+	}
 	if len(problems) > 0 {
 		fmt.Fprintf(e.Err, "Warning: after %s the cluster is not healthy yet:\n  - %s\nkhw status shows it; khw up repairs what is left\n", limit, strings.Join(problems, "\n  - "))
 	}
