@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/khw-dev/khw/internal/steps"
 	"github.com/khw-dev/khw/internal/termtext"
 )
 
@@ -102,7 +103,7 @@ func WriteList(w io.Writer, rows []Row, format string) error {
 // the time so far, the hints and checks), or when there is none the last
 // results.
 func (e *Env) WriteStatus() error {
-	a, err := e.Store.Active()
+	a, t, err := e.current()
 	if errors.Is(err, ErrNone) {
 		rs, rerr := e.Store.Results()
 		if rerr != nil {
@@ -111,15 +112,11 @@ func (e *Env) WriteStatus() error {
 		e.say("No challenge is under way.\n")
 		for i := max(0, len(rs)-5); i < len(rs); i++ {
 			r := rs[i]
-			e.say("  %s  %-28s %-8s %s, %d %s\n", r.Ended.Local().Format("2006-01-02 15:04"), r.ID, r.Outcome, time.Duration(r.Seconds)*time.Second, r.Hints, plural(r.Hints, "hint", "hints"))
+			e.say("  %s  %-28s %-8s %s, %d %s\n", r.Ended.Local().Format("2006-01-02 15:04"), r.ID, r.Outcome, time.Duration(r.Seconds)*time.Second, r.Hints, steps.Plural(r.Hints, "hint", "hints"))
 		}
 		e.say("khw challenge list shows them all; khw challenge start begins one.\n")
 		return nil
 	}
-	if err != nil {
-		return err
-	}
-	t, err := e.text(a.ID)
 	if err != nil {
 		return err
 	}

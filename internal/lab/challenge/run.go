@@ -201,21 +201,21 @@ func (e *Env) Check(ctx context.Context) error {
 	return nil
 }
 
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
+// current returns the challenge under way and its text (ErrNone when
+// there is none).
+func (e *Env) current() (Active, labtext.ChallengeText, error) {
+	a, err := e.Store.Active()
+	if err != nil {
+		return a, labtext.ChallengeText{}, err
 	}
-	return many
+	t, err := e.text(a.ID)
+	return a, t, err
 }
 
 // Hint shows the next rung of the ladder of the challenge under way
 // (where to look, what is wrong, the fix) and counts it.
 func (e *Env) Hint() error {
-	a, err := e.Store.Active()
-	if err != nil {
-		return err
-	}
-	t, err := e.text(a.ID)
+	a, t, err := e.current()
 	if err != nil {
 		return err
 	}
@@ -242,11 +242,7 @@ func (e *Env) Hint() error {
 // and keeps the result as given up. A failed restore leaves the challenge
 // under way, so that give-up can be run again.
 func (e *Env) GiveUp(ctx context.Context) error {
-	a, err := e.Store.Active()
-	if err != nil {
-		return err
-	}
-	t, err := e.text(a.ID)
+	a, t, err := e.current()
 	if err != nil {
 		return err
 	}

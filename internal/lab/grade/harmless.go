@@ -2,6 +2,7 @@ package grade
 
 import (
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -25,7 +26,7 @@ type harmlessRule struct {
 var harmless = []harmlessRule{
 	{path: "*.service", key: regexp.MustCompile(`^--v$`), ok: changedTo(intIn(0, 10)),
 		why: "Harmless: klog's log verbosity only changes how much the component logs (https://github.com/kubernetes/community/blob/master/contributors/devel/sig-instrumentation/logging.md)."},
-	{path: "/etc/systemd/system/etcd.service", key: regexp.MustCompile(`^--log-level$`), ok: changedTo(oneOf("debug", "info", "warn", "error")),
+	{path: "/etc/systemd/system/etcd.service", key: regexp.MustCompile(`^--log-level$`), ok: changedTo(func(v string) bool { return slices.Contains([]string{"debug", "info", "warn", "error"}, v) }),
 		why: "Harmless: etcd's log level only changes how much it logs (https://etcd.io/docs/v3.7/op-guide/configuration/)."},
 	{path: haproxyCfg, key: regexp.MustCompile(`^(defaults|backend \S+|frontend \S+|listen \S+)(: timeout (connect|client|server|tunnel|check|http-request|queue))$`), ok: changedTo(positiveHAProxyTime),
 		why: "Harmless: any positive timeout works; it only changes how long HAProxy waits before it gives up a connection or a check (https://docs.haproxy.org/2.8/configuration.html#4-timeout%20connect). 0 would mean no timeout at all."},
@@ -59,17 +60,6 @@ func intIn(lo, hi int) func(string) bool {
 	return func(s string) bool {
 		n, err := strconv.Atoi(s)
 		return err == nil && n >= lo && n <= hi
-	}
-}
-
-func oneOf(vs ...string) func(string) bool {
-	return func(s string) bool {
-		for _, v := range vs {
-			if s == v {
-				return true
-			}
-		}
-		return false
 	}
 }
 
